@@ -1,0 +1,17 @@
+"""ckpt-tools: the checkpoint doctor for quantized LLMs.
+
+Python API::
+
+    from ckpt_tools import doctor
+    report = doctor("./my-nvfp4-model")
+    if report.exit_code("error"):
+        raise SystemExit(report.to_dict()["findings"])
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .pipeline import Analysis, analyze, doctor  # noqa: E402
+
+__all__ = ["Analysis", "analyze", "doctor", "__version__"]

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from typing import Optional
+
+import orjson
+import typer
+
+from ..pipeline import analyze
+from ..report.text import _size, checkpoint_lines
+from .app import Format, app, emit
+
+
+@app.command("inspect")
+def inspect_command(
+    target: str = typer.Argument(..., help="Checkpoint folder or .safetensors file."),
+    tensors: Optional[str] = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+) -> None:
+    """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
+    result = analyze(target, runtime=runtime, headers_only=True)
+    ckpt, det = result.checkpoint, result.detection
+    from ..detect.resolve import component_of
+
+    census: Counter[tuple[str, str]] = Counter()
+    census_bytes: Counter[tuple[str, str]] = Counter()
+    for t in ckpt.tensors.values():
+        key = (component_of(t.name, det.family), t.dtype)
+        census[key] += 1
+        census_bytes[key] += t.nbytes
+    listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]
+    layers = _layer_table(det)
+    if format == Format.json:
+        data = {
+            "target": target,
+            "checkpoint": dict(result.report.checkpoint),
+            "census": [
+                {"component": c, "dtype": d, "tensors": n, "bytes": census_bytes[(c, d)]}
+                for (c, d), n in sorted(census.items())
+            ],
+            "modules": [
+                {"name": r.name, "component": r.component, "declared": r.declared.label, "disk": r.disk.label,
+                 "covered_by": r.covered_by, "group": r.group}
+                for r in det.rows
+            ],
+            "layers": layers,
+        }
+        if tensors:
+            data["tensors"] = [
+                {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "shard": t.shard,
+                 "data_offsets": [t.begin, t.end]}
+                for t in listed
+            ]
+        emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    out = [f"ckpt inspect {target}", *checkpoint_lines(dict(result.report.checkpoint)), "", "dtype census:"]
+    for (comp, dtype), n in sorted(census.items()):
+        out.append(f"  {comp:<8} {dtype:<12} {n:>8,} tensors  {_size(census_bytes[(comp, dtype)]):>10}")
+    out += ["", "schemes per layer (declared by the config -> on disk):"]
+    for layer in layers:
+        out.append(f"  {layer['layer']:<48} {layer['summary']}")
+    if tensors:
+        out += ["", f"tensors matching {tensors!r}: {len(listed)}"]
+        for t in listed:
+            out.append(f"  {t.name:<70} {t.dtype:<8} {str(list(t.shape)):<18} {t.shard}")
+    emit("\n".join(out) + "\n")
+
+
+def _layer_table(det) -> list[dict]:  # noqa: ANN001
+    """Rows grouped by layer prefix (up to and including the layer index), with scheme counts."""
+    import re
+
+    groups: dict[str, Counter[str]] = {}
+    pattern = re.compile(r"^(.*?\.(?:layers|blocks|h)\.\d+)\.")
+    for r in det.rows:
+        m = pattern.match(r.name)
+        layer = m.group(1) if m else r.name
+        label = r.declared.label if r.declared == r.disk or not r.disk.quantized and not r.declared.quantized else (
+            f"{r.declared.label} (disk: {r.disk.label})"
+        )
+        groups.setdefault(layer, Counter())[label] += 1
+    def key(name: str):  # natural sort so layer 10 follows layer 9
+        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+    return [
+        {"layer": layer, "schemes": dict(c), "summary": ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items()))}
+        for layer, c in sorted(groups.items(), key=lambda kv: key(kv[0]))
+    ]

@@ -1,0 +1,32 @@
+"""Entry point of the `ckpt` console script: one-line errors and exit 2 instead of tracebacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import CkptError
+from . import doctor, inspect_cmd, rules_cmd  # noqa: F401  (commands register on import)
+from .app import app
+
+
+def main() -> None:
+    try:
+        app()
+    except CkptError as exc:
+        print(f"ckpt: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("ckpt: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except BrokenPipeError:
+        raise SystemExit(0) from None
+    except Exception as exc:  # a bug of ours: still one line, still exit 2
+        if os.environ.get("CKPT_DEBUG"):
+            raise
+        print(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for a traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import typer
+
+from ..rules.base import all_rules, find_rule
+from .app import app, emit
+
+
+@app.command("rules")
+def list_rules() -> None:
+    """List every rule: code, slug, default severity, title."""
+    lines = [f"{r.code}  {r.slug:<28} {r.severity:<8} {'fixable ' if r.fixable else '        '}{r.title}"
+             for r in all_rules()]
+    emit("\n".join(lines) + "\n")
+
+
+@app.command("explain")
+def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvfp4-weight-only).")) -> None:
+    """Print one rule's documentation: what it catches, why it matters, the anti-pattern and the fix."""
+    rule = find_rule(code)
+    if rule is None:
+        from ..errors import UsageError
+
+        raise UsageError(f"no rule {code!r}; `ckpt rules` lists them")
+    doc = rule.doc_sections()
+    out = [f"{rule.code} {rule.slug} ({rule.severity}{', fixable' if rule.fixable else ''})", "", doc["summary"], ""]
+    for heading in ("What it catches", "Why it matters", "Anti-pattern", "Fix"):
+        if doc.get(heading):
+            out += [heading, *("  " + line if line else "" for line in doc[heading].splitlines()), ""]
+    emit("\n".join(out))

@@ -1,0 +1,1 @@
+"""What vLLM will make of a checkpoint: quantization method, per-module schemes, activation mode."""

@@ -1,0 +1,72 @@
+"""The one name matcher: how vLLM decides whether an ignore / exclude / target entry covers a module.
+
+compressed-tensors (vllm-facts.md 2.5, `is_equal_or_regex_match`): `re:` entries are regexes applied with
+`re.match` (anchored at the start only); any other entry must equal the full name. Entries without `re:` that contain
+a dot are first translated from checkpoint (HF) names to vLLM names; regexes are not, and are matched against
+vLLM-side names (the naming trap: `re:model\\.visual.*` never matches the Qwen3-VL tower, which is `visual.*` in vLLM).
+
+ModelOpt (vllm-facts.md 3.3, `is_layer_excluded` / `apply_vllm_mapper`): a pattern ending in `*` not preceded by
+`.` is split into `X` and `X.*`; patterns are renamed HF->vLLM; then a module is excluded on an exact match, a
+substring match (also with a leading `language_model.` removed from the module name), or an fnmatch match.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from functools import lru_cache
+from typing import Iterable
+
+from ..knowledge import Family
+
+
+@lru_cache(maxsize=4096)
+def _regex(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+def ct_entry_matches(entry: str, vllm_name: str, family: Family) -> bool:
+    """compressed-tensors / vLLM `is_equal_or_regex_match` after `apply_vllm_mapper`."""
+    if entry.startswith("re:"):
+        rx = _regex(entry[3:])
+        return bool(rx and rx.match(vllm_name))
+    if "." in entry:
+        entry = family.to_vllm(entry)
+    return entry == vllm_name
+
+
+def ct_first_match(entries: Iterable[str], vllm_name: str, family: Family) -> str | None:
+    for entry in entries:
+        if isinstance(entry, str) and ct_entry_matches(entry, vllm_name, family):
+            return entry
+    return None
+
+
+def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str, str]]:
+    """(original entry, vLLM-side pattern) pairs after `apply_vllm_mapper`'s `*` split and prefix rename."""
+    out: list[tuple[str, str]] = []
+    for entry in entries:
+        if not isinstance(entry, str) or not entry:
+            continue
+        variants = [entry]
+        if entry.endswith("*") and not entry.endswith(".*"):
+            variants = [entry[:-1], entry[:-1] + ".*"]
+        for v in variants:
+            out.append((entry, family.to_vllm(v)))
+    return out
+
+
+def modelopt_excluded_by(patterns: list[tuple[str, str]], vllm_name: str) -> str | None:
+    """The exclude entry that covers `vllm_name` under ModelOpt's exact / substring / fnmatch rules, if any."""
+    stripped = vllm_name[len("language_model."):] if vllm_name.startswith("language_model.") else None
+    for original, pattern in patterns:
+        if pattern == vllm_name:
+            return original
+        if pattern and (pattern in vllm_name or (stripped is not None and pattern in stripped)):
+            return original
+        if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(vllm_name, pattern):
+            return original
+    return None

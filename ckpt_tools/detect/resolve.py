@@ -1,0 +1,397 @@
+"""Resolve a checkpoint the way vLLM does: which config wins, the `--quantization` method, whether the runtime
+accepts the algo, and the scheme vLLM builds for every linear layer and expert projection.
+
+Ground truth: vllm-facts.md sections 1 (method resolution), 2 (compressed-tensors), 3 (ModelOpt). The runtime's
+accepted values come from its profile in `rules/runtimes/`, so an image profile can differ from upstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Mapping
+
+from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
+from ..model.checkpoint import Checkpoint
+from ..model.modules import Module
+from .matching import ct_entry_matches, ct_first_match, modelopt_excluded_by, modelopt_patterns
+from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
+
+EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings", "embeddings", "tok_embeddings")
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    """One linear layer or expert projection: what vLLM builds for it (declared) and what the tensors are (disk)."""
+
+    name: str
+    component: str
+    declared: Scheme
+    disk: Scheme
+    covered_by: str | None  # the ignore / exclude entry that keeps it unquantized, if any
+    group: str | None  # the config group (compressed-tensors) or algo (ModelOpt) that quantizes it
+
+    @property
+    def is_expert(self) -> bool:
+        return ".experts." in self.name
+
+
+@dataclass(frozen=True)
+class QuantConfigView:
+    """The quantization config vLLM will use, and where it came from."""
+
+    data: Mapping[str, Any] | None
+    source: str | None  # "config.json", "config.json:text_config", "hf_quant_config.json", ...
+
+    @property
+    def nested(self) -> Mapping[str, Any] | None:
+        q = (self.data or {}).get("quantization")
+        return q if isinstance(q, dict) else None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A key of the flat layout, falling back to the nested (`quantization: {...}`) layout."""
+        data = self.data or {}
+        if key in data:
+            return data[key]
+        nested = self.nested
+        return nested.get(key, default) if nested else default
+
+
+@dataclass(frozen=True)
+class Detection:
+    family: Family
+    runtime: Runtime
+    config: QuantConfigView
+    producer: str
+    quant_method: str | None  # the checkpoint's own normalised method, before any runtime check
+    quant_algo: str | None
+    vllm_quantization: str | None
+    rejection: str | None  # vLLM's error text when it would refuse this checkpoint
+    kv_cache: str | None
+    rows: tuple[ModuleRow, ...] = field(repr=False)
+    components: tuple[str, ...] = ()
+
+    @cached_property
+    def row_by_name(self) -> Mapping[str, ModuleRow]:
+        return {r.name: r for r in self.rows}
+
+    @property
+    def activation_mode(self) -> str | None:
+        nvfp4 = [r for r in self.rows if r.disk.kind == "nvfp4"]
+        if not nvfp4:
+            return None
+        a4 = sum(1 for r in nvfp4 if r.disk.activation == "A4")
+        return "W4A4" if a4 == len(nvfp4) else "W4A16" if a4 == 0 else "mixed"
+
+
+# ---- which config vLLM reads --------------------------------------------------------------------------------------
+
+
+def effective_quant_config(ckpt: Checkpoint) -> QuantConfigView:
+    """vllm-facts.md 1.1: config.json `quantization_config` wins; hf_quant_config.json only when it is absent;
+    then `compression_config`, then the multimodal `text_config` copies."""
+    cfg = ckpt.config or {}
+    if isinstance(cfg.get("quantization_config"), dict):
+        return QuantConfigView(cfg["quantization_config"], "config.json")
+    if isinstance(ckpt.hf_quant_config, dict):
+        return QuantConfigView(ckpt.hf_quant_config, "hf_quant_config.json")
+    if isinstance(cfg.get("compression_config"), dict):
+        return QuantConfigView(cfg["compression_config"], "config.json:compression_config")
+    text = cfg.get("text_config")
+    if isinstance(text, dict):
+        for key in ("quantization_config", "compression_config"):
+            if isinstance(text.get(key), dict):
+                return QuantConfigView(text[key], f"config.json:text_config.{key}")
+    return QuantConfigView(None, None)
+
+
+def _is_modelopt(view: QuantConfigView) -> bool:
+    data = view.data or {}
+    producer = data.get("producer")
+    method = str(data.get("quant_method", "")).lower()
+    return (isinstance(producer, dict) and producer.get("name") == "modelopt") or method.startswith("modelopt") or (
+        view.nested is not None and "quant_algo" in view.nested
+    )
+
+
+def modelopt_algo(view: QuantConfigView) -> str | None:
+    algo = view.get("quant_algo")
+    return algo.upper() if isinstance(algo, str) else None
+
+
+def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str | None, str | None]:
+    """(checkpoint quant_method, vllm --quantization value, rejection) following `_verify_quantization`."""
+    data = view.data
+    if data is None:
+        return None, None, None
+    if _is_modelopt(view):
+        algo = modelopt_algo(view)
+        if view.nested is not None and "quant_algo" in view.nested and "quant_method" not in data:
+            # Nested layout: normalisation maps the algo to a method or raises (vllm-facts.md 1.1).
+            method = rt.modelopt_nested_algos.get(algo or "")
+            if method is None:
+                return "modelopt", None, f"Unknown ModelOpt quant algo: {algo}"
+        else:
+            method = "modelopt"
+        # Overrides (vllm-facts.md 1.2, 1.5): NVFP4/FP4 algos -> modelopt_fp4; FP8 exactly -> modelopt.
+        if algo and ("NVFP4" in algo or "FP4" in algo):
+            method = "modelopt_fp4"
+        elif algo == "MXFP8":
+            method = "modelopt_mxfp8"
+        elif algo == "MIXED_PRECISION":
+            method = "modelopt_mixed"
+        if algo not in rt.modelopt_algos:
+            supported = list(rt.modelopt_algos)
+            return "modelopt", None, (
+                f"ModelOpt currently only supports: {supported} quantizations in vLLM. Please check the "
+                f"`hf_quant_config.json` file for your model's quant configuration. (quant_algo {algo})"
+            )
+        problem = _modelopt_from_config_problem(view, algo, rt)
+        if problem:
+            return "modelopt", None, problem
+        return "modelopt", method, None
+    method = str(data.get("quant_method", "")).lower().replace("compressed_tensors", "compressed-tensors")
+    if method == "mxfp8":
+        method = "modelopt_mxfp8"
+    if not method:
+        return None, None, "quantization_config has no quant_method"
+    if method not in rt.quant.get("methods", []):
+        return method, None, f"Unknown quantization method: {method}"
+    return method, method, None
+
+
+def _modelopt_from_config_problem(view: QuantConfigView, algo: str | None, rt: Runtime) -> str | None:
+    if algo in ("NVFP4", "W4A16_NVFP4") and view.nested is not None and "quant_method" not in (view.data or {}):
+        missing = [k for k in rt.modelopt.get("nvfp4_nested_required", []) if k not in view.nested]
+        if missing:
+            return f"NVFP4 quantization requires the following fields in hf_quant_config.json: {missing}"
+    if algo == "MIXED_PRECISION" and not view.get("quantized_layers"):
+        return ("MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping in the quantization "
+                "config.")
+    return None
+
+
+def _ct_groups(view: QuantConfigView) -> list[tuple[str, dict[str, Any]]]:
+    groups = (view.data or {}).get("config_groups")
+    if not isinstance(groups, dict):
+        return []
+    out = []
+    for name, group in groups.items():
+        if not isinstance(group, dict):
+            continue
+        targets = group.get("targets") or []
+        if isinstance(targets, str):
+            targets = [targets]
+        # Attention-only groups are dropped: "Attention quant is coupled with KV-cache quantization" (2.1).
+        if len(targets) == 1 and isinstance(targets[0], str) and targets[0].endswith("Attention"):
+            continue
+        out.append((str(name), group))
+    return out
+
+
+def _modelopt_downgraded(view: QuantConfigView) -> bool:
+    """ModelOptNvFp4Config._from_config: NVFP4 whose config groups all have null input activations -> W4A16."""
+    groups = (view.data or {}).get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return False
+    return all(isinstance(g, dict) and g.get("input_activations") is None for g in groups.values())
+
+
+def _kv_cache(view: QuantConfigView, producer: str) -> str | None:
+    kv = view.get("kv_cache_scheme")
+    if kv is None:
+        kv = view.get("kv_cache_quant_algo")
+    if isinstance(kv, dict):
+        bits, typ = kv.get("num_bits"), kv.get("type")
+        if typ == "float" and bits == 8:
+            return "fp8"
+        if typ == "float" and bits == 4:
+            return "nvfp4"
+        if typ == "int" and bits == 8:
+            return "int8"
+        return f"{typ}{bits}"
+    if isinstance(kv, str) and kv:
+        return kv.lower()
+    return None
+
+
+# ---- per-module schemes -------------------------------------------------------------------------------------------
+
+
+def is_linear_candidate(module: Module) -> bool:
+    """A module vLLM builds as a linear layer or expert projection: a 2-D (possibly packed) weight, not an embedding."""
+    w = module.weight
+    if w is None or len(w.shape) != 2:
+        return False
+    last = module.name.rsplit(".", 1)[-1]
+    return last not in EMBEDDING_NAMES
+
+
+def component_of(name: str, family: Family) -> str:
+    hit = family.root_of(name)
+    if hit is not None:
+        root, prefix = hit
+        # A marker directly below a root (model.language_model.visual.*) names the component the tensor really is.
+        first = name[len(prefix):].split(".", 1)[0]
+        for comp, segs in markers().items():
+            if first in segs:
+                return comp
+        return root.component
+    segments = name.split(".")
+    for comp, segs in markers().items():
+        if any(s in segs for s in segments):
+            return comp
+    return "other"
+
+
+class _Resolver:
+    def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
+                 algo: str | None) -> None:
+        self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
+        self.ignore = [e for e in (view.get("ignore") or view.get("exclude_modules") or []) if isinstance(e, str)]
+        self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
+        self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
+        self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
+        self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
+        if producer == "modelopt":
+            base = modelopt_scheme(algo)
+            if algo == "NVFP4" and _modelopt_downgraded(view):
+                base = Scheme("nvfp4", "A16", "downgraded: input_activations null")
+            self.modelopt_base = base
+            layers = view.get("quantized_layers")
+            self.mixed_layers = layers if isinstance(layers, dict) else {}
+
+    def declared(self, module: Module) -> tuple[Scheme, str | None, str | None]:
+        where = module.expert
+        # vLLM resolves a fused MoE layer once, on expert 0's projection names (vllm-facts.md 2.4).
+        key = f"{where[0]}.0.{where[2]}" if where else module.name
+        if key not in self.cache:
+            self.cache[key] = self._declared(key, where[0] if where else None)
+        return self.cache[key]
+
+    def _declared(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
+        if self.producer == "compressed-tensors":
+            return self._ct(name)
+        if self.producer == "modelopt":
+            return self._modelopt(name, experts_prefix)
+        return UNQUANTIZED, None, None
+
+    def _ct(self, name: str) -> tuple[Scheme, str | None, str | None]:
+        vname = self.family.to_vllm(name)
+        hit = ct_first_match(self.ignore, vname, self.family)
+        if hit is not None:
+            return UNQUANTIZED, hit, None
+        is_head = name.rsplit(".", 1)[-1] == "lm_head" or name == "lm_head"
+        for gname, group in self.groups:
+            targets = group.get("targets") or []
+            if isinstance(targets, str):
+                targets = [targets]
+            for target in targets:
+                if not isinstance(target, str):
+                    continue
+                if target.startswith("re:") or "." in target or target == name:
+                    if ct_entry_matches(target, vname, self.family):
+                        break
+                elif "linear" in target.lower() and not is_head:
+                    break
+            else:
+                continue
+            fmt = group.get("format") or (self.view.data or {}).get("format")
+            return ct_scheme(group.get("weights"), group.get("input_activations"), fmt), None, gname
+        return UNQUANTIZED, None, None
+
+    def _modelopt(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
+        vname = self.family.to_vllm(name)
+        for marker in self.always_unquantized:
+            if marker in vname:
+                return UNQUANTIZED, f"(always unquantized: {marker})", None
+        hit = modelopt_excluded_by(self.mo_patterns, vname)
+        if hit is None and experts_prefix is not None:
+            hit = modelopt_excluded_by(self.mo_patterns, self.family.to_vllm(experts_prefix))
+        if hit is not None:
+            return UNQUANTIZED, hit, None
+        if self.algo == "MIXED_PRECISION":
+            entry = self.mixed_layers.get(name) or self.mixed_layers.get(name.rsplit(".", 1)[0])
+            if not isinstance(entry, dict):
+                return UNQUANTIZED, None, None
+            algo = str(entry.get("quant_algo", "")).upper()
+            return modelopt_scheme(algo), None, algo
+        return self.modelopt_base, None, self.algo
+
+
+def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
+    rt = load_runtime(runtime_id) if runtime_id else load_runtime()
+    family = family_for(ckpt.architecture, ckpt.model_type)
+    view = effective_quant_config(ckpt)
+    method, vllm_method, rejection = _resolve_method(view, rt)
+
+    if view.data is None:
+        producer = "none"
+    elif _is_modelopt(view) or (method or "").startswith("modelopt"):
+        producer = "modelopt"
+    elif method == "compressed-tensors":
+        producer = "compressed-tensors"
+    else:
+        producer = "unknown"
+    algo = modelopt_algo(view) if producer == "modelopt" else None
+
+    resolver = _Resolver(ckpt, view, family, rt, producer, algo)
+    rows = []
+    for module in ckpt.modules.values():
+        if not is_linear_candidate(module):
+            continue
+        declared, covered, group = resolver.declared(module)
+        rows.append(ModuleRow(module.name, component_of(module.name, family), declared, disk_scheme(module), covered,
+                              group))
+    rows.sort(key=lambda r: r.name)
+
+    if producer == "none" and any(r.disk.quantized for r in rows):
+        producer = _producer_from_tensors(ckpt)
+    if producer == "compressed-tensors":
+        algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
+        if rejection is None:
+            bad = next((r for r in rows if r.declared.kind == "unknown"), None)
+            if bad is not None:
+                rejection = (f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: "
+                             f"{bad.declared.detail}")
+                vllm_method = None
+
+    comps = sorted({component_of(t, family) for t in ckpt.tensors}, key=lambda c: (c != "text", c))
+    return Detection(
+        family=family,
+        runtime=rt,
+        config=view,
+        producer=producer,
+        quant_method=method,
+        quant_algo=algo,
+        vllm_quantization=vllm_method,
+        rejection=rejection,
+        kv_cache=_kv_cache(view, producer),
+        rows=tuple(rows),
+        components=tuple(comps),
+    )
+
+
+def _producer_from_tensors(ckpt: Checkpoint) -> str:
+    suffixes = {name.rsplit(".", 1)[-1] for name in ckpt.tensors}
+    if suffixes & {"weight_packed", "weight_global_scale", "input_global_scale"}:
+        return "compressed-tensors"
+    if suffixes & {"weight_scale_2", "pre_quant_scale"}:
+        return "modelopt"
+    return "unknown"
+
+
+def _ct_algo(schemes: list[Scheme]) -> str | None:
+    names = set()
+    for s in schemes:
+        if s.kind == "nvfp4":
+            names.add("NVFP4" if s.activation == "A4" else "W4A16_NVFP4")
+        elif s.kind in ("fp8", "mxfp8", "mxfp4"):
+            names.add(s.kind.upper())
+        elif s.kind in ("int4", "int8"):
+            names.add(f"W{s.kind[3:]}{s.activation or 'A16'}")
+        else:
+            names.add("UNKNOWN")
+    if not names:
+        return None
+    return names.pop() if len(names) == 1 else "MIXED_PRECISION"

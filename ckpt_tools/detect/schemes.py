@@ -1,0 +1,158 @@
+"""Scheme vocabulary, and how to read a scheme from config args or from the tensors on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..dtypes import FLOAT_HIGH_PRECISION
+from ..model.modules import Module
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one linear (or expert projection) is quantized.
+
+    `kind`: `nvfp4`, `mxfp4`, `mxfp8`, `fp8`, `int4`, `int8`, `unquantized`, `unknown`.
+    `activation`: `A4`, `A8`, `A16` for quantized kinds (A16 = weight-only), None when unquantized/unknown.
+    """
+
+    kind: str
+    activation: str | None = None
+    detail: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "unquantized":
+            return self.detail or "unquantized"
+        if self.kind == "unknown":
+            return "unknown" + (f" ({self.detail})" if self.detail else "")
+        bits = {"nvfp4": "4", "mxfp4": "4", "int4": "4", "mxfp8": "8", "fp8": "8", "int8": "8"}[self.kind]
+        act = (self.activation or "A?")
+        base = f"W{bits}{act} {self.kind.upper()}"
+        return f"{base} ({self.detail})" if self.detail else base
+
+    @property
+    def quantized(self) -> bool:
+        return self.kind not in ("unquantized", "unknown")
+
+
+UNQUANTIZED = Scheme("unquantized")
+
+
+# ---- compressed-tensors QuantizationArgs ------------------------------------------------------------------------
+
+
+def _args(x: Any) -> Mapping[str, Any] | None:
+    return x if isinstance(x, dict) else None
+
+
+def is_nvfp4_args(args: Mapping[str, Any] | None) -> bool:
+    """vLLM `_is_nvfp4_format`: tensor_group, float, 4 bits, group 16, symmetric (vllm-facts.md 2.2)."""
+    return bool(
+        args
+        and args.get("strategy") == "tensor_group"
+        and args.get("type") == "float"
+        and args.get("num_bits") == 4
+        and args.get("group_size") == 16
+        and args.get("symmetric", True)
+    )
+
+
+def is_mxfp4_args(args: Mapping[str, Any] | None) -> bool:
+    return bool(
+        args and args.get("strategy") == "group" and args.get("type") == "float" and args.get("num_bits") == 4
+        and args.get("group_size") == 32
+    )
+
+
+def ct_scheme(weights: Any, inputs: Any, fmt: str | None) -> Scheme:
+    """The scheme vLLM's `_get_scheme_from_parts` picks for one config group (vllm-facts.md 2.2), in our vocabulary.
+
+    Returns kind `unknown` with the reason as detail where vLLM raises.
+    """
+    w, a = _args(weights), _args(inputs)
+    if w is None:
+        return UNQUANTIZED
+    if is_nvfp4_args(w):
+        if a is None:
+            return Scheme("nvfp4", "A16")
+        if is_nvfp4_args(a):
+            return Scheme("nvfp4", "A4")
+        return Scheme("unknown", None, "NVFP4 weights need NVFP4 or no input quantization")
+    if is_mxfp4_args(w):
+        return Scheme("mxfp4", "A8" if a and a.get("num_bits") == 8 else "A4")
+    wtype, wbits, strategy = w.get("type"), w.get("num_bits"), w.get("strategy")
+    if wtype == "float" and wbits == 8:
+        if w.get("group_size") == 32 and strategy == "group":
+            return Scheme("mxfp8", "A8")
+        act = "A8" if a is not None else "A16"
+        return Scheme("fp8", act, strategy)
+    if wtype == "int" and wbits in (4, 8):
+        kind = "int4" if wbits == 4 else "int8"
+        if a is None:
+            return Scheme(kind, "A16", strategy)
+        return Scheme(kind, f"A{a.get('num_bits', '?')}", strategy)
+    return Scheme("unknown", None, f"{wtype} {wbits}-bit weights")
+
+
+def modelopt_scheme(algo: str | None) -> Scheme:
+    algo = (algo or "").upper()
+    table = {
+        "NVFP4": Scheme("nvfp4", "A4"),
+        "W4A16_NVFP4": Scheme("nvfp4", "A16"),
+        "NVFP4_AWQ": Scheme("nvfp4", "A4", "AWQ"),
+        "FP8": Scheme("fp8", "A8", "tensor"),
+        "FP8_PER_CHANNEL_PER_TOKEN": Scheme("fp8", "A8", "channel"),
+        "FP8_PB_WO": Scheme("fp8", "A16", "block"),
+        "FP8_BLOCK_SCALES": Scheme("fp8", "A16", "block"),
+        "MXFP8": Scheme("mxfp8", "A8"),
+        "W4A16_AWQ": Scheme("int4", "A16", "AWQ"),
+        "W4A8_AWQ": Scheme("int4", "A8", "AWQ"),
+        "W8A16": Scheme("int8", "A16"),
+        "W8A8_SQ_PER_CHANNEL": Scheme("int8", "A8"),
+    }
+    return table.get(algo, Scheme("unknown", None, algo or None))
+
+
+# ---- what the tensors say ----------------------------------------------------------------------------------------
+
+
+def disk_scheme(module: Module) -> Scheme:
+    """Read a module's scheme from its tensor names and dtypes alone."""
+    t = module.tensors
+    weight = t.get("weight_packed") or t.get("weight")
+    if weight is None:
+        return Scheme("unknown", None, "no weight")
+    scale = t.get("weight_scale")
+    has_input = "input_scale" in t or "input_global_scale" in t
+    if weight.dtype in FLOAT_HIGH_PRECISION:
+        return Scheme("unquantized", None, weight.dtype)
+    if weight.dtype == "U8" and scale is not None and scale.dtype == "F8_E4M3":
+        return Scheme("nvfp4", "A4" if has_input else "A16")
+    if weight.dtype == "F4":
+        return Scheme("nvfp4", "A4" if has_input else "A16")
+    if weight.dtype == "U8" and scale is not None and scale.dtype in ("U8", "F8_E8M0"):
+        return Scheme("mxfp4", None)
+    if weight.dtype in ("F8_E4M3", "F8_E5M2"):
+        if scale is not None and scale.dtype in ("U8", "F8_E8M0"):
+            return Scheme("mxfp8", "A8")
+        scale = scale or t.get("weight_scale_inv")
+        strategy = None
+        if scale is not None:
+            if scale.numel == 1:
+                strategy = "tensor"
+            elif len(scale.shape) >= 2 and scale.shape[-1] == 1 and len(scale.shape) == 2:
+                strategy = "channel"
+            elif len(scale.shape) == 1:
+                strategy = "channel"
+            else:
+                strategy = "block"
+        return Scheme("fp8", "A8" if has_input else None, strategy)
+    if weight.dtype == "I32" and "weight_packed" in t:
+        # pack-quantized int weights; 4 vs 8 bits needs the values of `weight_shape`, so the config decides that.
+        return Scheme("int4", "A16" if not has_input else "A8", "packed")
+    if weight.dtype == "I8":
+        return Scheme("int8", "A8" if has_input else "A16")
+    return Scheme("unknown", None, f"{weight.dtype} weight")
+

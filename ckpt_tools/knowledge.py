@@ -1,0 +1,195 @@
+"""Load the knowledge kept as data in `rules/` (runtime profiles, hardware profiles, architecture families).
+
+Code applies this data; it never hard-codes a runtime's accepted values. The folder ships inside the wheel as
+`ckpt_tools/_rules` and is read from the source tree's `rules/` in a checkout. Schemas: rules/README.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from .errors import UsageError
+
+DEFAULT_RUNTIME = "vllm-0.33"
+
+
+def rules_dir() -> Path:
+    packaged = Path(__file__).with_name("_rules")
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "rules"
+
+
+@lru_cache(maxsize=None)
+def load_toml(relative: str) -> Mapping[str, Any]:
+    path = rules_dir() / relative
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+# ---- runtime profiles ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runtime:
+    id: str
+    name: str
+    data: Mapping[str, Any]
+
+    @property
+    def quant(self) -> Mapping[str, Any]:
+        return self.data.get("quantization", {})
+
+    @property
+    def modelopt_algos(self) -> Mapping[str, str]:
+        return self.quant.get("modelopt_algos", {})
+
+    @property
+    def modelopt_nested_algos(self) -> Mapping[str, str]:
+        return self.quant.get("modelopt_nested_algos", {})
+
+    @property
+    def modelopt(self) -> Mapping[str, Any]:
+        return self.quant.get("modelopt", {})
+
+    @property
+    def source(self) -> str:
+        return str(self.data.get("source", ""))
+
+
+def runtime_ids() -> list[str]:
+    return sorted(p.stem for p in (rules_dir() / "runtimes").glob("*.toml"))
+
+
+@lru_cache(maxsize=None)
+def runtime(profile_id: str = DEFAULT_RUNTIME) -> Runtime:
+    if profile_id not in runtime_ids():
+        raise UsageError(f"unknown runtime profile {profile_id!r}; choose one of: {', '.join(runtime_ids())}")
+    data = load_toml(f"runtimes/{profile_id}.toml")
+    return Runtime(id=data["id"], name=data["name"], data=data)
+
+
+# ---- hardware -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hardware:
+    id: str
+    name: str
+    family: str
+    native_fp4: bool
+    nvfp4_w4a4: str
+    nvfp4_w4a16: str
+    data: Mapping[str, Any]
+
+
+@lru_cache(maxsize=None)
+def hardware_profiles() -> tuple[Hardware, ...]:
+    return tuple(
+        Hardware(
+            id=p["id"], name=p["name"], family=p["family"], native_fp4=bool(p["native_fp4"]),
+            nvfp4_w4a4=p["nvfp4_w4a4"], nvfp4_w4a16=p["nvfp4_w4a16"], data=p,
+        )
+        for p in load_toml("hardware.toml")["profile"]
+    )
+
+
+def hardware(profile_id: str) -> Hardware:
+    for p in hardware_profiles():
+        if p.id == profile_id:
+            return p
+    ids = ", ".join(p.id for p in hardware_profiles())
+    raise UsageError(f"unknown hardware profile {profile_id!r}; choose one of: {ids}")
+
+
+# ---- architecture families ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Root:
+    component: str
+    prefixes: tuple[str, ...]
+    children: frozenset[str] | None  # allowed first segments below the root, when known
+
+
+@dataclass(frozen=True)
+class Family:
+    id: str
+    name: str
+    roots: tuple[Root, ...]
+    vllm_prefix_map: tuple[tuple[str, str], ...]
+    dropped_prefixes: tuple[str, ...]
+    source: str
+
+    def root_of(self, name: str) -> tuple[Root, str] | None:
+        """The longest root prefix `name` starts with, and that prefix."""
+        best: tuple[Root, str] | None = None
+        for root in self.roots:
+            for prefix in root.prefixes:
+                if name.startswith(prefix) and (best is None or len(prefix) > len(best[1])):
+                    best = (root, prefix)
+        return best
+
+    def canonical_root(self, component: str) -> str | None:
+        """Where a component's tensors belong: the first prefix of its main root (the one with known children)."""
+        candidates = [r for r in self.roots if r.component == component]
+        if not candidates:
+            return None
+        with_children = [r for r in candidates if r.children is not None]
+        return (with_children or candidates)[0].prefixes[0]
+
+    def to_vllm(self, name: str) -> str:
+        """The module name vLLM sees for a checkpoint name (hf_to_vllm_mapper prefix rules)."""
+        for old, new in self.vllm_prefix_map:
+            if name.startswith(old):
+                return new + name[len(old):]
+        return name
+
+
+@lru_cache(maxsize=None)
+def families() -> tuple[Family, ...]:
+    data = load_toml("architectures.toml")
+    out = []
+    for f in data["family"]:
+        out.append(
+            Family(
+                id=f["id"],
+                name=f["name"],
+                roots=tuple(
+                    Root(r["component"], tuple(r["prefixes"]), frozenset(r["children"]) if "children" in r else None)
+                    for r in f["roots"]
+                ),
+                vllm_prefix_map=tuple((a, b) for a, b in f.get("vllm_prefix_map", [])),
+                dropped_prefixes=tuple(f.get("dropped_prefixes", [])),
+                source=f["source"],
+            )
+        )
+    return tuple(out)
+
+
+@lru_cache(maxsize=None)
+def markers() -> Mapping[str, tuple[str, ...]]:
+    return {k: tuple(v) for k, v in load_toml("architectures.toml")["markers"].items()}
+
+
+def family_for(architecture: str | None, model_type: str | None) -> Family:
+    data = load_toml("architectures.toml")["family"]
+    for raw, fam in zip(data, families()):
+        if architecture and architecture in raw.get("architectures", []):
+            return fam
+    for raw, fam in zip(data, families()):
+        if model_type and model_type in raw.get("model_types", []):
+            return fam
+    for raw, fam in zip(data, families()):
+        if raw.get("fallback"):
+            return fam
+    raise LookupError("rules/architectures.toml has no fallback family")

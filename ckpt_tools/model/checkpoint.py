@@ -1,0 +1,98 @@
+"""The immutable description of one checkpoint: files, shards, tensors, modules, experts and configs.
+
+Built once by `ckpt_tools.read.loader.load_checkpoint`; rules only read it. Config dicts are shared read-only
+(never mutated after loading). Derived views (tensor map, modules, experts) are computed on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .modules import ExpertGroup, Module, group_experts, group_modules
+from .tensors import Index, LfsPointer, Problem, Shard, TensorInfo
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    target: str
+    remote: bool
+    files: Mapping[str, int]  # every file at the root -> size in bytes
+    shard_files: tuple[str, ...]  # the .safetensors files considered, in load order
+    shards: tuple[Shard, ...]  # the shards whose header parsed (valid or not)
+    lfs_pointers: tuple[LfsPointer, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    index: Index | None = None
+    config: Mapping[str, Any] | None = None
+    hf_quant_config: Mapping[str, Any] | None = None
+    scale_bytes: Mapping[str, bytes] | None = None  # tensor -> raw bytes, when the value scan ran
+    scale_scan_skipped: str | None = None  # why the value scan did not run, if it did not
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    # ---- tensors -------------------------------------------------------------------------------------------------
+    @cached_property
+    def tensors(self) -> Mapping[str, TensorInfo]:
+        """Tensor name -> info. Where a name appears in several shards, the first shard in load order wins."""
+        out: dict[str, TensorInfo] = {}
+        for shard in self.shards:
+            for t in shard.tensors:
+                out.setdefault(t.name, t)
+        return MappingProxyType(out)
+
+    @cached_property
+    def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
+        """Tensor names stored in more than one shard -> the shards holding them."""
+        where: dict[str, list[str]] = {}
+        for shard in self.shards:
+            for t in shard.tensors:
+                where.setdefault(t.name, []).append(shard.name)
+        return MappingProxyType({k: tuple(v) for k, v in where.items() if len(v) > 1})
+
+    @cached_property
+    def modules(self) -> Mapping[str, Module]:
+        return MappingProxyType(group_modules(self.tensors.values()))
+
+    @cached_property
+    def experts(self) -> Mapping[str, ExpertGroup]:
+        return MappingProxyType(group_experts(self.modules))
+
+    @property
+    def shard_by_name(self) -> Mapping[str, Shard]:
+        return {s.name: s for s in self.shards}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.get(name, 0) for name in self.shard_files)
+
+    # ---- configs -------------------------------------------------------------------------------------------------
+    @property
+    def text_config(self) -> Mapping[str, Any]:
+        cfg = self.config or {}
+        text = cfg.get("text_config")
+        return text if isinstance(text, dict) else cfg
+
+    @property
+    def vision_config(self) -> Mapping[str, Any] | None:
+        vis = (self.config or {}).get("vision_config")
+        return vis if isinstance(vis, dict) else None
+
+    @property
+    def architecture(self) -> str | None:
+        archs = (self.config or {}).get("architectures")
+        return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+    @property
+    def model_type(self) -> str | None:
+        mt = (self.config or {}).get("model_type")
+        return mt if isinstance(mt, str) else None
+
+    def config_value(self, key: str) -> Any:
+        """A key from config.json, falling back to its `text_config`."""
+        cfg = self.config or {}
+        if key in cfg:
+            return cfg[key]
+        return self.text_config.get(key)

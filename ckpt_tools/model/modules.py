@@ -1,0 +1,122 @@
+"""Group tensors into modules by prefix, give each suffix its role, and group MoE experts per layer.
+
+The role table is the one place that says what a tensor suffix means. Names follow the producers' writers and
+vLLM's parameters (vllm-facts.md sections 2.3, 3.1, 3.4).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from .tensors import TensorInfo
+
+# suffix -> role. Anything else is `other` (e.g. fused 3-D expert parameters, rotary buffers).
+ROLES: Mapping[str, str] = MappingProxyType(
+    {
+        "weight": "weight",
+        "weight_packed": "weight",
+        "bias": "bias",
+        "weight_scale": "weight_scale",
+        "weight_scale_inv": "weight_scale",
+        "weight_scale_2": "weight_global_scale",
+        "weight_global_scale": "weight_global_scale",
+        "input_scale": "input_scale",
+        "input_global_scale": "input_scale",
+        "pre_quant_scale": "pre_quant_scale",
+        "weight_shape": "weight_shape",
+        "weight_zero_point": "zero_point",
+        "input_zero_point": "zero_point",
+        "weight_g_idx": "g_idx",
+        "output_scale": "kv_scale",
+        "k_scale": "kv_scale",
+        "v_scale": "kv_scale",
+        "q_scale": "kv_scale",
+        "kv_scale": "kv_scale",
+        "prob_scale": "kv_scale",
+        "k_zero_point": "kv_scale",
+        "v_zero_point": "kv_scale",
+        "q_zero_point": "kv_scale",
+        "k_bias": "kv_scale",
+        "v_bias": "kv_scale",
+        "svdquant_lora_a": "lora",
+        "svdquant_lora_b": "lora",
+    }
+)
+
+SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale"})
+
+_EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
+
+
+@dataclass(frozen=True)
+class Module:
+    """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`)."""
+
+    name: str
+    tensors: Mapping[str, TensorInfo]
+
+    def role(self, role: str) -> TensorInfo | None:
+        for suffix, t in self.tensors.items():
+            if ROLES.get(suffix) == role:
+                return t
+        return None
+
+    def has_role(self, role: str) -> bool:
+        return self.role(role) is not None
+
+    @property
+    def weight(self) -> TensorInfo | None:
+        return self.tensors.get("weight_packed") or self.tensors.get("weight")
+
+    @property
+    def suffixes(self) -> frozenset[str]:
+        return frozenset(self.tensors)
+
+    @property
+    def expert(self) -> tuple[str, int, str] | None:
+        """(experts prefix, expert id, projection) for a per-expert module, else None."""
+        m = _EXPERT.match(self.name)
+        return (m["layer"], int(m["expert"]), m["proj"]) if m else None
+
+
+@dataclass(frozen=True)
+class ExpertGroup:
+    """All per-expert modules under one `...experts` prefix: expert id -> projection -> module."""
+
+    prefix: str
+    experts: Mapping[int, Mapping[str, Module]]
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self.experts))
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(module prefix, suffix). A name without a dot is its own suffix with an empty prefix."""
+    prefix, _, suffix = name.rpartition(".")
+    return prefix, suffix
+
+
+def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
+    buckets: dict[str, dict[str, TensorInfo]] = {}
+    for t in tensors:
+        prefix, suffix = split_name(t.name)
+        buckets.setdefault(prefix, {})[suffix] = t
+    return {p: Module(p, MappingProxyType(ts)) for p, ts in buckets.items()}
+
+
+def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
+    layers: dict[str, dict[int, dict[str, Module]]] = {}
+    for module in modules.values():
+        where = module.expert
+        if where is None:
+            continue
+        layer, expert, proj = where
+        layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
+    return {
+        layer: ExpertGroup(layer, MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
+        for layer, ex in layers.items()
+    }

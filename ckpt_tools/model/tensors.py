@@ -1,0 +1,78 @@
+"""What was read from the files: tensors, shards, and the problems met while reading them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
+
+
+class TensorInfo(NamedTuple):
+    """One tensor as its shard header describes it. Offsets are relative to the shard's data start."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: str
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with a file itself, found while reading it (not a judgement about quantization).
+
+    `kind` is a stable machine word: `lfs-pointer`, `header-too-small`, `header-too-large`, `truncated`,
+    `invalid-utf8`, `invalid-json`, `invalid-schema`, `unknown-dtype`, `invalid-offset`, `invalid-span`,
+    `misaligned-slice`, `incomplete-buffer`, `duplicate-key`, `unreadable`, `invalid-index`, `invalid-config`.
+    """
+
+    file: str
+    kind: str
+    message: str
+    tensor: str | None = None
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One safetensors file: its header, tensors in on-disk order, and whether it loads."""
+
+    name: str
+    size: int
+    header_len: int
+    metadata: Mapping[str, str] | None
+    tensors: tuple[TensorInfo, ...]
+    valid: bool
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_len
+
+
+@dataclass(frozen=True)
+class LfsPointer:
+    """A Git LFS pointer file standing where weights should be."""
+
+    name: str
+    oid: str | None
+    size: int | None
+
+
+@dataclass(frozen=True)
+class Index:
+    """`model.safetensors.index.json`: tensor name -> shard file, and its metadata."""
+
+    name: str
+    weight_map: Mapping[str, str]
+    metadata: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))

@@ -1,0 +1,101 @@
+"""read -> model -> detect -> rules -> report, as one call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .detect.resolve import Detection, detect
+from .knowledge import Hardware, hardware, hardware_profiles
+from .model.checkpoint import Checkpoint
+from .read import open_source
+from .read.loader import load_checkpoint, read_tensor_bytes
+from .report.model import Report
+from .rules.base import Context, Finding, all_rules
+from .rules.ck501_nan_fp8_scale import is_scanned
+
+
+@dataclass(frozen=True)
+class Analysis:
+    checkpoint: Checkpoint
+    detection: Detection
+    report: Report
+
+
+def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
+    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and t.name.rsplit(".", 1)[-1].endswith("scale"))
+
+
+def analyze(
+    target: str,
+    *,
+    runtime: str | None = None,
+    hardware_ids: Sequence[str] = (),
+    headers_only: bool = False,
+    deep: bool = False,
+    revision: str | None = None,
+    progress: bool | None = None,
+) -> Analysis:
+    """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
+    source = open_source(target, revision)
+    ckpt = load_checkpoint(source)
+    skipped_reason = None
+    if headers_only:
+        skipped_reason = "--headers-only: scale values were not read"
+    elif source.is_remote and not deep:
+        skipped_reason = "remote target: scale values are read only with --deep"
+    else:
+        ckpt = read_tensor_bytes(source, ckpt, _wants_value, progress=progress)
+    det = detect(ckpt, runtime)
+    profiles: tuple[Hardware, ...] = (
+        tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
+    )
+    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target)
+    findings: list[Finding] = []
+    skipped = []
+    for rule_cls in all_rules():
+        if rule_cls.needs_values and skipped_reason:
+            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
+            continue
+        findings.extend(rule_cls().check(ctx))
+    report = Report(
+        target=target,
+        checkpoint=checkpoint_summary(ckpt, det),
+        findings=tuple(findings),
+        skipped=tuple(skipped),
+    )
+    return Analysis(ckpt, det, report)
+
+
+def doctor(target: str, **options) -> Report:  # noqa: ANN003 - same keywords as `analyze`
+    """Inspect a checkpoint (local folder, file) and return the report. See `analyze` for the options."""
+    return analyze(target, **options).report
+
+
+def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
+    return {
+        "producer": det.producer,
+        "quant_algo": det.quant_algo,
+        "vllm_quantization": det.vllm_quantization,
+        "activation_mode": det.activation_mode,
+        "architecture": ckpt.architecture,
+        "model_type": ckpt.model_type,
+        "shards": len(ckpt.shard_files),
+        "tensors": len(ckpt.tensors),
+        "bytes": ckpt.total_bytes,
+        "kv_cache": det.kv_cache,
+        "components": list(det.components),
+        # additions beyond the contract's required fields
+        "runtime": det.runtime.id,
+        "family": det.family.id,
+        "quant_config_source": det.config.source,
+        "rejection": det.rejection,
+        "schemes": _scheme_counts(det),
+    }
+
+
+def _scheme_counts(det: Detection) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in det.rows:
+        counts[row.declared.label] = counts.get(row.declared.label, 0) + 1
+    return dict(sorted(counts.items()))

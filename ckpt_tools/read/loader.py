@@ -1,0 +1,132 @@
+"""Build a `Checkpoint` from any `Source`: headers of every shard, the configs, the index, and optionally the bytes
+of the small scale tensors that value rules look at."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Callable, Iterable
+
+from ..errors import TargetError
+from ..model.checkpoint import INDEX_NAME, Checkpoint
+from ..model.tensors import LfsPointer, Problem, Shard, TensorInfo
+from .configs import read_config, read_index
+from .header import ShardRead, read_shard
+from .source import Source
+
+SHARD_SUFFIX = ".safetensors"
+
+
+def load_checkpoint(source: Source) -> Checkpoint:
+    """Read headers and configs (never weight bytes). Raises `TargetError` when there is nothing to inspect."""
+    names = list(source.list_files())
+    try:
+        sizes = {name: source.size(name) for name in names}
+    except OSError as exc:
+        raise TargetError(f"{source.label}: cannot stat files ({exc.strerror or exc})") from None
+    shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
+
+    problems: list[Problem] = []
+    index = None
+    if INDEX_NAME in sizes:
+        index, problem = read_index(source, INDEX_NAME)
+        if problem:
+            problems.append(problem)
+    if not shard_files and index is None:
+        raise TargetError(f"{source.label}: no .safetensors file found")
+
+    config = hf_quant = None
+    if "config.json" in sizes:
+        config, problem = read_config(source, "config.json")
+        if problem:
+            problems.append(problem)
+    if "hf_quant_config.json" in sizes:
+        hf_quant, problem = read_config(source, "hf_quant_config.json")
+        if problem:
+            problems.append(problem)
+
+    reads = _read_headers(source, shard_files)
+    shards: list[Shard] = []
+    pointers: list[LfsPointer] = []
+    for result in reads:
+        problems.extend(result.problems)
+        if result.shard is not None:
+            shards.append(result.shard)
+        if result.lfs is not None:
+            pointers.append(result.lfs)
+    return Checkpoint(
+        target=source.label,
+        remote=source.is_remote,
+        files=sizes,
+        shard_files=shard_files,
+        shards=tuple(shards),
+        lfs_pointers=tuple(pointers),
+        problems=tuple(problems),
+        index=index,
+        config=config,
+        hf_quant_config=hf_quant,
+    )
+
+
+def _read_headers(source: Source, names: Iterable[str]) -> list[ShardRead]:
+    names = list(names)
+    if source.is_remote and len(names) > 1:
+        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+            return list(pool.map(lambda n: read_shard(source, n), names))
+    return [read_shard(source, n) for n in names]
+
+
+# ---- scale values -------------------------------------------------------------------------------------------------
+
+COALESCE_GAP = 256 * 1024  # read through gaps smaller than this rather than issuing another read
+PROGRESS_THRESHOLD = 64 * 1024 * 1024
+
+
+def read_tensor_bytes(
+    source: Source,
+    checkpoint: Checkpoint,
+    wanted: Callable[[TensorInfo], bool],
+    *,
+    progress: bool | None = None,
+) -> Checkpoint:
+    """Return a copy of `checkpoint` whose `scale_bytes` holds the raw bytes of every wanted tensor.
+
+    Only the byte ranges of the chosen tensors are read, coalesced per shard; invalid shards are skipped because
+    their offsets cannot be trusted.
+    """
+    from tqdm import tqdm
+
+    plan: list[tuple[Shard, list[TensorInfo]]] = []
+    for shard in checkpoint.shards:
+        if not shard.valid:
+            continue
+        chosen = sorted((t for t in shard.tensors if wanted(t)), key=lambda t: t.begin)
+        if chosen:
+            plan.append((shard, chosen))
+    total = sum(t.nbytes for _, ts in plan for t in ts)
+    out: dict[str, bytes] = {}
+    disable = (total < PROGRESS_THRESHOLD) if progress is None else not progress
+    if os.environ.get("CKPT_NO_PROGRESS"):
+        disable = True
+    with tqdm(total=total, unit="B", unit_scale=True, desc="scale scan", disable=disable, leave=False) as bar:
+        for shard, chosen in plan:
+            spans = _coalesce(chosen)
+            blobs = source.read_ranges(shard.name, [(shard.data_start + b, e - b) for b, e, _ in spans])
+            for (b, _e, members), blob in zip(spans, blobs):
+                for t in members:
+                    out[t.name] = blob[t.begin - b : t.end - b]
+                    bar.update(t.nbytes)
+    return replace(checkpoint, scale_bytes=out)
+
+
+def _coalesce(tensors: list[TensorInfo]) -> list[tuple[int, int, list[TensorInfo]]]:
+    spans: list[tuple[int, int, list[TensorInfo]]] = []
+    for t in tensors:
+        if spans and t.begin - spans[-1][1] <= COALESCE_GAP:
+            b, e, members = spans[-1]
+            members.append(t)
+            spans[-1] = (b, max(e, t.end), members)
+        else:
+            spans.append((t.begin, t.end, [t]))
+    return spans

@@ -1,0 +1,55 @@
+"""The report: one object every format renders. Fields follow shared/spec/report.md (schema_version 1); we add
+fields, never rename or remove them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import __version__
+from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
+
+SCHEMA_VERSION = 1
+FAIL_ON_CHOICES = ("error", "warning", "info", "none")
+
+
+@dataclass(frozen=True)
+class Report:
+    target: str
+    checkpoint: Mapping[str, Any]
+    findings: tuple[Finding, ...]
+    skipped: tuple[Mapping[str, str], ...] = ()  # rules that did not run, and why
+    suppressed: tuple[Mapping[str, Any], ...] = ()  # findings silenced by configuration, with the reason
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {s: 0 for s in reversed(SEVERITIES)}
+        for f in self.findings:
+            counts[f.severity] += 1
+        return counts
+
+    def sorted_findings(self) -> list[Finding]:
+        return sorted(self.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.code, f.message))
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        if fail_on == "none":
+            return 0
+        floor = SEVERITY_RANK[fail_on]
+        return 1 if any(SEVERITY_RANK[f.severity] >= floor for f in self.findings) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "ckpt", "version": __version__},
+            "target": self.target,
+            "checkpoint": dict(self.checkpoint),
+            "findings": [f.to_dict() for f in self.sorted_findings()],
+            "summary": self.summary,
+        }
+        if self.skipped:
+            out["skipped_rules"] = [dict(s) for s in self.skipped]
+        if self.suppressed:
+            out["suppressed"] = [dict(s) for s in self.suppressed]
+        out.update(self.extra)
+        return out

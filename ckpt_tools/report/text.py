@@ -1,0 +1,69 @@
+"""Human-readable report: a checkpoint header, findings grouped by severity, a one-line summary."""
+
+from __future__ import annotations
+
+from .model import Report
+
+COLORS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m"}
+RESET = "\033[0m"
+SHOWN_TENSORS = 5
+
+
+def _paint(text: str, style: str, color: bool) -> str:
+    return f"{COLORS[style]}{text}{RESET}" if color else text
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def checkpoint_lines(ck: dict) -> list[str]:
+    quant = "not quantized" if ck["producer"] == "none" else f"{ck['producer']} {ck.get('quant_algo') or ''}".strip()
+    vq = ck.get("vllm_quantization")
+    lines = [
+        f"  quantization  {quant}"
+        + (f"  ->  vLLM --quantization {vq}" if vq else "  ->  vLLM rejects it" if ck["producer"] != "none" else "")
+        + (f"  (activations: {ck['activation_mode']})" if ck.get("activation_mode") else ""),
+        f"  model         {ck.get('architecture') or 'unknown architecture'}"
+        + (f" ({ck['model_type']})" if ck.get("model_type") else "")
+        + f"; components: {', '.join(ck.get('components') or []) or 'none'}",
+        f"  files         {ck['shards']} shard(s), {ck['tensors']:,} tensors, {_size(ck['bytes'])}"
+        + (f"; KV cache {ck['kv_cache']}" if ck.get("kv_cache") else ""),
+    ]
+    if ck.get("runtime"):
+        lines.append(f"  runtime       {ck['runtime']}")
+    return lines
+
+
+def render(report: Report, *, color: bool = False) -> str:
+    data = report.to_dict()
+    out = [_paint(f"ckpt doctor {report.target}", "bold", color)]
+    out.extend(checkpoint_lines(data["checkpoint"]))
+    out.append("")
+    findings = report.sorted_findings()
+    for f in findings:
+        out.append(f"{_paint(f.severity.upper().ljust(7), f.severity, color)} {f.code} {f.slug}")
+        out.append(f"        {f.message}")
+        if f.tensors:
+            shown = ", ".join(f.tensors[:SHOWN_TENSORS])
+            more = f.count - min(len(f.tensors), SHOWN_TENSORS)
+            out.append(_paint(f"        tensors: {shown}" + (f" (+{more} more)" if more > 0 else ""), "dim", color))
+        if f.files:
+            files = ", ".join(f.files[:5]) + (f" (+{len(f.files) - 5} more)" if len(f.files) > 5 else "")
+            out.append(_paint(f"        files: {files}", "dim", color))
+        if f.fix:
+            out.append(f"        fix: {f.fix}")
+        out.append("")
+    for s in report.skipped:
+        out.append(_paint(f"skipped {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+    for s in report.suppressed:
+        out.append(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+    summary = data["summary"]
+    if not findings:
+        out.append(_paint("No findings.", "bold", color))
+    out.append(f"{summary['error']} error(s), {summary['warning']} warning(s), {summary['info']} info")
+    return "\n".join(out) + "\n"

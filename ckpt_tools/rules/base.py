@@ -1,0 +1,145 @@
+"""The rule contract: a rule is a small class with a stable code and slug, a default severity, documentation in its
+docstring, and a pure `check(ctx)` that yields findings. Rules never do I/O; everything they need is in `Context`.
+
+Docstrings have four sections, in this order, each introduced by its heading on a line of its own:
+`What it catches`, `Why it matters`, `Anti-pattern`, `Fix`. `ckpt explain` and docs/rules.md print them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
+
+from ..detect.resolve import Detection
+from ..knowledge import Hardware
+from ..model.checkpoint import Checkpoint
+
+SEVERITIES = ("info", "warning", "error")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+MAX_LISTED_TENSORS = 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    slug: str
+    severity: str
+    message: str
+    files: tuple[str, ...] = ()
+    tensors: tuple[str, ...] = ()
+    count: int = 0
+    fix: str | None = None
+    details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code,
+            "slug": self.slug,
+            "severity": self.severity,
+            "message": self.message,
+            "files": list(self.files),
+            "tensors": list(self.tensors),
+            "count": self.count,
+            "fix": self.fix,
+        }
+        if self.details:
+            out["details"] = dict(self.details)
+        return out
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a rule may look at."""
+
+    ckpt: Checkpoint
+    det: Detection
+    hardware: tuple[Hardware, ...]
+    target: str  # how the user named the target, for fix commands
+
+    def command(self, *words: str) -> str:
+        return " ".join(["ckpt", *words, shlex.quote(self.target)])
+
+
+class Rule:
+    code: ClassVar[str]
+    slug: ClassVar[str]
+    severity: ClassVar[str]
+    title: ClassVar[str]
+    fixable: ClassVar[bool] = False
+    needs_values: ClassVar[bool] = False  # reads scale bytes (skipped with --headers-only / remote without --deep)
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    def finding(
+        self,
+        message: str,
+        *,
+        tensors: Sequence[str] = (),
+        files: Iterable[str] = (),
+        count: int | None = None,
+        severity: str | None = None,
+        fix: str | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> Finding:
+        listed = tuple(tensors)
+        return Finding(
+            code=self.code,
+            slug=self.slug,
+            severity=severity or self.severity,
+            message=message,
+            files=tuple(sorted(set(files))),
+            tensors=listed[:MAX_LISTED_TENSORS],
+            count=len(listed) if count is None else count,
+            fix=fix,
+            details=MappingProxyType(dict(details or {})),
+        )
+
+    @classmethod
+    def doc_sections(cls) -> dict[str, str]:
+        """The docstring split into its sections: summary, What it catches, Why it matters, Anti-pattern, Fix."""
+        import inspect
+
+        text = inspect.cleandoc(cls.__doc__ or "")
+        sections: dict[str, list[str]] = {"summary": []}
+        current = "summary"
+        for line in text.splitlines():
+            heading = line.strip().rstrip(":")
+            if heading in ("What it catches", "Why it matters", "Anti-pattern", "Fix"):
+                current = heading
+                sections[current] = []
+            else:
+                sections[current].append(line)
+        return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    for other in _REGISTRY.values():
+        if other.code == cls.code or other.slug == cls.slug:
+            raise ValueError(f"duplicate rule code or slug: {cls.code}/{cls.slug} vs {other.code}/{other.slug}")
+    _REGISTRY[cls.code] = cls
+    return cls
+
+
+def all_rules() -> list[type[Rule]]:
+    from . import _load_all  # noqa: F401  (imports every rule module once)
+
+    return [ _REGISTRY[c] for c in sorted(_REGISTRY) ]
+
+
+def find_rule(code_or_slug: str) -> type[Rule] | None:
+    key = code_or_slug.strip()
+    for rule in all_rules():
+        if key.upper() == rule.code or key.lower() == rule.slug:
+            return rule
+    return None
+
+
+def files_of(ckpt: Checkpoint, tensors: Iterable[str]) -> set[str]:
+    lookup = ckpt.tensors
+    return {lookup[t].shard for t in tensors if t in lookup}

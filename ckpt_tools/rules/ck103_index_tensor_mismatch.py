@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from .base import Context, Finding, Rule, register
+
+
+@register
+class IndexTensorMismatch(Rule):
+    """Index and shard headers disagree about which tensor lives where.
+
+    What it catches
+    Tensors the index maps to a shard whose header lacks them; tensors present in a shard but absent from the index
+    (loaders that follow the index never see them); tensors the index maps to one shard that actually live in
+    another; tensors stored in more than one shard (failure-catalogue.md class 3).
+
+    Why it matters
+    Stale indexes cause missing-parameter errors that name tensors rather than the cause, or silently unloaded
+    weights: quantized models get no "weights not initialized" check in vLLM, so an unlisted scale stays garbage.
+
+    Anti-pattern
+    Re-quantizing or re-sharding into an existing folder and keeping the old `model.safetensors.index.json`, or
+    editing shard headers by hand without updating the index.
+
+    Fix
+    Regenerate the index from the shard headers (every tensor exactly once, pointing at the shard that holds it).
+    """
+
+    code = "CK103"
+    slug = "index-tensor-mismatch"
+    severity = "error"
+    title = "Index and shard headers disagree"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        ckpt = ctx.ckpt
+        index = ckpt.index
+        if index is None:
+            return
+        readable = {s.name for s in ckpt.shards}
+        # Shards we could not read say nothing about their contents; other rules report them.
+        unreadable = {n for n in ckpt.shard_files if n not in readable} | {
+            n for n in index.weight_map.values() if n not in ckpt.files
+        }
+        where: dict[str, list[str]] = {}
+        for shard in ckpt.shards:
+            for t in shard.tensors:
+                where.setdefault(t.name, []).append(shard.name)
+        absent, misplaced, unlisted = [], [], []
+        for tensor, shard in index.weight_map.items():
+            if shard in unreadable:
+                continue
+            holders = where.get(tensor)
+            if not holders:
+                absent.append(tensor)
+            elif shard not in holders:
+                misplaced.append(tensor)
+        for tensor, holders in where.items():
+            if tensor not in index.weight_map and any(h in ckpt.shard_files for h in holders):
+                unlisted.append(tensor)
+        duplicated = sorted(ckpt.duplicate_tensors)
+        parts = []
+        if absent:
+            parts.append(f"{len(absent)} tensor(s) listed in the index are in no shard")
+        if misplaced:
+            parts.append(f"{len(misplaced)} tensor(s) are mapped to the wrong shard")
+        if unlisted:
+            parts.append(f"{len(unlisted)} tensor(s) in shards are missing from the index (loaders skip them)")
+        if duplicated:
+            parts.append(f"{len(duplicated)} tensor(s) are stored in more than one shard")
+        if not parts:
+            return
+        involved = sorted(set(absent) | set(misplaced) | set(unlisted) | set(duplicated))
+        files = {index.name}
+        for t in involved:
+            files.update(where.get(t, []))
+            if t in index.weight_map and index.weight_map[t] in ckpt.files:
+                files.add(index.weight_map[t])
+        yield self.finding(
+            "; ".join(parts) + ". Regenerate model.safetensors.index.json from the shard headers.",
+            files=files,
+            tensors=involved,
+            details={
+                "absent": sorted(absent)[:100],
+                "misplaced": sorted(misplaced)[:100],
+                "unlisted": sorted(unlisted)[:100],
+                "duplicated": {t: list(ckpt.duplicate_tensors[t]) for t in duplicated[:100]},
+            },
+        )

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from ..knowledge import markers
+from .base import Context, Finding, Rule, register
+
+
+def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
+    """(old prefix, new prefix) -> tensors, for every tensor nested under a root its component does not belong to.
+
+    Layouts come from rules/architectures.toml: a component marker (`visual`, `language_model`, ...) found directly
+    below another component's root is mis-nested; it belongs at its own component's canonical root.
+    """
+    family = ctx.det.family
+    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+    plan: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name in ctx.ckpt.tensors:
+        hit = family.root_of(name)
+        if hit is None:
+            continue
+        root, prefix = hit
+        first = name[len(prefix):].split(".", 1)[0]
+        if root.children is None or first in root.children:
+            continue
+        comp = comp_of_marker.get(first)
+        if comp is None:
+            continue
+        new = prefix if comp == root.component else family.canonical_root(comp)
+        if new is None:
+            continue
+        plan[(prefix + first + ".", new)].append(name)
+    return plan
+
+
+@register
+class MisnestedPrefix(Rule):
+    """Tensors sit under a prefix the architecture does not load from.
+
+    What it catches
+    A component nested inside another component's namespace: the Qwen3.5/3.6 VL vision tower saved as
+    `model.language_model.visual.*` instead of `model.visual.*`, or a doubled `model.language_model.language_model.*`
+    (failure-catalogue.md class 4). Expected layouts per architecture family live in rules/architectures.toml.
+
+    Why it matters
+    vLLM maps checkpoint names through the architecture's `hf_to_vllm_mapper` (vllm-facts.md 5.1). A mis-nested
+    tower maps to a module that does not exist: vLLM 0.33 fails with "There is no module or parameter named ...",
+    and the Qwen3.5 loaders of earlier releases skipped it silently, so the tower ran uninitialised and image
+    requests returned `!!!!` (shared/seeds/aeon-qwen36-35b-agents-manual.txt, "Vision fix").
+
+    Anti-pattern
+    Saving a VLM with a wrong `_checkpoint_conversion_mapping` / `base_model_prefix`, or merging adapters with a tool
+    that re-roots every key under the language model.
+
+    Fix
+    Rename the prefix in the headers and the index; weight bytes stay identical: `ckpt fix-prefix TARGET` (applies
+    this finding's plan) or `ckpt fix-prefix TARGET --from OLD --to NEW`.
+    """
+
+    code = "CK201"
+    slug = "misnested-prefix"
+    severity = "error"
+    title = "Tensors under a prefix the architecture does not load"
+    fixable = True
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        plan = rename_plan(ctx)
+        if not plan:
+            return
+        existing = ctx.ckpt.tensors
+        steps = []
+        tensors: list[str] = []
+        collisions = []
+        for (old, new), names in sorted(plan.items()):
+            steps.append({"from": old, "to": new, "count": len(names)})
+            tensors.extend(sorted(names))
+            collisions.extend(n for n in names if new + n[len(old):] in existing)
+        desc = "; ".join(f"{s['count']} tensor(s) under `{s['from']}` belong under `{s['to']}`" for s in steps)
+        message = (
+            f"{desc} ({ctx.det.family.name} layout). vLLM does not load them from there: the component is missing "
+            f"or fails to load."
+        )
+        fix = ctx.command("fix-prefix")
+        if collisions:
+            message += f" {len(collisions)} renamed name(s) would collide with existing tensors; resolve by hand."
+            fix = None
+        files = {ctx.ckpt.tensors[t].shard for t in tensors}
+        if ctx.ckpt.index is not None:
+            files.add(ctx.ckpt.index.name)
+        yield self.finding(
+            message,
+            tensors=tensors,
+            files=files,
+            fix=fix,
+            details={"rename": steps, "family": ctx.det.family.id, "collisions": collisions[:20]},
+        )

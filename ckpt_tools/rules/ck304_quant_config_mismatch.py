@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable, Mapping
+
+from .base import Context, Finding, Rule, files_of, register
+
+CT_NVFP4 = {"weight_packed", "weight_global_scale", "input_global_scale"}
+MODELOPT_NVFP4 = {"weight_scale_2", "input_scale"}
+
+
+def _nested(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    q = cfg.get("quantization")
+    return q if isinstance(q, dict) else cfg
+
+
+def _kv_word(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return f"{value.get('type')}{value.get('num_bits')}".replace("float8", "fp8").replace("float4", "nvfp4")
+    return value.lower() if isinstance(value, str) else None
+
+
+@register
+class QuantConfigMismatch(Rule):
+    """config.json, hf_quant_config.json and the tensors disagree about the quantization.
+
+    What it catches
+    - config.json `quantization_config` and hf_quant_config.json naming different algos, KV-cache algos or exclude
+      lists (vLLM reads config.json and ignores the other file: vllm-facts.md 1.1);
+    - a declared quantization with no quantized tensor at all, or quantized tensors with no declaration;
+    - modules whose tensors are a different scheme from the one the config gives them (e.g. FP8 tensors under an
+      NVFP4 config), or use the other producer's tensor names (`weight_scale_2` under compressed-tensors,
+      `weight_packed` under ModelOpt);
+    - compressed-tensors NVFP4A16 (`input_activations: null`) linears that still carry `input_global_scale`, and
+      ModelOpt NVFP4 configs whose groups all have null input activations although the tensors have input scales
+      (vLLM silently downgrades them to W4A16).
+
+    Why it matters
+    vLLM builds parameters from the config, then loads tensors by name: a disagreement either fails at load ("There
+    is no module or parameter named ...") or, worse, loads into the wrong layout and serves garbage.
+
+    Anti-pattern
+    Hand-editing config.json after quantization, copying a config from a sibling checkpoint, or converting between
+    producers by renaming tensors.
+
+    Fix
+    Make config.json's `quantization_config` describe the tensors (regenerate it with the producer), and keep
+    hf_quant_config.json consistent with it or delete it.
+    """
+
+    code = "CK304"
+    slug = "quant-config-mismatch"
+    severity = "error"
+    title = "Quantization configs and tensors disagree"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        yield from self._configs_disagree(ctx)
+        yield from self._declared_vs_disk(ctx)
+
+    def _configs_disagree(self, ctx: Context) -> Iterable[Finding]:
+        cfg = (ctx.ckpt.config or {}).get("quantization_config")
+        hfq = ctx.ckpt.hf_quant_config
+        if not isinstance(cfg, dict) or not isinstance(hfq, dict):
+            return
+        nested = _nested(hfq)
+        diffs = []
+        a, b = str(cfg.get("quant_algo") or "").upper(), str(nested.get("quant_algo") or "").upper()
+        if cfg.get("quant_method") == "modelopt" or a:
+            if a != b:
+                diffs.append(("quant_algo", a or None, b or None, "error"))
+        else:
+            diffs.append(("quant_method", cfg.get("quant_method"), "modelopt", "error"))
+        kv_a = _kv_word(cfg.get("kv_cache_scheme", cfg.get("kv_cache_quant_algo")))
+        kv_b = _kv_word(nested.get("kv_cache_quant_algo", nested.get("kv_cache_scheme")))
+        if kv_a != kv_b and (kv_a or kv_b):
+            diffs.append(("kv_cache", kv_a, kv_b, "warning"))
+        ex_a = set(cfg.get("ignore") or cfg.get("exclude_modules") or [])
+        ex_b = set(nested.get("exclude_modules") or nested.get("ignore") or [])
+        if ex_a != ex_b:
+            diffs.append(("exclude list", f"{len(ex_a)} entries", f"{len(ex_b)} entries", "warning"))
+        for what, x, y, severity in diffs:
+            yield self.finding(
+                f"config.json says {what} = {x}, hf_quant_config.json says {y}; vLLM uses config.json and ignores "
+                f"hf_quant_config.json. Make them agree.",
+                files=["config.json", "hf_quant_config.json"],
+                count=1,
+                severity=severity,
+                details={"field": what, "config.json": x, "hf_quant_config.json": y},
+            )
+
+    def _declared_vs_disk(self, ctx: Context) -> Iterable[Finding]:
+        det = ctx.det
+        rows = det.rows
+        declared_q = [r for r in rows if r.declared.quantized]
+        disk_q = [r for r in rows if r.disk.quantized]
+        source = det.config.source or "config.json"
+        if det.config.data is not None and det.rejection is None and not disk_q and rows:
+            yield self.finding(
+                f"{source} declares {det.quant_method} quantization ({det.quant_algo or 'no algo'}) but no tensor is "
+                f"quantized: every linear weight is {rows[0].disk.label}. Remove the quantization_config or export "
+                f"the quantized weights.",
+                files=[source.split(":")[0]],
+                count=len(rows),
+            )
+            return
+        if det.config.data is None and disk_q:
+            names = [r.name for r in disk_q]
+            yield self.finding(
+                f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but neither config.json nor "
+                f"hf_quant_config.json declares a quantization: vLLM loads the model as unquantized and fails on the "
+                f"first quantized tensor. Add the producer's quantization_config.",
+                tensors=names,
+                files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors)) | {"config.json"},
+            )
+            return
+        kinds: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for r in declared_q:
+            if r.disk.quantized and r.disk.kind != r.declared.kind and not (
+                {r.disk.kind, r.declared.kind} <= {"int4", "int8"}
+            ):
+                kinds[(r.declared.label, r.disk.label)].append(r.name)
+        for (want, have), names in sorted(kinds.items()):
+            yield self.finding(
+                f"{len(names)} module(s) are declared {want} by {source} but their tensors are {have}; vLLM will build "
+                f"{want} parameters and fail or load garbage. Regenerate the quantization_config with the producer.",
+                tensors=names,
+                files=self._files(ctx, names) | {source.split(":")[0]},
+            )
+        yield from self._naming(ctx, declared_q, source)
+        yield from self._activation_config(ctx, source)
+
+    def _files(self, ctx: Context, modules: Iterable[str]) -> set[str]:
+        out = set()
+        for m in modules:
+            for t in ctx.ckpt.modules[m].tensors.values():
+                out.add(t.shard)
+        return out
+
+    def _naming(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
+        producer = ctx.det.producer
+        wrong: list[str] = []
+        for r in declared_q:
+            if r.declared.kind != "nvfp4":
+                continue
+            suffixes = set(ctx.ckpt.modules[r.name].tensors)
+            if producer == "compressed-tensors" and (suffixes & MODELOPT_NVFP4 or "weight" in suffixes):
+                wrong.append(r.name)
+            elif producer == "modelopt" and suffixes & CT_NVFP4:
+                wrong.append(r.name)
+        if wrong:
+            other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"
+            yield self.finding(
+                f"{len(wrong)} NVFP4 module(s) use {other} tensor names under a {producer} config (e.g. "
+                f"{', '.join(sorted(ctx.ckpt.modules[wrong[0]].tensors))}); vLLM has no parameter for them. Convert "
+                f"the checkpoint with the producer's own tooling instead of renaming tensors.",
+                tensors=sorted(wrong),
+                files=self._files(ctx, wrong) | {source.split(":")[0]},
+            )
+
+    def _activation_config(self, ctx: Context, source: str) -> Iterable[Finding]:
+        det = ctx.det
+        if det.producer == "compressed-tensors":
+            extra = [
+                r.name for r in det.rows
+                if r.declared.kind == "nvfp4" and r.declared.activation == "A16" and not r.is_expert
+                and "input_global_scale" in ctx.ckpt.modules[r.name].tensors
+            ]
+            if extra:
+                yield self.finding(
+                    f"{len(extra)} linear(s) are declared NVFP4A16 (input_activations: null) but carry "
+                    f"`input_global_scale`; vLLM's weight-only NVFP4 layer has no such parameter. Either declare NVFP4 "
+                    f"input activations (W4A4, faster on Blackwell) or drop the tensors.",
+                    tensors=extra,
+                    files=self._files(ctx, extra) | {source.split(":")[0]},
+                )
+        elif det.producer == "modelopt":
+            downgraded = [r.name for r in det.rows if r.declared.kind == "nvfp4" and r.declared.detail
+                          and r.declared.detail.startswith("downgraded") and r.disk.activation == "A4"]
+            if downgraded:
+                yield self.finding(
+                    f"quant_algo is NVFP4 but every config group has `input_activations: null`, so vLLM silently "
+                    f"serves it as W4A16_NVFP4 although {len(downgraded)} module(s) carry input scales. Restore the "
+                    f"input_activations in {source} to run W4A4.",
+                    tensors=downgraded,
+                    files={source.split(":")[0]},
+                    severity="warning",
+                )

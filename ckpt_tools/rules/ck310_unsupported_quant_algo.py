@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from .base import Context, Finding, Rule, register
+
+
+@register
+class UnsupportedQuantAlgo(Rule):
+    """The targeted runtime does not load this quantization algo or config.
+
+    What it catches
+    Everything vLLM's config layer rejects for the runtime profile (default: upstream vLLM 0.33; see
+    rules/runtimes/): ModelOpt algos outside its list (`NVFP4_AWQ`, `NVFP4_SVD`, `W4A8_AWQ`, ...), unknown algos in
+    a legacy hf_quant_config.json-only checkpoint, NVFP4 nested configs missing required fields, MIXED_PRECISION
+    without `quantized_layers`, compressed-tensors groups no scheme implements, unknown `quant_method`s, and AWQ
+    `pre_quant_scale` tensors the runtime has no parameter for (vllm-facts.md 1.1, 1.3, 2.2).
+
+    Why it matters
+    vLLM refuses to start (`ModelOpt currently only supports: [...]`, `Unknown ModelOpt quant algo`, ...) after the
+    whole download, or fails at load on the first tensor it has no parameter for.
+
+    Anti-pattern
+    Exporting with ModelOpt `NVFP4_AWQ_LITE_CFG` and serving with upstream vLLM.
+
+    Fix
+    Re-export with a scheme the runtime loads, or choose a runtime profile that supports it (`--runtime`).
+    """
+
+    code = "CK310"
+    slug = "unsupported-quant-algo"
+    severity = "error"
+    title = "Runtime does not load this quantization"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        det = ctx.det
+        hints = det.runtime.data.get("hints", {})
+        hint = hints.get(det.quant_algo or "") if det.quant_algo else None
+        source = det.config.source
+        if det.rejection:
+            message = f"{det.runtime.name} refuses this checkpoint: {det.rejection}"
+            if hint:
+                message += f" Fix: {hint}."
+            yield self.finding(message, files=[source.split(":")[0]] if source else [], count=1,
+                               details={"runtime": det.runtime.id, "quant_algo": det.quant_algo})
+            return
+        if det.runtime.modelopt.get("loads_pre_quant_scale", True):
+            return
+        pqs = sorted(n for n in ctx.ckpt.tensors if n.endswith(".pre_quant_scale"))
+        if pqs:
+            files = {ctx.ckpt.tensors[n].shard for n in pqs}
+            yield self.finding(
+                f"{len(pqs)} AWQ `pre_quant_scale` tensor(s) are present but {det.runtime.name} has no parameter for "
+                f"them: loading fails with \"There is no module or parameter named ...pre_quant_scale\". Re-export "
+                f"without AWQ, or fold the pre-quant scales into the weights.",
+                tensors=pqs,
+                files=files,
+            )

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..knowledge import Hardware
+from .base import Context, Finding, Rule, register
+
+
+def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
+    """One sentence per GPU family: which NVFP4 path weight-only layers take there (rules/hardware.toml)."""
+    by_family: dict[str, list[Hardware]] = {}
+    for p in profiles:
+        by_family.setdefault(p.family, []).append(p)
+    parts = []
+    for fam, members in by_family.items():
+        names = ", ".join(m.id for m in members)
+        m = members[0]
+        note = "" if m.native_fp4 else ", the same path W4A4 takes there (no FP4 tensor cores)"
+        parts.append(f"{names}: {m.nvfp4_w4a16}{note}")
+    return "; ".join(parts)
+
+
+def summarize_modules(names: list[str]) -> str:
+    experts = [n for n in names if ".experts." in n]
+    dense = len(names) - len(experts)
+    bits = []
+    if dense:
+        bits.append(f"{dense} linear(s)")
+    if experts:
+        layers = {n.split(".experts.")[0] for n in experts}
+        bits.append(f"{len(experts)} expert projection(s) in {len(layers)} MoE layer(s)")
+    return " and ".join(bits)
+
+
+@register
+class Nvfp4WeightOnly(Rule):
+    """NVFP4 weights without input global scales: vLLM runs them weight-only (W4A16), or with garbage scales.
+
+    What it catches
+    NVFP4 linears and experts (ModelOpt `weight` U8 + `weight_scale_2`, compressed-tensors `weight_packed` +
+    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (failure-catalogue.md class 8).
+    - error: the config declares NVFP4 input activations (W4A4) but the tensors lack the scales. vLLM creates the
+      input-scale parameter and never loads it (no "weights not initialized" check for quantized models), so
+      activations are quantized with uninitialised memory.
+    - warning: the checkpoint is weight-only by design (NVFP4A16, W4A16_NVFP4, or NVFP4 with null input
+      activations): it runs on the weight-only kernel, slower on Blackwell than native W4A4.
+
+    Why it matters
+    vLLM picks W4A4 vs W4A16 from the config alone (vllm-facts.md 4.1). Weight-only NVFP4 is pinned to Marlin on
+    GB10/RTX 50 (and CuTe-DSL W4A16 on B200) even though the GPU has FP4 tensor cores; missing declared scales give
+    NaN or garbage output.
+
+    Anti-pattern
+    Exporting NVFP4 with activation calibration disabled, deleting "unused" `input_scale` tensors, or a calibration
+    run that never reached some experts.
+
+    Fix
+    Re-export with activation calibration (ModelOpt NVFP4_DEFAULT_CFG, llm-compressor scheme NVFP4) so every linear
+    and expert carries an input global scale; or declare the checkpoint weight-only (NVFP4A16 / W4A16_NVFP4) if that
+    is what you want.
+    """
+
+    code = "CK401"
+    slug = "nvfp4-weight-only"
+    severity = "error"
+    title = "NVFP4 without input global scales"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        rows = [r for r in ctx.det.rows if r.declared.kind == "nvfp4" and r.disk.kind == "nvfp4"]
+        if not rows:
+            return
+        lacking = sorted(r.name for r in rows if r.disk.activation == "A16")
+        if not lacking:
+            return
+        consequence = kernel_consequence(ctx.hardware)
+        files = {t.shard for n in lacking for t in ctx.ckpt.modules[n].tensors.values()}
+        declared_a4 = [r for r in rows if r.declared.activation == "A4" and r.disk.activation == "A16"]
+        if declared_a4:
+            names = sorted(r.name for r in declared_a4)
+            src = ctx.det.config.source or "the config"
+            yield self.finding(
+                f"{src} declares NVFP4 input activations (W4A4) but {summarize_modules(names)} of {len(rows)} NVFP4 "
+                f"modules have no input global scale: vLLM never loads that parameter and quantizes activations with "
+                f"uninitialised memory (garbage or NaN output). Re-export with activation calibration, or declare "
+                f"the checkpoint weight-only.",
+                tensors=names,
+                files=files,
+                details={"declared": "W4A4", "modules_without_input_scale": len(names), "nvfp4_modules": len(rows)},
+            )
+        by_design = [r.name for r in rows if r.declared.activation == "A16" and r.disk.activation == "A16"]
+        if by_design:
+            yield self.finding(
+                f"{summarize_modules(by_design)} are NVFP4 weight-only by design (no input global scales): vLLM serves "
+                f"them as W4A16. Kernel per GPU: {consequence}. Re-export with activation calibration for native W4A4 "
+                f"on Blackwell.",
+                tensors=sorted(by_design),
+                files=files,
+                severity="warning",
+                details={"declared": "W4A16", "modules": len(by_design),
+                         "kernels": {h.id: h.nvfp4_w4a16 for h in ctx.hardware}},
+            )

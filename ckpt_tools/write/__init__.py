@@ -1,0 +1,1 @@
+"""Writers: the one place that encodes safetensors headers and lays out files."""

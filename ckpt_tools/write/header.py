@@ -1,0 +1,46 @@
+"""Encode safetensors headers the way the safetensors writer does (vllm-facts.md 8.1): compact JSON, `__metadata__`
+first, padded with spaces so the data starts on an 8-byte boundary."""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterable, Mapping, Sequence
+
+import orjson
+
+from ..dtypes import byte_size
+
+
+def encode_header(entries: Mapping[str, Mapping[str, object]], metadata: Mapping[str, str] | None = None,
+                  *, min_length: int = 0) -> bytes:
+    """Header bytes (without the 8-byte length), space-padded to a multiple of 8 and at least `min_length` long."""
+    obj: dict[str, object] = {}
+    if metadata is not None:
+        obj["__metadata__"] = dict(metadata)
+    obj.update(entries)
+    raw = orjson.dumps(obj)
+    length = max(len(raw), min_length)
+    length += (-length) % 8
+    return raw + b" " * (length - len(raw))
+
+
+def build_file(tensors: Sequence[tuple[str, str, Sequence[int], bytes]],
+               metadata: Mapping[str, str] | None = None) -> bytes:
+    """A complete safetensors file from (name, dtype, shape, data) in the given on-disk order."""
+    entries: dict[str, dict[str, object]] = {}
+    offset = 0
+    chunks: list[bytes] = []
+    for name, dtype, shape, data in tensors:
+        need = byte_size(dtype, tuple(shape))
+        if need != len(data):
+            raise ValueError(f"{name}: {dtype} {list(shape)} needs {need} bytes, got {len(data)}")
+        entries[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        chunks.append(data)
+    header = encode_header(entries, metadata)
+    return struct.pack("<Q", len(header)) + header + b"".join(chunks)
+
+
+def header_entries(tensors: Iterable[tuple[str, str, Sequence[int], int, int]]) -> dict[str, dict[str, object]]:
+    """Header entries from (name, dtype, shape, begin, end)."""
+    return {n: {"dtype": d, "shape": list(s), "data_offsets": [b, e]} for n, d, s, b, e in tensors}
