@@ -17,7 +17,7 @@ from ..model.modules import Module
 from .matching import ct_entry_matches, ct_first_match, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
-EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings", "embeddings", "tok_embeddings")
+EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def is_linear_candidate(module: Module) -> bool:
     if w is None or len(w.shape) != 2:
         return False
     last = module.name.rsplit(".", 1)[-1]
-    return last not in EMBEDDING_NAMES
+    return "embed" not in last and last not in EMBEDDING_NAMES
 
 
 def component_of(name: str, family: Family) -> str:

@@ -140,7 +140,7 @@ class QuantConfigMismatch(Rule):
         producer = ctx.det.producer
         wrong: list[str] = []
         for r in declared_q:
-            if r.declared.kind != "nvfp4":
+            if r.declared.kind != "nvfp4" or r.disk.kind != "nvfp4":
                 continue
             suffixes = set(ctx.ckpt.modules[r.name].tensors)
             if producer == "compressed-tensors" and (suffixes & MODELOPT_NVFP4 or "weight" in suffixes):
