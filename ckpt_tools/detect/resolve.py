@@ -344,7 +344,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         if not is_linear_candidate(module):
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(module.name, component_of(module.name, family), declared, disk_scheme(module), covered,
+        rows.append(ModuleRow(module.name, component_of(module.name + ".", family), declared, disk_scheme(module), covered,
                               group))
     rows.sort(key=lambda r: r.name)
 
@@ -359,7 +359,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
                              f"{bad.declared.detail}")
                 vllm_method = None
 
-    comps = sorted({component_of(m, family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
+    comps = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
     return Detection(
         family=family,
         runtime=rt,
