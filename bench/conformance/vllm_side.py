@@ -1,0 +1,359 @@
+"""What vLLM itself says about a checkpoint, asked through vLLM's own config objects (runs in the side venv only).
+
+Import this module only in the side venv built by setup.sh. It sets the CPU platform before vLLM is imported:
+`VLLM_TARGET_DEVICE=cpu` lets `VllmConfig` infer a device and build a model on the meta device. Neither the CPU nor
+the CUDA platform restricts quantization methods (`Platform.supported_quantization` is empty for both), and the
+capability checks are skipped when no GPU capability is known, so the verdicts are the GPU-independent ones.
+
+- `resolve(path, user_quant)`: check 1, vLLM's own method resolution: `ModelConfig` (`get_config`, the quant-config
+  normalisation, `_verify_quantization` with its override chain) then `VllmConfig.get_quantization_config`
+  (`get_quant_config` -> `<Config>.from_config`, `apply`-time validation). Errors are part of the answer.
+- `layer_decisions(path)`: check 2, the model class built on the meta device inside a real `VllmConfig`, exactly as
+  the loader does, with every call of `quant_config.get_quant_method(layer, prefix)` recorded. The only code
+  replaced is GPU kernel / MoE backend selection (`init_*_linear_kernel`, `select_*_moe_backend`): each raises
+  `KernelRequested` carrying its arguments, which hold the W4A4 / W4A16 decision vLLM has already made.
+- `parse_serve(argv)`: check 3, `vllm serve` argv through vLLM's own parser, then `EngineArgs.create_model_config()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+import torch  # noqa: E402
+
+import vllm  # noqa: E402
+from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config  # noqa: E402
+
+VLLM_VERSION = vllm.__version__
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """vLLM's answer for a checkpoint: the resolved `--quantization` method, or the error it raises."""
+
+    method: str | None
+    error: str | None = None
+    stage: str | None = None  # where vLLM raised: "model-config", "quant-config"
+
+    @property
+    def label(self) -> str:
+        if self.error:
+            return f"error ({self.stage})"
+        return self.method or "unquantized"
+
+
+@dataclass(frozen=True)
+class LayerDecision:
+    """vLLM's decision for one layer prefix: its class and what the quant config gives it."""
+
+    prefix: str
+    layer_class: str
+    kind: str  # "unquantized", "nvfp4", "fp8", "int4", "int8", "mxfp8", "mxfp4", "error", "other"
+    activation: str | None = None  # "A4", "A8", "A16" for quantized kinds
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind in ("unquantized", "error", "other"):
+            return self.kind + (f": {self.detail}" if self.kind != "unquantized" and self.detail else "")
+        return f"{self.kind} {self.activation}"
+
+
+@dataclass
+class ModelBuild:
+    """The outcome of building the vLLM model class for a checkpoint on the meta device."""
+
+    model_class: str | None = None
+    decisions: dict[str, LayerDecision] = field(default_factory=dict)
+    error: str | None = None  # the model could not be built (the reason)
+    hf_to_vllm: Any = None  # the class's `hf_to_vllm_mapper` rename mapper (WeightsMapper) or None
+    packed: dict[str, list[str]] = field(default_factory=dict)
+
+
+def error_text(exc: BaseException) -> str:
+    """One line of vLLM's error text; pydantic wraps ModelConfig's ValueErrors as 'Value error, <text>'."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            msgs = [str(e.get("msg", "")) for e in errors()]
+        except Exception:  # noqa: BLE001 - not a pydantic error after all
+            msgs = []
+        if msgs:
+            text = "; ".join(m.removeprefix("Value error, ") for m in msgs)
+            return " ".join(text.split())
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+# ---- check 1: method resolution -----------------------------------------------------------------------------------
+
+
+def model_config(path: str, user_quant: str | None = None, **kwargs: Any) -> ModelConfig:
+    return ModelConfig(model=path, tokenizer=path, skip_tokenizer_init=True, quantization=user_quant, **kwargs)
+
+
+def resolve(path: str, user_quant: str | None = None) -> Verdict:
+    try:
+        mc = model_config(path, user_quant)
+    except Exception as exc:  # noqa: BLE001 - vLLM's rejection is the answer
+        return Verdict(None, error_text(exc), "model-config")
+    if mc.quantization is None:
+        return Verdict(None)
+    try:
+        qc = VllmConfig.get_quantization_config(mc, LoadConfig())
+    except Exception as exc:  # noqa: BLE001
+        return Verdict(mc.quantization, error_text(exc), "quant-config")
+    return Verdict(qc.get_name() if qc is not None else mc.quantization)
+
+
+# ---- check 2: per-layer decisions ---------------------------------------------------------------------------------
+
+
+class KernelRequested(Exception):
+    """Raised instead of GPU kernel / MoE backend selection; carries the selector's name and arguments."""
+
+    def __init__(self, selector: str, kwargs: dict[str, Any], owner: object) -> None:
+        super().__init__(selector)
+        self.selector, self.kwargs, self.owner = selector, kwargs, owner
+
+
+def _selector_names(module: object) -> list[str]:
+    return [n for n in vars(module) if (n.startswith("select_") and n.endswith("_backend"))
+            or (n.startswith("init_") and n.endswith("_kernel"))]
+
+
+def _import_all(package: str) -> None:
+    """Import every submodule now: vLLM imports some quantization methods lazily, inside get_quant_method, and a
+    module imported later would bind the real selectors."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    for info in pkgutil.walk_packages(pkg.__path__, package + "."):
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - a backend-specific module (ROCm, XPU...) may not import on CPU
+            continue
+
+
+_SELECTORS: list[tuple[object, str, object]] = []
+
+
+def _selectors() -> list[tuple[object, str, object]]:
+    """(module, name, original) for every kernel / backend selector in vLLM's model-executor modules."""
+    if not _SELECTORS:
+        for package in ("vllm.model_executor.layers.quantization", "vllm.model_executor.layers.fused_moe",
+                        "vllm.model_executor.kernels"):
+            _import_all(package)
+        for name, module in list(sys.modules.items()):
+            if name.startswith("vllm.model_executor.") and module is not None:
+                _SELECTORS.extend((module, attr, getattr(module, attr)) for attr in _selector_names(module)
+                                  if callable(getattr(module, attr)))
+    return _SELECTORS
+
+
+def _raiser(selector: str) -> Any:
+    def raiser(*args: Any, **kwargs: Any) -> Any:
+        owner = sys._getframe(1).f_locals.get("self")
+        params = dict(kwargs)
+        params.update({f"arg{i}": a for i, a in enumerate(args)})
+        raise KernelRequested(selector, params, owner)
+
+    return raiser
+
+
+@contextlib.contextmanager
+def kernels_requested() -> Iterator[None]:
+    """While active, every kernel / backend selector raises KernelRequested instead of choosing a GPU kernel."""
+    selectors = _selectors()
+    for module, attr, _original in selectors:
+        setattr(module, attr, _raiser(attr))
+    try:
+        yield
+    finally:
+        for module, attr, original in selectors:
+            setattr(module, attr, original)
+
+
+def _key_bits(key: Any) -> str | None:
+    """`A4` / `A8` for a vLLM QuantKey by its quantized dtype; None for no key."""
+    if key is None:
+        return None
+    dtype = getattr(key, "dtype", key)
+    text = str(dtype).lower()
+    if "fp4" in text or "float4" in text or "uint8" in text:
+        return "A4"
+    if "float8" in text or "fp8" in text or "int8" in text:
+        return "A8"
+    return f"A? ({text})"
+
+
+def _weight_kind(key: Any) -> str:
+    text = str(getattr(key, "dtype", key)).lower()
+    scale = str(getattr(getattr(key, "scale", None), "dtype", "")).lower()
+    if "fp4" in text or "float4" in text or "uint8" in text:
+        return "nvfp4" if "e8m0" not in scale else "mxfp4"
+    if "float8" in text or "fp8" in text:
+        return "mxfp8" if "e8m0" in scale else "fp8"
+    return f"other({text})"
+
+
+def classify_request(req: KernelRequested) -> tuple[str, str | None, str]:
+    """(kind, activation, detail) from the kernel / backend vLLM asked for."""
+    sel, kw = req.selector, req.kwargs
+    detail = f"{sel} from {type(req.owner).__name__}"
+    if sel == "init_nvfp4_linear_kernel":
+        return "nvfp4", "A16" if kw.get("use_a16") else "A4", detail
+    if "nvfp4" in sel:
+        act = kw.get("activation_key", kw.get("arg2"))
+        return "nvfp4", "A16" if act is None else "A4", detail
+    if "mxfp4" in sel:
+        return "mxfp4", "A4", detail
+    if "mxfp8" in sel:
+        return "mxfp8", "A8", detail
+    if "fp8" in sel:
+        act = kw.get("activation_quant_key", kw.get("activation_key", "missing"))
+        return "fp8", "A16" if act is None else "A8", detail
+    if "wna16" in sel:
+        bits = getattr(getattr(req.owner, "weight_quant", None), "num_bits", None) or getattr(req.owner, "num_bits", 4)
+        return f"int{bits}", "A16", detail
+    if "int8" in sel:
+        return "int8", "A8", detail
+    return "other", None, detail
+
+
+def classify_method(method: Any, layer: Any) -> tuple[str, str | None, str]:
+    """(kind, activation, detail) from the quantize method vLLM's config returned without selecting a kernel."""
+    name = type(method).__name__ if method is not None else "None"
+    if method is None or name.startswith("Unquantized"):
+        return "unquantized", None, name
+    if name == "ModelOptLinearMethod":
+        spec = method.spec
+        act = _key_bits(spec.activation) if spec.activation is not None else "A16"
+        return _weight_kind(spec.weight), act, name
+    scheme = getattr(layer, "scheme", None)
+    sname = type(scheme).__name__
+    if sname == "CompressedTensorsW4A4Fp4":
+        return "nvfp4", "A16" if scheme.use_a16 else "A4", sname
+    if sname in ("CompressedTensorsWNA16",):
+        return f"int{scheme.num_bits}", "A16", sname
+    if sname == "CompressedTensorsW8A16Fp8":
+        return "fp8", "A16", sname
+    if sname == "CompressedTensorsW8A8Fp8":
+        return "fp8", "A8", sname
+    if sname == "CompressedTensorsW8A8Int8":
+        return "int8", "A8", sname
+    return "other", None, f"{name}/{sname}"
+
+
+_DIST_READY = False
+
+
+def _init_parallel(vc: VllmConfig) -> None:
+    """A one-rank gloo group, so parallel layers can be built (tensor parallel size 1). The model-parallel groups
+    are rebuilt for every model: vLLM creates the expert-parallel group only when the current model is an MoE."""
+    global _DIST_READY
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import destroy_model_parallel
+    from vllm.utils.network_utils import get_open_port
+
+    with set_current_vllm_config(vc):
+        if not _DIST_READY:
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}")
+            _DIST_READY = True
+        destroy_model_parallel()
+        initialize_model_parallel(1, 1)
+
+
+def layer_decisions(path: str) -> ModelBuild:
+    """Build the model class on the meta device and record the quant config's decision for every layer."""
+    from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    out = ModelBuild()
+    try:
+        mc = model_config(path)
+        vc = VllmConfig(model_config=mc, load_config=LoadConfig())
+        cls, _arch = get_model_architecture(mc)
+    except Exception as exc:  # noqa: BLE001
+        out.error = error_text(exc)
+        return out
+    out.model_class = cls.__name__
+    mapper = getattr(cls, "hf_to_vllm_mapper", None)
+    out.hf_to_vllm = mapper.get_rename_mapper() if mapper is not None else None
+    out.packed = dict(getattr(cls, "packed_modules_mapping", {}) or {})
+    qc = vc.quant_config
+    if qc is None:
+        return out
+    _init_parallel(vc)
+
+    original = type(qc).get_quant_method
+
+    def recording(self: Any, layer: Any, prefix: str) -> Any:
+        lname = type(layer).__name__
+        try:
+            with kernels_requested():
+                method = original(self, layer, prefix)
+            kind, act, detail = classify_method(method, layer)
+        except KernelRequested as req:
+            kind, act, detail = classify_request(req)
+        except Exception as exc:  # noqa: BLE001 - vLLM's own per-layer error is a decision
+            kind, act, detail = "error", None, error_text(exc)
+        if lname != "Attention" and not lname.endswith("Attention"):
+            out.decisions[prefix] = LayerDecision(prefix, lname, kind, act, detail)
+        # Let construction go on with plain weights: kernels are never selected.
+        return UnquantizedLinearMethod() if isinstance(layer, LinearBase) else None
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched(type(qc), "get_quant_method", recording))
+        stack.enter_context(set_current_vllm_config(vc))
+        stack.enter_context(torch.device("meta"))
+        try:
+            cls(vllm_config=vc, prefix="")
+        except Exception as exc:  # noqa: BLE001
+            out.error = error_text(exc)
+    return out
+
+
+@contextlib.contextmanager
+def _patched(obj: object, attr: str, value: object) -> Iterator[None]:
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, old)
+
+
+def vllm_prefix(build: ModelBuild, hf_module: str) -> str | None:
+    """The vLLM layer prefix that serves a checkpoint module (HF name), through the model's own mappings:
+    `hf_to_vllm_mapper` rename, the fused-shard `packed_modules_mapping`, and per-expert names -> the experts layer."""
+    name = hf_module
+    if build.hf_to_vllm is not None:
+        mapped = build.hf_to_vllm._map_name(name)
+        if mapped is None:
+            return None
+        name = mapped
+    candidates = [name]
+    parent, _, last = name.rpartition(".")
+    for fused, shards in build.packed.items():
+        if last in shards:
+            candidates.append(f"{parent}.{fused}" if parent else fused)
+    parts = name.split(".")
+    if "experts" in parts:
+        i = len(parts) - 1 - parts[::-1].index("experts")
+        candidates.append(".".join(parts[: i + 1]))
+    for c in candidates:
+        if c in build.decisions:
+            return c
+    return None
