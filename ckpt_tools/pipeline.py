@@ -58,17 +58,20 @@ def analyze(
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
             continue
         findings.extend(rule_cls().check(ctx))
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
     report = Report(
-        target=target,
+        target=source.label,
         checkpoint=checkpoint_summary(ckpt, det),
         findings=tuple(findings),
         skipped=tuple(skipped),
+        extra={"hub": provenance} if provenance else {},
     )
     return Analysis(ckpt, det, report)
 
 
 def doctor(target: str, **options) -> Report:  # noqa: ANN003 - same keywords as `analyze`
-    """Inspect a checkpoint (local folder, file) and return the report. See `analyze` for the options."""
+    """Inspect a checkpoint (local folder, file, or Hub repo) and return the report. See `analyze` for the options."""
     return analyze(target, **options).report
 
 

@@ -10,9 +10,10 @@ from typing import Callable, Iterable
 
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
-from ..model.tensors import LfsPointer, Problem, Shard, TensorInfo
+from ..model.tensors import Index, LfsPointer, Problem, Shard, TensorInfo
 from .configs import read_config, read_index
 from .header import ShardRead, read_shard
+from .header_estimate import first_read_sizes
 from .source import Source
 
 SHARD_SUFFIX = ".safetensors"
@@ -46,7 +47,7 @@ def load_checkpoint(source: Source) -> Checkpoint:
         if problem:
             problems.append(problem)
 
-    reads = _read_headers(source, shard_files)
+    reads = _read_headers(source, shard_files, index, sizes)
     shards: list[Shard] = []
     pointers: list[LfsPointer] = []
     for result in reads:
@@ -69,12 +70,29 @@ def load_checkpoint(source: Source) -> Checkpoint:
     )
 
 
-def _read_headers(source: Source, names: Iterable[str]) -> list[ShardRead]:
+PROGRESS_SHARDS = 8  # remote header reads show a bar from this many shards on (on a terminal)
+
+
+def _read_headers(source: Source, names: Iterable[str], index: Index | None, sizes: dict[str, int]) -> list[ShardRead]:
     names = list(names)
-    if source.is_remote and len(names) > 1:
+    if not source.is_remote:
+        return [read_shard(source, n) for n in names]
+    # Every read is a round trip: size the first read from the index so most shards cost one request, and read the
+    # shards in parallel.
+    first = first_read_sizes(index, names, sizes)
+    from tqdm import tqdm
+
+    disable = None if len(names) >= PROGRESS_SHARDS and not os.environ.get("CKPT_NO_PROGRESS") else True
+    with tqdm(total=len(names), unit="shard", desc="headers", disable=disable, leave=False) as bar:
+        def one(name: str) -> ShardRead:
+            result = read_shard(source, name, first[name])
+            bar.update(1)
+            return result
+
+        if len(names) == 1:
+            return [one(names[0])]
         with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-            return list(pool.map(lambda n: read_shard(source, n), names))
-    return [read_shard(source, n) for n in names]
+            return list(pool.map(one, names))
 
 
 # ---- scale values -------------------------------------------------------------------------------------------------
@@ -110,13 +128,24 @@ def read_tensor_bytes(
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
     with tqdm(total=total, unit="B", unit_scale=True, desc="scale scan", disable=disable, leave=False) as bar:
-        for shard, chosen in plan:
+        def one(item: tuple[Shard, list[TensorInfo]]) -> dict[str, bytes]:
+            shard, chosen = item
             spans = _coalesce(chosen)
             blobs = source.read_ranges(shard.name, [(shard.data_start + b, e - b) for b, e, _ in spans])
+            part: dict[str, bytes] = {}
             for (b, _e, members), blob in zip(spans, blobs):
                 for t in members:
-                    out[t.name] = blob[t.begin - b : t.end - b]
+                    part[t.name] = blob[t.begin - b : t.end - b]
                     bar.update(t.nbytes)
+            return part
+
+        if source.is_remote and len(plan) > 1:  # one round trip per span: overlap them across shards
+            with ThreadPoolExecutor(max_workers=min(16, len(plan))) as pool:
+                parts = list(pool.map(one, plan))
+        else:
+            parts = [one(item) for item in plan]
+    for part in parts:  # in shard order, whatever order the reads finished in
+        out.update(part)
     return replace(checkpoint, scale_bytes=out)
 
 
