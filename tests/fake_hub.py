@@ -9,6 +9,8 @@ What it implements, and nothing more:
   LFS-like files. With `lfs_redirect=True`, LFS files answer 302 to `http://localhost:PORT/__cdn/<sha256>`: another
   origin than 127.0.0.1, as the real CDN is, so the client drops the token on the hop.
 - `GET /__cdn/<sha256>`: the CDN side of that redirect, with Range.
+- Bookkeeping for tests and benchmarks: `/__mark/<label>` (a separator in the log), `/__stats?since=N` (the log as
+  JSON, for a client in another process), `/__config?delay_ms=N` (wait N ms before each reply: a round trip).
 - Errors as the Hub sends them, always with `X-Error-Code` (a plain-http client cannot classify a 401 without it):
   401 RepoNotFound (missing repo, private repo without its token), 401/403 GatedRepo (gated file without / with a
   wrong token; model info still succeeds, as on the Hub), 404 RevisionNotFound, 404 EntryNotFound.
@@ -27,6 +29,7 @@ import json
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,6 +40,7 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack
 LFS_MIN_SIZE = 10 * 1024 * 1024
 SETTINGS = ".hub.json"
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+CONTROL = ("/__mark", "/__stats", "/__config")  # test bookkeeping, not Hub traffic
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,12 @@ class Blob:
 class HubServer:
     """`with HubServer(root) as srv:` serves `root` on an ephemeral port of 127.0.0.1 until the block ends."""
 
-    def __init__(self, root: Path, *, lfs_redirect: bool = False, ignore_range: bool = False) -> None:
+    def __init__(self, root: Path, *, lfs_redirect: bool = False, ignore_range: bool = False,
+                 delay: float = 0.0) -> None:
         self.root = Path(root)
         self.lfs_redirect = lfs_redirect
         self.ignore_range = ignore_range  # answer every GET with the whole file, as a server without Range support
+        self.delay = delay  # seconds to wait before each reply: a network round trip, for benchmarks
         self.log: list[Request] = []
         self._failures: dict[tuple[str, str], int] = {}
         self._blobs: dict[tuple[str, int, int], Blob] = {}
@@ -88,8 +94,8 @@ class HubServer:
 
     # ---- what tests read ----------------------------------------------------------------------------------------
     def requests(self, since: int = 0) -> list[Request]:
-        """Logged requests from position `since` on, without the `/__mark` bookkeeping."""
-        return [r for r in self.log[since:] if not r.path.startswith("/__mark")]
+        """Logged requests from position `since` on, without the `/__mark`, `/__stats`, `/__config` bookkeeping."""
+        return [r for r in self.log[since:] if not r.path.startswith(CONTROL)]
 
     def commit(self, repo: str, revision: str = "main") -> str:
         folder = self._folder(self.root / repo, self._settings(self.root / repo), revision)
@@ -204,10 +210,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- routing ------------------------------------------------------------------------------------------------
     def _route(self, head: bool) -> None:
+        if self.hub.delay:
+            time.sleep(self.hub.delay)
         raw_path, _, query = self.path.partition("?")
         # Split before unquoting: a revision such as refs/pr/1 arrives as one segment, refs%2Fpr%2F1.
         parts = [unquote(p) for p in raw_path.split("/")[1:]]
         if parts[:1] == ["__mark"]:
+            return self._reply(200, b"ok", head=head)
+        if parts[:1] == ["__stats"]:  # the log, for a client in another process
+            since = int(parse_qs(query).get("since", ["0"])[0])
+            return self._json([r.__dict__ for r in self.hub.requests(since)] + [{"log_size": len(self.hub.log)}],
+                              head)
+        if parts[:1] == ["__config"]:
+            self.hub.delay = float(parse_qs(query).get("delay_ms", ["0"])[0]) / 1000
             return self._reply(200, b"ok", head=head)
         if parts[:1] == ["__cdn"] and len(parts) == 2:
             return self._cdn(parts[1], head)
@@ -319,6 +334,25 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, body, headers)
 
 
+def main() -> None:
+    """`python -m tests.fake_hub ROOT [--lfs-redirect]`: serve ROOT, print the URL, stop when stdin closes."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--lfs-redirect", action="store_true")
+    args = parser.parse_args()
+    with HubServer(args.root, lfs_redirect=args.lfs_redirect) as srv:
+        srv.warm()
+        print(srv.url, flush=True)
+        sys.stdin.read()
+
+
 def write_settings(repo_dir: Path, **settings: Any) -> None:
     """Write a repo's `.hub.json` (private, gated, token, branches, fail)."""
     (repo_dir / SETTINGS).write_text(json.dumps(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,8 @@ def repos(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
     out["acme/flaky"] = link_repo(GENUINE / "base-llama-bf16", root / "acme/flaky")
     write_settings(out["acme/flaky"], fail={"model.safetensors": [503, 1]})
+    out["acme/down"] = link_repo(GENUINE / "base-llama-bf16", root / "acme/down")
+    write_settings(out["acme/down"], fail={"config.json": [503, 1000]})
 
     pointer = root / "acme" / "lfs-pointer"
     pointer.mkdir()
@@ -412,6 +416,38 @@ def test_offline_and_unreachable_hub(hub, tmp_path):
     assert down.stderr.startswith(f"ckpt: {SYNTHETIC}: cannot reach the Hub at {dead} (ConnectError")
     assert down.stderr.endswith("check the network, HF_ENDPOINT and proxy settings\n")
     assert down.stderr.count("\n") == 1
+
+
+def test_persistent_503_and_a_server_that_is_not_a_hub(hub, tmp_path):
+    start = len(hub.log)
+    down = ckpt(hub, tmp_path, "doctor", "acme/down")
+    assert down.returncode == 2
+    assert down.stderr == f"ckpt: acme/down: the Hub answered HTTP 503 (try again) at {hub.url}\n"
+    assert [r.status for r in hub.requests(start)] == [200, 503, 503, 503]  # model info, then three attempts
+
+    class NotAHub(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            body = b"<html>a web page</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), NotAHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        run = ckpt(url, tmp_path, "doctor", "acme/anything")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"ckpt: acme/anything: {url} did not answer like a Hugging Face Hub (")
+    assert run.stderr.endswith("); check HF_ENDPOINT\n")
 
 
 def test_transient_503_is_retried(hub, repos, tmp_path):

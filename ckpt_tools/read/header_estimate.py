@@ -25,19 +25,22 @@ METADATA_ALLOWANCE = 96  # "__metadata__":{"format":"pt"} (30 bytes) with room f
 FRAME = 8 + 2 + 7  # length prefix, braces, up to 7 bytes of alignment padding
 
 
-def _json_len(name: str) -> int:
-    if name.isascii() and '"' not in name and "\\" not in name:
-        return len(name) + 2
-    return len(orjson.dumps(name))
+def _names_json_len(names: list[str]) -> int:
+    """Bytes the names take as JSON strings, quotes included (a fast path for the usual plain ASCII names)."""
+    joined = "".join(names)
+    if joined.isascii() and '"' not in joined and "\\" not in joined:
+        return len(joined) + 2 * len(names)
+    return sum(len(orjson.dumps(n)) for n in names)
 
 
 def estimate_header_read(tensor_names: Iterable[str], file_size: int) -> int:
     """An upper-end estimate of 8 + the header length of a shard holding `tensor_names`, in bytes."""
+    names = list(tensor_names)
     offset_digits = len(str(file_size))
     # numel <= 2 x bytes (4-bit dtypes); the shape's digits are at most those of numel plus one per extra dimension.
     shape_chars = len(str(2 * file_size)) + SHAPE_EXTRA
     per_entry = ENTRY_FIXED - 2 + DTYPE_CHARS + shape_chars + 2 * offset_digits
-    return FRAME + METADATA_ALLOWANCE + sum(_json_len(n) + per_entry for n in tensor_names)
+    return FRAME + METADATA_ALLOWANCE + _names_json_len(names) + per_entry * len(names)
 
 
 def first_read_sizes(index: Index | None, shards: Iterable[str], sizes: Mapping[str, int]) -> dict[str, int]:

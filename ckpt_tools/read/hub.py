@@ -61,8 +61,12 @@ class HubSource:
         except HFValidationError as exc:
             raise TargetError(f"{target.repo_id}: not a valid Hub repo id ({exc})") from None
         api = HfApi(endpoint=self.endpoint, token=token, library_name=LIBRARY, library_version=__version__)
-        with hub_errors(self._ctx):
-            info = api.model_info(target.repo_id, revision=target.revision, files_metadata=True)
+        try:
+            with hub_errors(self._ctx):
+                info = api.model_info(target.repo_id, revision=target.revision, files_metadata=True)
+        except (ValueError, KeyError, TypeError) as exc:  # a 200 that is not a Hub's JSON (wrong HF_ENDPOINT)
+            raise TargetError(f"{target.repo_id}: {self.endpoint} did not answer like a Hugging Face Hub "
+                              f"({type(exc).__name__}); check HF_ENDPOINT") from None
         if not info.sha:
             raise TargetError(f"{target.label}: the Hub did not say which commit {target.revision or 'main'} is")
         self.sha: str = info.sha
