@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from ckpt_tools.pipeline import analyze
-from tests.corrupt import GENUINE, copy_fixture, edit_json, patch_tensor_bytes
+from tests.corrupt import GENUINE, copy_fixture, genuine_entries, patch_tensor_bytes
 from tests.fake_hub import HubServer, Request, write_settings
 from tests.hub_repos import header_lengths, link_repo, scale_moe_fixture
 
-ENTRIES = sorted(p.name for p in GENUINE.iterdir() if p.is_dir()) if GENUINE.is_dir() else []
+ENTRIES = genuine_entries()
 pytestmark = pytest.mark.skipif(not ENTRIES, reason="fixtures/genuine is not present")
 
 CONFIGS = ("config.json", "hf_quant_config.json", "model.safetensors.index.json")
