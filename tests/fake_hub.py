@@ -19,7 +19,8 @@ Per-repo settings in an optional `<repo>/.hub.json`: `{"private": true, "gated":
 "branches": {"v1": "/abs/folder"}, "fail": {"file": [503, 2]}}`. `branches` maps a branch name to another folder
 holding that branch's files; `fail` makes the first n requests for a file answer that status. Revisions are
 `main`, the branches, and each branch's commit sha (sha1 over paths and blob ids). Every request is logged *before*
-the reply is written, so a test reading `log` after a client call never races it.
+the reply is written, so a test reading `log` after a client call never races it. Build the repos before serving
+them: a folder's commit sha is computed once, so files changed while the server runs would keep the old sha.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class HubServer:
         self._failures: dict[tuple[str, str], int] = {}
         self._blobs: dict[tuple[str, int, int], Blob] = {}
         self._by_sha256: dict[str, Path] = {}
+        self._commits: dict[str, str] = {}
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -151,9 +153,16 @@ class HubServer:
         return blob
 
     def _commit(self, folder: Path) -> str:
+        """The folder's commit sha, computed once: served files must not change while the server runs."""
+        key = str(folder)
+        with self._lock:
+            if key in self._commits:
+                return self._commits[key]
         digest = hashlib.sha1()
         for rel in self._files(folder):
             digest.update(f"{rel}\0{self._blob(folder / rel).git_oid}\n".encode())
+        with self._lock:
+            self._commits[key] = digest.hexdigest()
         return digest.hexdigest()
 
     def _should_fail(self, repo: str, settings: dict[str, Any], rel: str) -> int | None:

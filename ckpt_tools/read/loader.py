@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
@@ -17,6 +17,8 @@ from .header_estimate import first_read_sizes
 from .source import Source
 
 SHARD_SUFFIX = ".safetensors"
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def load_checkpoint(source: Source) -> Checkpoint:
@@ -28,24 +30,16 @@ def load_checkpoint(source: Source) -> Checkpoint:
         raise TargetError(f"{source.label}: cannot stat files ({exc.strerror or exc})") from None
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
-    problems: list[Problem] = []
-    index = None
-    if INDEX_NAME in sizes:
-        index, problem = read_index(source, INDEX_NAME)
-        if problem:
-            problems.append(problem)
+    # The index and the configs are independent small files: a remote source fetches them together.
+    readers = {INDEX_NAME: read_index, "config.json": read_config, "hf_quant_config.json": read_config}
+    present = [name for name in readers if name in sizes]
+    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
+    problems: list[Problem] = [problem for _, problem in loaded.values() if problem]
+    index = loaded.get(INDEX_NAME, (None, None))[0]
     if not shard_files and index is None:
         raise TargetError(f"{source.label}: no .safetensors file found")
-
-    config = hf_quant = None
-    if "config.json" in sizes:
-        config, problem = read_config(source, "config.json")
-        if problem:
-            problems.append(problem)
-    if "hf_quant_config.json" in sizes:
-        hf_quant, problem = read_config(source, "hf_quant_config.json")
-        if problem:
-            problems.append(problem)
+    config = loaded.get("config.json", (None, None))[0]
+    hf_quant = loaded.get("hf_quant_config.json", (None, None))[0]
 
     reads = _read_headers(source, shard_files, index, sizes)
     shards: list[Shard] = []
@@ -89,10 +83,15 @@ def _read_headers(source: Source, names: Iterable[str], index: Index | None, siz
             bar.update(1)
             return result
 
-        if len(names) == 1:
-            return [one(names[0])]
-        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-            return list(pool.map(one, names))
+        return _map(source, one, names)
+
+
+def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """`fn` over `items`, in order; in threads when each call waits on network round trips."""
+    if source.is_remote and len(items) > 1:
+        with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+            return list(pool.map(fn, items))
+    return [fn(item) for item in items]
 
 
 # ---- scale values -------------------------------------------------------------------------------------------------
@@ -139,11 +138,7 @@ def read_tensor_bytes(
                     bar.update(t.nbytes)
             return part
 
-        if source.is_remote and len(plan) > 1:  # one round trip per span: overlap them across shards
-            with ThreadPoolExecutor(max_workers=min(16, len(plan))) as pool:
-                parts = list(pool.map(one, plan))
-        else:
-            parts = [one(item) for item in plan]
+        parts = _map(source, one, plan)  # remote: one round trip per span, overlapped across shards
     for part in parts:  # in shard order, whatever order the reads finished in
         out.update(part)
     return replace(checkpoint, scale_bytes=out)
