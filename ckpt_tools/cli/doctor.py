@@ -12,7 +12,7 @@ from .app import FailOn, Format, app, emit, use_color
 
 @app.command()
 def doctor(
-    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name[@revision], hf://org/name)."),
+    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, hf://org/name)."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),

@@ -14,7 +14,7 @@ from .app import Format, app, emit
 
 @app.command("inspect")
 def inspect_command(
-    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name[@revision], hf://org/name)."),
+    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, hf://org/name)."),
     tensors: Optional[str] = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
