@@ -37,12 +37,14 @@ def render_result(result: RepairResult) -> str:
     if len(lines) > SHOWN_LINES:
         out.append(f"  (+{len(lines) - SHOWN_LINES} more; --format json lists all)")
     width = max(len(s.file) for s in result.steps)
+    label_width = max(len(_label(s)) for s in result.steps)
+    note_width = max(len(s.note) for s in result.steps)
     for step in result.steps:
         extra = ""
         if isinstance(step, RewriteStep):
             extra = f" ({sum(c[2] for c in step.copies):,} B of tensor data copied unchanged)"
-        out.append(f"  {step.file:<{width}}  {_label(step):<32} {step.note:<34} {step.bytes_to_write:>14,} B"
-                   f"{extra}")
+        out.append(f"  {step.file:<{width}}  {_label(step):<{label_width}}  {step.note:<{note_width}}  "
+                   f"{step.bytes_to_write:>12,} B{extra}")
     total = sum(s.bytes_to_write for s in result.steps)
     if result.dry_run:
         out.append(f"would write {total:,} B (plus the journal); dry run: nothing was changed")

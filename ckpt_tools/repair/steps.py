@@ -337,6 +337,9 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     if 0 <= first_newline < len(text.rstrip()):
         line = text[first_newline + 1 :]
         indent = len(line) - len(line.lstrip(" ")) or 2
+    colon = text.find('":')
+    key_sep = ": " if text[colon + 2 : colon + 3] == " " else ":"
+    item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
-    out = json.dumps(data, indent=indent, ensure_ascii=text.isascii())
+    out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=text.isascii())
     return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
