@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ckpt_tools.rules import base
-from ckpt_tools.rules.base import Context, Finding, Rule
+from ckpt_tools.rules.base import Context, Rule
 from tests.repair_helpers import (
     INDEX,
     add_tensors,

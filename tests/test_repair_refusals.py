@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import struct
 
 import pytest
 
 from ckpt_tools.repair.journal import JOURNAL_NAME, Lock
 from tests.corrupt import patch_tensor_bytes
-from tests.repair_helpers import INDEX, MISNESTED_FIXTURE, copy_of, file_bytes, leftovers, make_sharded, run_cli
+from tests.repair_helpers import (
+    INDEX,
+    MISNESTED_FIXTURE,
+    add_tensors,
+    copy_of,
+    file_bytes,
+    leftovers,
+    make_sharded,
+    run_cli,
+)
 
 LAYER0 = "model.language_model.layers.0.linear_attn.out_proj"
 COMMANDS = [["fix-prefix"], ["scrub-nan"], ["drop-orphans", "--tensor", "lm_head.input_scale"], ["fix"]]
@@ -122,3 +130,11 @@ def test_damaged_journal_is_reported_not_guessed(tmp_path, capsys):
     code, _out, err = run_cli(["doctor", folder], capsys)
     assert code == 2 and "the repair journal is damaged" in err
 
+
+
+def test_finding_without_a_safe_plan(tmp_path, capsys):
+    # Both the mis-nested tensor and its canonical name exist: the rule offers no automatic fix, so neither do we.
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    add_tensors(folder, [("model.visual.pos_embed.weight", "BF16", [2], b"\x00\x00\x80\x3f")],
+                beside="model.language_model.visual.pos_embed.weight")
+    refused(capsys, folder, ["fix-prefix"], "CK201 misnested-prefix is not automatically fixable here")
