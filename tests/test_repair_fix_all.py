@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ckpt_tools.pipeline import doctor
 from tests.corrupt import patch_tensor_bytes
 from tests.repair_helpers import (
@@ -52,9 +54,16 @@ def test_fix_dry_run_lists_both_plans_and_changes_nothing(tmp_path, capsys):
     assert file_bytes(folder) == before
 
 
-def test_fix_on_a_clean_checkpoint(tmp_path, capsys):
-    folder = copy_of("modelopt-qwen35moe-nvfp4", tmp_path)
+@pytest.mark.parametrize("command, fixture", [
+    ("fix", "modelopt-qwen35moe-nvfp4"),
+    ("fix", "llmc-qwen3moe-nvfp4-sharded"),
+    ("fix-prefix", "llmc-qwen35moe-nvfp4"),
+    ("scrub-nan", "modelopt-llama-nvfp4"),
+    ("scrub-nan", "llmc-qwen3moe-nvfp4"),
+])
+def test_clean_checkpoint_is_left_alone(tmp_path, capsys, command, fixture):
+    folder = copy_of(fixture, tmp_path)
     before = file_bytes(folder)
-    code, out, _ = run_cli(["fix", folder], capsys)
+    code, out, _ = run_cli([command, folder], capsys)
     assert code == 0 and "nothing to do" in out
-    assert file_bytes(folder) == before
+    assert file_bytes(folder) == before  # hidden files included: no journal, lock or temporary file either

@@ -172,11 +172,3 @@ def test_bad_explicit_plans_refuse_and_change_nothing(tmp_path, capsys, args, me
     assert code == 2 and message in err and err.count("\n") == 1
     assert file_bytes(folder) == before
 
-
-def test_nothing_to_do_on_a_clean_checkpoint(tmp_path, capsys):
-    folder = copy_of("llmc-qwen35moe-nvfp4", tmp_path)
-    before = file_bytes(folder)
-    code, out, _ = run_cli(["fix-prefix", folder], capsys)
-    assert code == 0 and "nothing to do" in out
-    assert file_bytes(folder) == before
-    assert leftovers(folder) == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 
 from ckpt_tools.pipeline import doctor
 from ckpt_tools.write.header import build_file
@@ -111,11 +110,3 @@ def test_hard_linked_shard_is_rebuilt_with_the_patch(tmp_path, capsys):
     assert (tmp_path / "backup").read_bytes() == before
     assert diff_positions(before, shard.read_bytes()) == {tensor_start(shard, SCALE) + 2: (0xFF, 0x7E)}
 
-
-@pytest.mark.parametrize("fixture", ["modelopt-llama-nvfp4", "llmc-qwen3moe-nvfp4"])
-def test_clean_checkpoint_is_left_alone(tmp_path, capsys, fixture):
-    folder = copy_of(fixture, tmp_path)
-    before = file_bytes(folder)
-    code, out, _ = run_cli(["scrub-nan", folder], capsys)
-    assert code == 0 and "nothing to do" in out
-    assert file_bytes(folder) == before

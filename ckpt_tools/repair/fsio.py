@@ -71,21 +71,9 @@ class Writer:
 
     def _copy_chunk(self, src: int, dst: int, src_off: int, dst_off: int, count: int) -> int:
         # A method the kernel refuses for this pair of files (other filesystem, old kernel) is not tried again.
-        if self.method == "copy_file_range":
+        while self.method in _ZERO_COPY:
             try:
-                n = os.copy_file_range(src, dst, count, src_off, dst_off)
-            except (OSError, AttributeError) as exc:
-                if isinstance(exc, OSError) and exc.errno not in _NO_ZERO_COPY:
-                    raise
-                n = 0
-            if n > 0:
-                self.copied_with.add(self.method)
-                return n
-            self.method = "sendfile"
-        if self.method == "sendfile":
-            try:
-                os.lseek(dst, dst_off, os.SEEK_SET)
-                n = os.sendfile(dst, src, src_off, count)
+                n = _ZERO_COPY[self.method](src, dst, src_off, dst_off, count)
             except OSError as exc:
                 if exc.errno not in _NO_ZERO_COPY:
                     raise
@@ -93,7 +81,7 @@ class Writer:
             if n > 0:
                 self.copied_with.add(self.method)
                 return n
-            self.method = "read/write"
+            self.method = _NEXT[self.method]
         data = os.pread(src, min(count, 8 * 1024 * 1024), src_off)
         if not data:
             raise OSError(errno.EIO, f"unexpected end of file at byte {src_off:,} while copying")
@@ -103,6 +91,24 @@ class Writer:
             n = os.pwrite(dst, view, dst_off)
             view, dst_off = view[n:], dst_off + n
         return len(data)
+
+
+def _sendfile(src: int, dst: int, src_off: int, dst_off: int, count: int) -> int:
+    os.lseek(dst, dst_off, os.SEEK_SET)  # sendfile writes at the output's file position
+    return os.sendfile(dst, src, src_off, count)
+
+
+def _copy_file_range(src: int, dst: int, src_off: int, dst_off: int, count: int) -> int:
+    if not hasattr(os, "copy_file_range"):  # Python < 3.8 or not Linux
+        raise OSError(errno.ENOSYS, "copy_file_range is not available")
+    return os.copy_file_range(src, dst, count, src_off, dst_off)
+
+
+_ZERO_COPY: dict[str, Callable[[int, int, int, int, int], int]] = {
+    "copy_file_range": _copy_file_range,
+    "sendfile": _sendfile,
+}
+_NEXT = {"copy_file_range": "sendfile", "sendfile": "read/write"}
 
 
 def temp_name(file: str) -> str:
