@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-
 from ckpt_tools.pipeline import doctor
 from ckpt_tools.write.header import build_file
 from tests.corrupt import patch_tensor_bytes, read_file
