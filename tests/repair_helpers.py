@@ -13,20 +13,14 @@ from ckpt_tools.write.header import build_file
 from tests.corrupt import FIXTURES, read_file, shards, tensors_of
 
 INDEX = "model.safetensors.index.json"
-DEFECTIVE = FIXTURES / "defective"
 MISNESTED_FIXTURE = "defective/qwen35moe-nvfp4-misnested-vision"
-if not (FIXTURES / MISNESTED_FIXTURE).exists() and Path("/work/wt/fixtures/fixtures", MISNESTED_FIXTURE).exists():
-    # Until the fixtures branch is merged, its working copy holds the files.
-    FIXTURES_ROOT = Path("/work/wt/fixtures/fixtures")
-else:
-    FIXTURES_ROOT = FIXTURES
 
 
 def fixture_path(name: str) -> Path:
-    for root in (FIXTURES, FIXTURES_ROOT):
-        for candidate in (root / "genuine" / name, root / name):
-            if candidate.exists():
-                return candidate
+    """fixtures/genuine/<name>, or any path under fixtures/."""
+    for candidate in (FIXTURES / "genuine" / name, FIXTURES / name):
+        if candidate.exists():
+            return candidate
     raise FileNotFoundError(name)
 
 
