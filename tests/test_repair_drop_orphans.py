@@ -63,7 +63,7 @@ def test_sharded_index_updated_and_other_shards_untouched(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("names, message", [
-    (["model.layers.0.mlp.down_proj.weight"], "is not a scale tensor"),
+    (["model.layers.0.mlp.down_proj.weight"], "is not a scale or zero point"),
     (["model.layers.0.mlp.down_proj.input_scale", "model.layers.0.mlp.down_proj.inptu_scale"],
      "no tensor `model.layers.0.mlp.down_proj.inptu_scale`"),
 ])

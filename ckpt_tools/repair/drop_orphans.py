@@ -1,8 +1,8 @@
 """`drop-orphans`: remove orphan scale tensors (failure-catalogue.md class 7) from the shard headers and the index.
 
 The tensors come from the `orphan-scale` findings (`details["orphans"]`, the full list, else `tensors`), or from
-`--tensor NAME` given explicitly. Only scale tensors can be dropped (suffix roles in `model.modules.SCALE_ROLES`), so
-a typo cannot remove a weight. Dropping a tensor removes its bytes from the data region, which the format requires
+`--tensor NAME` given explicitly. Only scales and zero points can be dropped (suffix roles in
+`model.modules.SCALE_ROLES` and `zero_point`), so a typo cannot remove a weight. Dropping a tensor removes its bytes from the data region, which the format requires
 to be covered exactly (vllm-facts.md 8.2), so each affected shard is rebuilt beside the original from the kept
 tensors' byte ranges and renamed over it; other shards are not touched.
 """
@@ -22,6 +22,8 @@ from .runner import Job, fixable_findings
 
 NAME = "drop-orphans"
 SLUG = "orphan-scale"
+# Quantization parameters only: scales and zero points (what the orphan-scale rule reports). Never a weight or bias.
+DROPPABLE_ROLES = SCALE_ROLES | {"zero_point"}
 
 
 def job(tensors: Sequence[str] = ()) -> Job:
@@ -57,8 +59,9 @@ def plan(ckpt: Checkpoint, names: Sequence[str], source: str) -> Plan:
         raise UsageError(f"no tensor `{missing[0]}` in the checkpoint; nothing was changed")
     for name in names:
         suffix = split_name(name)[1]
-        if ROLES.get(suffix) not in SCALE_ROLES:
-            raise UsageError(f"`{name}` is not a scale tensor (suffix `{suffix}`); drop-orphans only removes scales")
+        if ROLES.get(suffix) not in DROPPABLE_ROLES:
+            raise UsageError(f"`{name}` is not a scale or zero point (suffix `{suffix}`); drop-orphans removes only "
+                             f"those")
     wanted = frozenset(names)
     edits = {}
     for shard in ckpt.shards:
