@@ -40,17 +40,32 @@ STEPS = (
 )
 
 
-def test_journal_round_trip():
-    raw = encode_journal("fix-prefix", "./model", STEPS)
-    assert decode_journal(raw, "here") == ("fix-prefix", STEPS)
+def test_journal_round_trip(tmp_path):
+    raw = encode_journal("fix-prefix", tmp_path, STEPS)
+    assert decode_journal(raw, tmp_path) == ("fix-prefix", STEPS)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip-blob", "garbage"])
-def test_damaged_journal_is_refused(damage):
-    raw = encode_journal("fix-prefix", "./model", STEPS)
+def test_damaged_journal_is_refused(tmp_path, damage):
+    raw = encode_journal("fix-prefix", tmp_path, STEPS)
     bad = {"truncate": raw[:-3], "flip-blob": raw[:-1] + bytes([raw[-1] ^ 1]), "garbage": b"CKPTJRN1" + raw[8:20]}
     with pytest.raises(TargetError, match="journal is damaged"):
-        decode_journal(bad[damage], "here")
+        decode_journal(bad[damage], tmp_path)
+
+
+def test_a_journal_from_another_folder_writes_nothing(tmp_path):
+    (tmp_path / "here").mkdir()
+    raw = encode_journal("fix-prefix", tmp_path / "elsewhere", STEPS)
+    with pytest.raises(TargetError, match="was written for another folder"):
+        decode_journal(raw, tmp_path / "here")
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", ".hidden.safetensors", "config.json",
+                                  "sub/model.safetensors"])
+def test_a_journal_may_only_name_checkpoint_files(tmp_path, name):
+    step = IndexStep(name, sha256(b""), b"{}", "")
+    with pytest.raises(TargetError, match="not a checkpoint file in this folder"):
+        decode_journal(encode_journal("fix-prefix", tmp_path, (step,)), tmp_path)
 
 
 def test_lock_is_exclusive_and_leaves_no_file(tmp_path):
@@ -58,7 +73,7 @@ def test_lock_is_exclusive_and_leaves_no_file(tmp_path):
         with pytest.raises(TargetError, match="already running"):
             with Lock(tmp_path):
                 pass
-        (tmp_path / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", str(tmp_path), ()))
+        (tmp_path / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", tmp_path, ()))
         with pytest.raises(TargetError, match="already running"):
             finish_interrupted(tmp_path)  # doctor waits for nobody: it says a repair is running
     assert finish_interrupted(tmp_path) == "fix-prefix"  # an empty journal completes at once

@@ -10,8 +10,8 @@ Protocol (what makes a repair crash-safe, whatever instant the process dies at):
 Any later `ckpt` command on the checkpoint (a repair, or doctor through `finish_interrupted`) that finds a journal
 replays it before reading anything, so an interrupted repair is always completed, never half-applied.
 
-File format: `CKPTJRN1`, an 8-byte little-endian manifest length, the manifest (JSON: job, target, steps with their
-small fields), then one blob holding the steps' byte fields back to back.
+File format: `CKPTJRN1`, an 8-byte little-endian manifest length, the manifest (JSON: job, the folder's real path,
+steps with their small fields, the blob's sha256), then one blob holding the steps' byte fields back to back.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from ..errors import TargetError
+from ..model.checkpoint import INDEX_NAME
 from .execute import apply_steps
 from .fsio import TMP_SUFFIX, Writer, atomic_write, crashpoint, fsync_dir
 from .steps import STEP_TYPES, Run, Step, sha256
@@ -76,7 +77,7 @@ def journal_path(root: Path) -> Path:
     return root / JOURNAL_NAME
 
 
-def encode_journal(job: str, target: str, steps: tuple[Step, ...]) -> bytes:
+def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
     blob = bytearray()
     encoded = []
     for step in steps:
@@ -91,45 +92,64 @@ def encode_journal(job: str, target: str, steps: tuple[Step, ...]) -> bytes:
             else:
                 item[f.name] = value
         encoded.append(item)
-    manifest = orjson.dumps({"format": "ckpt-repair-journal/1", "job": job, "target": target, "pid": os.getpid(),
-                             "blob_sha256": sha256(bytes(blob)), "steps": encoded})
+    manifest = orjson.dumps({"format": "ckpt-repair-journal/1", "job": job, "root": str(root.resolve()),
+                             "pid": os.getpid(), "blob_sha256": sha256(bytes(blob)), "steps": encoded})
     return MAGIC + struct.pack("<Q", len(manifest)) + manifest + bytes(blob)
 
 
-def decode_journal(raw: bytes, where: str) -> tuple[str, tuple[Step, ...]]:
-    damaged = TargetError(f"{where}: the repair journal is damaged; restore the checkpoint from a copy, then delete "
+def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
+    """The job and steps of a journal, checked before anything trusts it: intact (checksum), written for this very
+    folder, and naming only checkpoint files in it. A journal copied in from elsewhere (a downloaded repository, a
+    moved folder) never writes anything."""
+    damaged = TargetError(f"{root}: the repair journal is damaged; restore the checkpoint from a copy, then delete "
                           f"{JOURNAL_NAME}")
     if not raw.startswith(MAGIC) or len(raw) < 16:
         raise damaged
     (n,) = struct.unpack_from("<Q", raw, 8)
     try:
         manifest = orjson.loads(raw[16 : 16 + n])
-    except orjson.JSONDecodeError:
+        blob = raw[16 + n :]
+        if sha256(blob) != manifest["blob_sha256"]:
+            raise damaged
+        if manifest["root"] != str(root.resolve()):
+            raise TargetError(f"{root}: {JOURNAL_NAME} was written for another folder ({manifest['root']}); if this "
+                              f"checkpoint was moved after an interrupted repair, move it back and run ckpt there, "
+                              f"else delete the file")
+        steps = tuple(_decode_step(item, blob) for item in manifest["steps"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise damaged from None
-    blob = raw[16 + n :]
-    if sha256(blob) != manifest.get("blob_sha256"):
-        raise damaged
-    steps = []
-    for item in manifest["steps"]:
-        cls = STEP_TYPES[item["kind"]]
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            value = item[f.name]
-            if isinstance(value, dict) and "blob" in value:
-                start, length = value["blob"]
-                value = blob[start : start + length]
-            elif f.name == "runs":
-                value = tuple(Run(o, bytes.fromhex(a), bytes.fromhex(b)) for o, a, b in value)
-            elif f.name == "copies":
-                value = tuple(tuple(c) for c in value)
-            kwargs[f.name] = value
-        steps.append(cls(**kwargs))
-    return manifest["job"], tuple(steps)
+    for step in steps:
+        if not _checkpoint_file(step.file):
+            raise TargetError(f"{root}: {JOURNAL_NAME} names `{step.file}`, which is not a checkpoint file in this "
+                              f"folder; delete the journal")
+    return manifest["job"], steps
 
 
-def run_journaled(root: Path, job: str, target: str, steps: tuple[Step, ...], writer: Writer) -> None:
+def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
+    cls = STEP_TYPES[item["kind"]]
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        value = item[f.name]
+        if isinstance(value, dict) and "blob" in value:
+            start, length = value["blob"]
+            value = blob[start : start + length]
+        elif f.name == "runs":
+            value = tuple(Run(o, bytes.fromhex(a), bytes.fromhex(b)) for o, a, b in value)
+        elif f.name == "copies":
+            value = tuple(tuple(c) for c in value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _checkpoint_file(name: object) -> bool:
+    """A shard or the index, directly in the folder: no path, no hidden file."""
+    return (isinstance(name, str) and name == os.path.basename(name) and not name.startswith(".")
+            and "\0" not in name and (name.endswith(".safetensors") or name == INDEX_NAME))
+
+
+def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
     """Carry out `steps` under the journal protocol. The caller holds the lock."""
-    atomic_write(journal_path(root), encode_journal(job, target, steps), writer, mode=0o644, crash="journal")
+    atomic_write(journal_path(root), encode_journal(job, root, steps), writer, mode=0o644, crash="journal")
     apply_steps(root, steps, writer)
     crashpoint("done")
     _remove_journal(root)
@@ -146,7 +166,7 @@ def recover(root: Path, writer: Writer) -> str | None:
     path = journal_path(root)
     job = None
     if path.exists():
-        job, steps = decode_journal(path.read_bytes(), str(root))
+        job, steps = decode_journal(path.read_bytes(), root)
         try:
             apply_steps(root, steps, writer)
         except TargetError as exc:

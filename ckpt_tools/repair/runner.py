@@ -127,7 +127,7 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
         with _progress_bar(steps, progress) as bar:
             writer = Writer(progress=bar.update)
             start = time.perf_counter()
-            run_journaled(local.root, job.name, target, steps, writer)
+            run_journaled(local.root, job.name, steps, writer)
             seconds = time.perf_counter() - start
     after = analyze(target, runtime=runtime, headers_only=headers_only).report
     return RepairResult(job.name, target, plan, steps, False, True, writer.written, seconds,
