@@ -119,8 +119,9 @@ def test_one_shard_of_a_sharded_checkpoint(tmp_path, capsys):
 
 def test_dry_run_does_not_complete_a_pending_journal(tmp_path, capsys):
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
-    (folder / JOURNAL_NAME).write_bytes(b"CKPTJRN1")
+    pending_journal(folder)
     refused(capsys, folder, ["fix-prefix", "--dry-run"], "an interrupted repair is pending")
+    refused(capsys, folder, ["fix", "--dry-run"], "an interrupted repair is pending")
 
 
 def test_damaged_journal_is_reported_not_guessed(tmp_path, capsys):
@@ -138,3 +139,35 @@ def test_finding_without_a_safe_plan(tmp_path, capsys):
     add_tensors(folder, [("model.visual.pos_embed.weight", "BF16", [2], b"\x00\x00\x80\x3f")],
                 beside="model.language_model.visual.pos_embed.weight")
     refused(capsys, folder, ["fix-prefix"], "CK201 misnested-prefix is not automatically fixable here")
+
+
+
+def pending_journal(folder):  # noqa: ANN001, ANN201
+    """The state a repair killed right after writing its journal leaves: the journal, and no file changed yet."""
+    from ckpt_tools.repair import fix_prefix, run
+    from ckpt_tools.repair.journal import encode_journal
+
+    steps = run(str(folder), fix_prefix.job(), dry_run=True).steps
+    (folder / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", folder, steps))
+    return steps
+
+
+def test_interrupted_repair_that_cannot_be_written_is_explained(tmp_path, capsys, monkeypatch):
+    from ckpt_tools.repair import execute
+
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    pending_journal(folder)
+    before = file_bytes(folder)
+
+    def denied(*args):  # noqa: ANN002, ANN202 - as on a read-only mount (root ignores chmod, so simulate it)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(execute, "_open_checked", denied)
+    code, _out, err = run_cli(["doctor", folder], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "must be completed before the checkpoint is read, and that failed (Permission denied)" in err
+    assert file_bytes(folder) == before
+    monkeypatch.undo()
+    code, _out, err = run_cli(["doctor", folder], capsys)  # writable again: doctor completes it first
+    assert code == 0 and "completed the interrupted `fix-prefix` repair" in err
+    assert not (folder / JOURNAL_NAME).exists() and file_bytes(folder) != before

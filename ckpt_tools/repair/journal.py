@@ -169,10 +169,14 @@ def recover(root: Path, writer: Writer) -> str | None:
         job, steps = decode_journal(path.read_bytes(), root)
         try:
             apply_steps(root, steps, writer)
+            _remove_journal(root)
         except TargetError as exc:
             raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be completed: restore the file, or "
                               f"delete {path} to abandon it") from None
-        _remove_journal(root)
+        except OSError as exc:
+            raise TargetError(f"{root}: an interrupted `{job}` repair must be completed before the checkpoint is "
+                              f"read, and that failed ({exc.strerror or exc}); make the folder and its files "
+                              f"writable and run ckpt again") from None
     for path in stale_temps(root):
         try:
             path.unlink()
