@@ -39,6 +39,10 @@ def analyze(
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
+    if not source.is_remote:
+        from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
+
+        finish_interrupted(getattr(source, "root", None))
     ckpt = load_checkpoint(source)
     skipped_reason = None
     if headers_only:
