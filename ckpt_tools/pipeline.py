@@ -36,6 +36,7 @@ def analyze(
     deep: bool = False,
     revision: str | None = None,
     progress: bool | None = None,
+    producer_schema: bool = False,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
@@ -51,9 +52,17 @@ def analyze(
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     )
-    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target)
-    findings: list[Finding] = []
+    schema = None
     skipped = []
+    if producer_schema:
+        from .detect.producer_schema import check_producer_schema
+
+        schema = check_producer_schema(ckpt, det)
+        if schema is not None and schema.package is None:
+            skipped.append({"code": "CK311", "slug": "producer-schema",
+                            "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
+    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
+    findings: list[Finding] = []
     for rule_cls in all_rules():
         if rule_cls.needs_values and skipped_reason:
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
@@ -77,6 +86,7 @@ def doctor(
     deep: bool = False,
     revision: str | None = None,
     progress: bool | None = None,
+    producer_schema: bool = False,
 ) -> Report:
     """Judge a checkpoint and return its report: what `ckpt doctor` prints, as an object.
 
@@ -95,6 +105,8 @@ def doctor(
         deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
         revision: Hub revision (branch, tag or commit) for a repo id.
         progress: show a progress bar for long scale scans (None: only when the scan is large).
+        producer_schema: also validate the quantization config with the producer's own code (rule CK311; needs the
+            `producers` extra and imports torch).
 
     Returns:
         The `Report` (`report.findings`, `report.summary`, `report.to_dict()` for the JSON contract,
@@ -112,6 +124,7 @@ def doctor(
         deep=deep,
         revision=revision,
         progress=progress,
+        producer_schema=producer_schema,
     ).report
 
 

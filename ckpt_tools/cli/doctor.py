@@ -21,6 +21,9 @@ def doctor(
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
     hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile(s) for kernel notes (default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
+    producer_schema: bool = typer.Option(
+        False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
+    ),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     pre_commit: bool = typer.Option(
         False, "--pre-commit", help="TARGETs are files (as pre-commit passes them): check each checkpoint folder they "
@@ -32,13 +35,15 @@ def doctor(
     if pre_commit:
         from ..gates.precommit import check_files
 
-        run = check_files(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only)
+        run = check_files(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
+                          producer_schema=producer_schema)
         text = render_many(run.reports, format.value, color=color)
         code = run.exit_code(fail_on.value)
     else:
         if len(targets) > 1:
             raise UsageError(f"doctor takes one TARGET, got {len(targets)} (use --pre-commit to pass a list of files)")
-        result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only)
+        result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
+                         producer_schema=producer_schema)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
     if output:

@@ -48,12 +48,14 @@ def check_files(
     runtime: str | None = None,
     hardware_ids: Sequence[str] = (),
     headers_only: bool = False,
+    producer_schema: bool = False,
 ) -> GateRun:
     """Doctor each checkpoint folder that `files` belong to. Raises `TargetError` for a path whose folder is gone."""
     plan = plan_folders(files)
     reports = []
     for folder in plan.folders:
-        analysis = analyze(folder, runtime=runtime, hardware_ids=hardware_ids, headers_only=headers_only)
+        analysis = analyze(folder, runtime=runtime, hardware_ids=hardware_ids, headers_only=headers_only,
+                           producer_schema=producer_schema)
         report = analysis.report
         if analysis.checkpoint.lfs_pointers:
             report = pointer_verdict(report, analysis.checkpoint, folder)
