@@ -84,6 +84,8 @@ def test_the_shipped_schema_is_the_official_one_and_rejects_invalid_logs() -> No
         {"message": {"text": "m"}, "level": "info"}]}]}  # SARIF has no level "info": it is "note"
     assert sarif_errors(bad)
     assert sarif_errors({"version": "2.1.0", "runs": [{"tool": {}}]})  # a driver is required
+    # URI formats are checked (rfc3986-validator, in the test extra), so a malformed informationUri fails.
+    assert sarif_errors({"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x", "informationUri": "a b"}}}]})
 
 
 @needs_genuine
