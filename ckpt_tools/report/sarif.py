@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
@@ -166,18 +167,19 @@ def fingerprint(f: Finding, base: _Base) -> str:
 
 # ---- locations ------------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class _Base:
     """Where a checkpoint's files live, as URIs: relative to the repository root for relative local paths (what
     GitHub expects), `file://` URIs for absolute paths, and Hub URLs for Hub repos."""
 
-    def __init__(self, kind: str, root: str) -> None:
-        self.kind = kind  # "relative" | "absolute" | "hub"
-        self.root = root
+    kind: str  # "relative" | "absolute" | "hub"
+    root: str  # prefix of every file's URI, ending in "/" (or empty: the repository root itself)
 
     @classmethod
     def of(cls, target: str) -> _Base:
         hub = _HUB_TARGET.fullmatch(target)
-        # The Hub's spelling rules (read/hub_target.py): a path that exists, or starts with . / ~, is local.
+        # How targets are spelled: `org/name[@rev]` or `hf://...` is a Hub repo unless a path by that name exists or
+        # it starts with `.`, `/` or `~`.
         if hub and (target.startswith("hf://") or not (target.startswith((".", "/", "~")) or os.path.lexists(target))):
             repo, revision = hub.group(1), hub.group(2) or "main"
             return cls("hub", f"https://huggingface.co/{repo}/blob/{quote(revision, safe='')}/")
