@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import orjson
-
 from . import json_format, markdown, sarif, text
 from .model import Report
 
@@ -27,5 +25,5 @@ def render_many(reports: Sequence[Report], fmt: str, *, color: bool = False) -> 
     if fmt == "sarif":
         return sarif.render_many(reports)
     if fmt == "json":
-        return orjson.dumps([r.to_dict() for r in reports], option=orjson.OPT_INDENT_2).decode() + "\n"
+        return json_format.render_many(reports)
     return "\n".join(render(r, fmt, color=color) for r in reports)
