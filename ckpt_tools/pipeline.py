@@ -40,6 +40,10 @@ def analyze(
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
+    if not source.is_remote:
+        from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
+
+        finish_interrupted(getattr(source, "root", None))
     ckpt = load_checkpoint(source)
     skipped_reason = None
     if headers_only:
@@ -68,11 +72,14 @@ def analyze(
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
             continue
         findings.extend(rule_cls().check(ctx))
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
     report = Report(
-        target=target,
+        target=source.label,
         checkpoint=checkpoint_summary(ckpt, det),
         findings=tuple(findings),
         skipped=tuple(skipped),
+        extra={"hub": provenance} if provenance else {},
     )
     return Analysis(ckpt, det, report)
 

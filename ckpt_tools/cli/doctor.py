@@ -14,7 +14,8 @@ from .app import FailOn, Format, app, emit, use_color
 @app.command()
 def doctor(
     targets: List[str] = typer.Argument(
-        ..., metavar="TARGET", help="Checkpoint folder or .safetensors file; with --pre-commit, the files to check."
+        ..., metavar="TARGET", help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
+        "hf://org/name); with --pre-commit, the files to check."
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this."),
@@ -25,16 +26,22 @@ def doctor(
         False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
     ),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
+    deep: bool = typer.Option(False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules (local targets always do)."),
     pre_commit: bool = typer.Option(
         False, "--pre-commit", help="TARGETs are files (as pre-commit passes them): check each checkpoint folder they "
         "belong to once, and explain Git LFS pointers instead of judging them."
     ),
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
+    if deep and headers_only:
+        raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     color = use_color() and output is None
     if pre_commit:
         from ..gates.precommit import check_files
 
+        if revision:
+            raise UsageError("--pre-commit checks the files in this work tree; --revision is for Hub repos")
         run = check_files(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
                           producer_schema=producer_schema)
         text = render_many(run.reports, format.value, color=color)
@@ -43,7 +50,7 @@ def doctor(
         if len(targets) > 1:
             raise UsageError(f"doctor takes one TARGET, got {len(targets)} (use --pre-commit to pass a list of files)")
         result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
-                         producer_schema=producer_schema)
+                         producer_schema=producer_schema, deep=deep, revision=revision)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
     if output:
