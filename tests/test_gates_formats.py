@@ -165,7 +165,7 @@ def test_rule_metadata_carries_help_and_levels() -> None:
     assert sarif_errors(doc) == [] and doc["runs"] == []
 
 
-def _synthetic(target: str) -> Report:
+def _synthetic(target: str, hub: dict | None = None) -> Report:
     findings = tuple(
         Finding(code="CK104", slug="invalid-header", severity=sev, message=f"{sev} finding", files=("model.safetensors",),
                 tensors=("model.layers.0.mlp",), count=1)
@@ -177,25 +177,29 @@ def _synthetic(target: str) -> Report:
     return Report(target=target, checkpoint=checkpoint, findings=findings,
                   skipped=({"code": "CK501", "slug": "nan-fp8-scale", "reason": "--headers-only"},),
                   suppressed=({"code": "CK401", "slug": "nvfp4-weight-only", "reason": "weight-only on purpose",
-                               "severity": "warning", "files": ["model.safetensors"]},))
+                               "severity": "warning", "files": ["model.safetensors"]},),
+                  extra={"hub": hub} if hub else {})
+
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+HUB = {"repo_id": "acme/llama-nvfp4", "revision": "refs/pr/1", "commit": SHA, "endpoint": "https://huggingface.co"}
 
 
 @pytest.mark.parametrize(
-    ("target", "uri", "base_id"),
+    ("target", "hub", "uri", "base_id"),
     [
-        ("models/llama", "models/llama/model.safetensors", "%SRCROOT%"),
-        ("./models/llama/", "models/llama/model.safetensors", "%SRCROOT%"),
-        ("models/llama/model.safetensors", "models/llama/model.safetensors", "%SRCROOT%"),
-        (".", "model.safetensors", "%SRCROOT%"),
-        ("/data/my model", "file:///data/my%20model/model.safetensors", None),
-        ("acme/llama-nvfp4", "https://huggingface.co/acme/llama-nvfp4/blob/main/model.safetensors", None),
-        ("hf://acme/llama-nvfp4@refs/pr/1",
-         "https://huggingface.co/acme/llama-nvfp4/blob/refs%2Fpr%2F1/model.safetensors", None),
+        ("models/llama", None, "models/llama/model.safetensors", "%SRCROOT%"),
+        ("./models/llama/", None, "models/llama/model.safetensors", "%SRCROOT%"),
+        ("models/llama/model.safetensors", None, "models/llama/model.safetensors", "%SRCROOT%"),
+        (".", None, "model.safetensors", "%SRCROOT%"),
+        ("/data/my model", None, "file:///data/my%20model/model.safetensors", None),
+        # A Hub report carries the commit it read: URIs are permalinks to that commit.
+        ("acme/llama-nvfp4@refs/pr/1", HUB,
+         f"https://huggingface.co/acme/llama-nvfp4/blob/{SHA}/model.safetensors", None),
     ],
 )
-def test_artifact_uris_follow_the_target(target: str, uri: str, base_id: str | None, cwd: Path) -> None:
-    (cwd / "models" / "llama").mkdir(parents=True)  # a path that exists is local even when shaped like org/name
-    doc = json.loads(_synthetic(target).render("sarif"))
+def test_artifact_uris_follow_the_target(target: str, hub: dict | None, uri: str, base_id: str | None) -> None:
+    doc = json.loads(_synthetic(target, hub).render("sarif"))
     assert sarif_errors(doc) == []
     run = doc["runs"][0]
     art = run["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]
@@ -207,6 +211,16 @@ def test_artifact_uris_follow_the_target(target: str, uri: str, base_id: str | N
     assert suppressed["suppressions"] == [{"kind": "external", "justification": "weight-only on purpose"}]
     (note,) = run["invocations"][0]["toolConfigurationNotifications"]
     assert note["associatedRule"]["id"] == "CK501" and "--headers-only" in note["message"]["text"]
+
+
+def test_hub_fingerprints_ignore_the_commit() -> None:
+    """The same defect in the next commit of a Hub repo is the same alert."""
+    first = json.loads(_synthetic("acme/llama-nvfp4", HUB).render("sarif"))["runs"][0]["results"]
+    moved = dict(HUB, commit="f" * 40)
+    second = json.loads(_synthetic("acme/llama-nvfp4", moved).render("sarif"))["runs"][0]["results"]
+    assert [r["partialFingerprints"] for r in first] == [r["partialFingerprints"] for r in second]
+    other = json.loads(_synthetic("acme/other", dict(HUB, repo_id="acme/other")).render("sarif"))["runs"][0]["results"]
+    assert first[0]["partialFingerprints"] != other[0]["partialFingerprints"]
 
 
 # ---- JSON -----------------------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping
@@ -30,7 +29,6 @@ SRCROOT = "%SRCROOT%"  # the base GitHub code scanning resolves relative URIs ag
 FINGERPRINT_KEY = "ckptFinding/v1"
 # Rule families by code prefix (docs/architecture.md, Conventions): shown as tags in code-scanning UIs.
 FAMILIES = {"CK1": "integrity", "CK2": "naming", "CK3": "config", "CK4": "scales", "CK5": "scale-values"}
-_HUB_TARGET = re.compile(r"(?:hf://)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)(?:@(.+))?")
 
 
 def render(report: Report, *, color: bool = False) -> str:
@@ -83,7 +81,7 @@ def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
 # ---- runs and results -----------------------------------------------------------------------------------------------
 
 def _run(report: Report, descriptors: list[dict], index: Mapping[str, int]) -> dict[str, Any]:
-    base = _Base.of(report.target)
+    base = _Base.of(report)
     results = [_result(f, base, index) for f in report.sorted_findings()]
     results += [_suppressed_result(s, base, index) for s in report.suppressed if s.get("code")]
     notifications = [
@@ -159,9 +157,10 @@ def _suppressed_result(s: Mapping[str, Any], base: _Base, index: Mapping[str, in
 
 
 def fingerprint(f: Finding, base: _Base) -> str:
-    """Identity of a finding across runs: rule, the files' URIs and the tensors named. Not the message (wording may
-    improve between releases) nor the count (truncated lists keep their first names)."""
-    parts = [f.code, *sorted(base.uri(n) for n in f.files), *sorted(f.tensors)]
+    """Identity of a finding across runs: rule, the files (by path, or Hub repo and name) and the tensors named. Not
+    the message (wording may improve between releases), the count (truncated lists keep their first names) or a Hub
+    commit (the same defect in the next commit is the same alert)."""
+    parts = [f.code, *sorted(base.key + n for n in f.files), *sorted(f.tensors)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
@@ -170,26 +169,27 @@ def fingerprint(f: Finding, base: _Base) -> str:
 @dataclass(frozen=True)
 class _Base:
     """Where a checkpoint's files live, as URIs: relative to the repository root for relative local paths (what
-    GitHub expects), `file://` URIs for absolute paths, and Hub URLs for Hub repos."""
+    GitHub expects), `file://` URIs for absolute paths, and Hub URLs at the commit that was read for Hub repos."""
 
     kind: str  # "relative" | "absolute" | "hub"
     root: str  # prefix of every file's URI, ending in "/" (or empty: the repository root itself)
+    key: str  # prefix of every file's identity in fingerprints: the Hub repo id, not the commit, for Hub repos
 
     @classmethod
-    def of(cls, target: str) -> _Base:
-        hub = _HUB_TARGET.fullmatch(target)
-        # How targets are spelled: `org/name[@rev]` or `hf://...` is a Hub repo unless a path by that name exists or
-        # it starts with `.`, `/` or `~`.
-        if hub and (target.startswith("hf://") or not (target.startswith((".", "/", "~")) or os.path.lexists(target))):
-            repo, revision = hub.group(1), hub.group(2) or "main"
-            return cls("hub", f"https://huggingface.co/{repo}/blob/{quote(revision, safe='')}/")
-        path = PurePosixPath(target.replace(os.sep, "/"))
+    def of(cls, report: Report) -> _Base:
+        hub = report.extra.get("hub")  # set by the Hub source: repo_id, revision, commit, endpoint
+        if isinstance(hub, Mapping) and hub.get("repo_id"):
+            endpoint = str(hub.get("endpoint") or "https://huggingface.co").rstrip("/")
+            ref = quote(str(hub.get("commit") or hub.get("revision") or "main"), safe="")
+            return cls("hub", f"{endpoint}/{hub['repo_id']}/blob/{ref}/", f"{hub['repo_id']}/")
+        path = PurePosixPath(report.target.replace(os.sep, "/"))
         if path.suffix == ".safetensors":  # a single-file target: its findings name files beside it
             path = path.parent
         if path.is_absolute():
-            return cls("absolute", path.as_uri().rstrip("/") + "/")
+            root = path.as_uri().rstrip("/") + "/"
+            return cls("absolute", root, root)
         root = "" if str(path) in ("", ".") else quote(str(path)).rstrip("/") + "/"
-        return cls("relative", root)
+        return cls("relative", root, root)
 
     def uri(self, name: str | None) -> str:
         return self.root + (quote(name) if name else "")
