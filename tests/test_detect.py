@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from ckpt_tools import analyze
+from tests.config_recipes import BY_NAME
 from tests.corrupt import GENUINE, genuine_entries
 
 # entry -> (producer, quant_algo, vllm_quantization, activation_mode, kv_cache, components)
@@ -92,55 +95,36 @@ def test_modelopt_vision_tower_is_unquantized_by_exclusion() -> None:
     assert vision and all(not r.declared.quantized and r.covered_by for r in vision)
 
 
-def test_ct_regex_ignore_uses_vllm_side_names(tmp_path, fixture_copy) -> None:
+def test_ct_regex_ignore_uses_vllm_side_names(fixture_copy) -> None:
     """vllm-facts.md 2.5: `re:model\\.visual.*` never matches (vLLM sees `visual.*`); `re:.*visual.*` does."""
-    from tests.corrupt import edit_json
+    for recipe, quantized in (("ct-ignore-hf-regex", True), ("ct-ignore-any-visual", False)):
+        folder = fixture_copy(BY_NAME[recipe].fixture)
+        BY_NAME[recipe].apply(folder)
+        det = analyze(str(folder), headers_only=True).detection
+        vision = [r for r in det.rows if r.component == "vision"]
+        assert vision and all(r.declared.quantized == quantized for r in vision), recipe
+        shutil.rmtree(folder)
 
-    folder = fixture_copy("llmc-qwen35moe-nvfp4")
 
-    def set_ignore(pattern: str) -> None:
-        def edit(cfg: dict) -> None:
-            q = cfg["quantization_config"]
-            q["ignore"] = [e for e in q["ignore"] if not e.startswith("model.visual")] + [pattern]
-        edit_json(folder / "config.json", edit)
-
-    set_ignore("re:model\\.visual.*")
-    det = analyze(str(folder), headers_only=True).detection
-    assert all(r.declared.quantized for r in det.rows if r.component == "vision")
-    set_ignore("re:.*visual.*")
-    det = analyze(str(folder), headers_only=True).detection
-    assert all(not r.declared.quantized for r in det.rows if r.component == "vision")
+def _recipe_copy(fixture_copy, name: str):  # noqa: ANN001 - the conftest factory
+    recipe = BY_NAME[name]
+    folder = fixture_copy(recipe.fixture)
+    recipe.apply(folder)
+    return analyze(str(folder), headers_only=True).detection
 
 
 def test_hf_quant_config_only_when_config_json_has_none(fixture_copy) -> None:
-    from tests.corrupt import edit_json
-
-    folder = fixture_copy("modelopt-llama-nvfp4")
-    edit_json(folder / "config.json", lambda c: c.pop("quantization_config"))
-    det = analyze(str(folder), headers_only=True).detection
+    det = _recipe_copy(fixture_copy, "hf-quant-config-only")
     assert det.config.source == "hf_quant_config.json" and det.vllm_quantization == "modelopt_fp4"
 
 
 def test_legacy_nested_w4a16_nvfp4_is_rejected(fixture_copy) -> None:
     """A hf_quant_config.json-only W4A16_NVFP4 checkpoint fails vLLM's nested normalisation (vllm-facts.md 1.1)."""
-    from tests.corrupt import edit_json
-
-    folder = fixture_copy("modelopt-llama-w4a16-nvfp4")
-    edit_json(folder / "config.json", lambda c: c.pop("quantization_config"))
-    det = analyze(str(folder), headers_only=True).detection
+    det = _recipe_copy(fixture_copy, "legacy-nested-w4a16-nvfp4")
     assert det.vllm_quantization is None and "Unknown ModelOpt quant algo: W4A16_NVFP4" in det.rejection
 
 
 def test_modelopt_nvfp4_with_null_input_activations_is_weight_only(fixture_copy) -> None:
-    from tests.corrupt import edit_json
-
-    folder = fixture_copy("modelopt-llama-nvfp4")
-
-    def null_inputs(cfg: dict) -> None:
-        for group in cfg["quantization_config"]["config_groups"].values():
-            group["input_activations"] = None
-
-    edit_json(folder / "config.json", null_inputs)
-    det = analyze(str(folder), headers_only=True).detection
+    det = _recipe_copy(fixture_copy, "modelopt-nvfp4-null-inputs")
     assert det.vllm_quantization == "modelopt_fp4"
     assert {r.declared.activation for r in det.rows if r.declared.quantized} == {"A16"}
