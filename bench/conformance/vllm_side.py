@@ -77,6 +77,7 @@ class ModelBuild:
     decisions: dict[str, LayerDecision] = field(default_factory=dict)
     error: str | None = None  # the model could not be built (the reason)
     hf_to_vllm: Any = None  # the class's `hf_to_vllm_mapper` rename mapper (WeightsMapper) or None
+    modules: dict[str, str] = field(default_factory=dict)  # every module of the built model -> its class name
     packed: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -278,7 +279,8 @@ def _init_parallel(vc: VllmConfig) -> None:
 def layer_decisions(path: str) -> ModelBuild:
     """Build the model class on the meta device and record the quant config's decision for every layer."""
     from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
-    from vllm.model_executor.model_loader.utils import get_model_architecture
+    from vllm.model_executor.model_loader.utils import get_model_architecture, initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
 
     out = ModelBuild()
     try:
@@ -317,11 +319,16 @@ def layer_decisions(path: str) -> ModelBuild:
     with contextlib.ExitStack() as stack:
         stack.enter_context(_patched(type(qc), "get_quant_method", recording))
         stack.enter_context(set_current_vllm_config(vc))
+        stack.enter_context(set_default_torch_dtype(mc.dtype))
         stack.enter_context(torch.device("meta"))
         try:
-            cls(vllm_config=vc, prefix="")
+            # The loader's own entry point: configure_quant_config (hf_to_vllm_mapper, packed_modules_mapping)
+            # then the model class, as DefaultModelLoader.load_model does, on the meta device.
+            model = initialize_model(vllm_config=vc, prefix="")
         except Exception as exc:  # noqa: BLE001
             out.error = error_text(exc)
+        else:
+            out.modules = {name: type(m).__name__ for name, m in model.named_modules()}
     return out
 
 
@@ -340,10 +347,11 @@ def vllm_prefix(build: ModelBuild, hf_module: str) -> str | None:
     `hf_to_vllm_mapper` rename, the fused-shard `packed_modules_mapping`, and per-expert names -> the experts layer."""
     name = hf_module
     if build.hf_to_vllm is not None:
-        mapped = build.hf_to_vllm._map_name(name)
+        # The mapper renames weight names; map the module's weight so prefix rules such as `lm_head.` apply.
+        mapped = build.hf_to_vllm._map_name(f"{name}.weight")
         if mapped is None:
             return None
-        name = mapped
+        name = mapped.removesuffix(".weight")
     candidates = [name]
     parent, _, last = name.rpartition(".")
     for fused, shards in build.packed.items():
@@ -356,4 +364,7 @@ def vllm_prefix(build: ModelBuild, hf_module: str) -> str | None:
     for c in candidates:
         if c in build.decisions:
             return c
+    for c in candidates:
+        if c in build.modules:
+            return c  # a layer built without the quant config (e.g. a router gate): vLLM never asks it
     return None
