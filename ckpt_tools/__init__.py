@@ -13,5 +13,6 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .pipeline import Analysis, analyze, doctor  # noqa: E402
+from .serve import CheckServeResult, ServePlan, check_serve, serve_flags  # noqa: E402
 
-__all__ = ["Analysis", "analyze", "doctor", "__version__"]
+__all__ = ["Analysis", "CheckServeResult", "ServePlan", "analyze", "check_serve", "doctor", "serve_flags", "__version__"]
