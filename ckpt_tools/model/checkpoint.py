@@ -35,22 +35,25 @@ class Checkpoint:
 
     # ---- tensors -------------------------------------------------------------------------------------------------
     @cached_property
+    def _tensor_index(self) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
+        out: dict[str, TensorInfo] = {}
+        dupes: dict[str, list[str]] = {}
+        for shard in self.shards:
+            for t in shard.tensors:
+                first = out.setdefault(t.name, t)
+                if first is not t:
+                    dupes.setdefault(t.name, [first.shard]).append(shard.name)
+        return MappingProxyType(out), MappingProxyType({k: tuple(v) for k, v in dupes.items()})
+
+    @property
     def tensors(self) -> Mapping[str, TensorInfo]:
         """Tensor name -> info. Where a name appears in several shards, the first shard in load order wins."""
-        out: dict[str, TensorInfo] = {}
-        for shard in self.shards:
-            for t in shard.tensors:
-                out.setdefault(t.name, t)
-        return MappingProxyType(out)
+        return self._tensor_index[0]
 
-    @cached_property
+    @property
     def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
         """Tensor names stored in more than one shard -> the shards holding them."""
-        where: dict[str, list[str]] = {}
-        for shard in self.shards:
-            for t in shard.tensors:
-                where.setdefault(t.name, []).append(shard.name)
-        return MappingProxyType({k: tuple(v) for k, v in where.items() if len(v) > 1})
+        return self._tensor_index[1]
 
     @cached_property
     def modules(self) -> Mapping[str, Module]:

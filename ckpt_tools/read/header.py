@@ -42,11 +42,15 @@ def _lfs_pointer(name: str, head: bytes) -> LfsPointer:
     return LfsPointer(name=name, oid=oid, size=size)
 
 
-def read_shard(source: Source, name: str) -> ShardRead:
-    """Read and validate the header of one shard through any source."""
+def read_shard(source: Source, name: str, first_read: int = FIRST_READ) -> ShardRead:
+    """Read and validate the header of one shard through any source.
+
+    `first_read` bytes are read first; if the header is longer, exactly the rest of it is read next. Remote sources
+    pass an estimate of the header length here so that most shards cost one request.
+    """
     try:
         size = source.size(name)
-        head = source.read_range(name, 0, min(size, FIRST_READ))
+        head = source.read_range(name, 0, min(size, max(first_read, 8)))
     except OSError as exc:
         return ShardRead(None, None, (Problem(name, "unreadable", f"cannot read: {exc.strerror or exc}"),))
     if head.startswith(LFS_MAGIC):
@@ -111,18 +115,14 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
             begin, end = info["data_offsets"]
         except (TypeError, KeyError, ValueError):
             return _fail(name, "invalid-schema", f"tensor `{tname}` lacks dtype, shape or a [begin, end] pair", tname)
-        bits = bits_of(dtype) if isinstance(dtype, str) else None
+        bits = bits_of(dtype) if type(dtype) is str else None
         if bits is None:
             return _fail(name, "unknown-dtype", f"tensor `{tname}` has unknown dtype {dtype!r}", tname)
-        if (
-            type(shape) is not list
-            or not all(type(d) is int and d >= 0 for d in shape)
-            or type(begin) is not int
-            or type(end) is not int
-            or begin < 0
-            or end < 0
-        ):
+        if type(shape) is not list or type(begin) is not int or type(end) is not int or begin < 0 or end < 0:
             return _fail(name, "invalid-schema", f"tensor `{tname}` has a malformed shape or offsets", tname)
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return _fail(name, "invalid-schema", f"tensor `{tname}` has a malformed shape", tname)
         append(TensorInfo(tname, dtype, tuple(shape), name, begin, end))
 
     problems.extend(_validate_layout(name, file_size, n, tensors))

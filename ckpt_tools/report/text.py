@@ -39,10 +39,19 @@ def checkpoint_lines(ck: dict) -> list[str]:
     return lines
 
 
+def hub_lines(hub: dict | None) -> list[str]:
+    """Which commit of which Hub repo was read (nothing for a local target)."""
+    if not hub:
+        return []
+    return [f"  hub           {hub['repo_id']} @ {hub['revision'] or 'default branch'} = commit {hub['commit']}"
+            f" ({hub['endpoint']})"]
+
+
 def render(report: Report, *, color: bool = False) -> str:
     data = report.to_dict()
     out = [_paint(f"ckpt doctor {report.target}", "bold", color)]
     out.extend(checkpoint_lines(data["checkpoint"]))
+    out.extend(hub_lines(data.get("hub")))
     out.append("")
     findings = report.sorted_findings()
     for f in findings:
@@ -58,8 +67,11 @@ def render(report: Report, *, color: bool = False) -> str:
         if f.fix:
             out.append(f"        fix: {f.fix}")
         out.append("")
+    by_reason: dict[str, list[str]] = {}  # one line per reason: a pointer checkout skips most rules for one cause
     for s in report.skipped:
-        out.append(_paint(f"skipped {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+        by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
+    for reason, rules in by_reason.items():
+        out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
     for s in report.suppressed:
         out.append(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color))
     summary = data["summary"]

@@ -41,22 +41,17 @@ class IndexTensorMismatch(Rule):
         unreadable = {n for n in ckpt.shard_files if n not in readable} | {
             n for n in index.weight_map.values() if n not in ckpt.files
         }
-        where: dict[str, list[str]] = {}
-        for shard in ckpt.shards:
-            for t in shard.tensors:
-                where.setdefault(t.name, []).append(shard.name)
-        absent, misplaced, unlisted = [], [], []
+        tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
+        absent, misplaced = [], []
         for tensor, shard in index.weight_map.items():
             if shard in unreadable:
                 continue
-            holders = where.get(tensor)
-            if not holders:
+            info = tensors.get(tensor)
+            if info is None:
                 absent.append(tensor)
-            elif shard not in holders:
+            elif info.shard != shard and shard not in dupes.get(tensor, ()):
                 misplaced.append(tensor)
-        for tensor, holders in where.items():
-            if tensor not in index.weight_map and any(h in ckpt.shard_files for h in holders):
-                unlisted.append(tensor)
+        unlisted = sorted(tensors.keys() - index.weight_map.keys())
         duplicated = sorted(ckpt.duplicate_tensors)
         parts = []
         if absent:
@@ -72,7 +67,7 @@ class IndexTensorMismatch(Rule):
         involved = sorted(set(absent) | set(misplaced) | set(unlisted) | set(duplicated))
         files = {index.name}
         for t in involved:
-            files.update(where.get(t, []))
+            files.update(dupes.get(t) or ([tensors[t].shard] if t in tensors else []))
             if t in index.weight_map and index.weight_map[t] in ckpt.files:
                 files.add(index.weight_map[t])
         yield self.finding(
