@@ -14,5 +14,8 @@ __version__ = "0.1.0"
 
 from .pipeline import Analysis, analyze, doctor  # noqa: E402
 from .report.model import Report  # noqa: E402
+from .serve import CheckServeResult, ServePlan, check_serve, serve_flags  # noqa: E402
 
-__all__ = ["Analysis", "Report", "analyze", "doctor", "__version__"]
+__all__ = [
+    "Analysis", "CheckServeResult", "Report", "ServePlan", "analyze", "check_serve", "doctor", "serve_flags", "__version__",
+]
