@@ -368,3 +368,84 @@ def vllm_prefix(build: ModelBuild, hf_module: str) -> str | None:
         if c in build.modules:
             return c  # a layer built without the quant config (e.g. a router gate): vLLM never asks it
     return None
+
+
+# ---- check 3: `vllm serve` argv -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeVerdict:
+    """vLLM's answer to one `vllm serve` argv: the ModelConfig's quantization, or where and why it refused."""
+
+    quantization: str | None
+    error: str | None = None
+    stage: str | None = None  # "parse", "validate" (serve and API-server checks), "model-config", "quant-config"
+
+
+_SERVE_PARSER: Any = None
+
+
+def serve_parser() -> Any:
+    """vLLM's own `vllm` CLI parser with the `serve` subcommand, built as vllm/entrypoints/cli/main.py does."""
+    global _SERVE_PARSER
+    if _SERVE_PARSER is None:
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+        parser = FlexibleArgumentParser(description="vLLM CLI", prog="vllm")
+        subparsers = parser.add_subparsers(required=False, dest="subparser")
+        ServeSubcommand().subparser_init(subparsers).set_defaults(dispatch_function=ServeSubcommand.cmd)
+        _SERVE_PARSER = parser
+    return _SERVE_PARSER
+
+
+def parse_serve(argv: list[str], env: dict[str, str] | None = None) -> ServeVerdict:
+    """Parse `vllm serve ...` with vLLM's parser, run the serve subcommand's validation, then build the engine's
+    ModelConfig (`AsyncEngineArgs.from_cli_args(args).create_model_config()`) and its quantization config."""
+    import argparse
+    import io
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.entrypoints.common.cli_args import validate_api_server_args
+
+    if argv[:2] != ["vllm", "serve"]:
+        return ServeVerdict(None, f"not a `vllm serve` command: {argv[:2]}", "parse")
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                args = serve_parser().parse_args(argv[1:])
+        except SystemExit:
+            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            return ServeVerdict(None, lines[-1] if lines else "argparse exited", "parse")
+        except (argparse.ArgumentError, ValueError, TypeError) as exc:
+            return ServeVerdict(None, error_text(exc), "parse")
+        try:
+            ServeSubcommand().validate(args)
+            # What the API server checks before it starts (launcher.py): tool-call and reasoning parser names.
+            validate_api_server_args(args)
+            if getattr(args, "model_tag", None) is not None:
+                args.model = args.model_tag
+            engine_args = AsyncEngineArgs.from_cli_args(args)
+        except Exception as exc:  # noqa: BLE001
+            return ServeVerdict(None, error_text(exc), "validate")
+        try:
+            mc = engine_args.create_model_config()
+        except Exception as exc:  # noqa: BLE001
+            return ServeVerdict(None, error_text(exc), "model-config")
+        if mc.quantization is None:
+            return ServeVerdict(None)
+        try:
+            qc = VllmConfig.get_quantization_config(mc, engine_args.create_load_config())
+        except Exception as exc:  # noqa: BLE001
+            return ServeVerdict(mc.quantization, error_text(exc), "quant-config")
+        return ServeVerdict(qc.get_name())
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,200 @@
+"""The three checks of the conformance run, each comparing ckpt's statement with vLLM's own answer for one case.
+
+`check_method`: ckpt's `vllm_quantization` / rejection against vLLM's resolved method or error (config stage, or a
+quant-config error raised while building the layers). `check_modules`: ckpt's per-module scheme table against the
+quant config's decision for the vLLM layer that serves each module. `check_serve`: every argv `ckpt serve-flags`
+emits for the upstream runtime (each hardware profile) through vLLM's own `vllm serve` parser and ModelConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import vllm_side as vs
+
+from ckpt_tools.errors import CkptError
+from ckpt_tools.pipeline import analyze
+
+UPSTREAM_RUNTIME = "vllm-0.33"
+
+
+@dataclass
+class Cell:
+    """One check on one case: agree / disagree / n/a, a short text for the table, and the details behind it."""
+
+    status: str  # "ok", "DIFF", "n/a"
+    text: str
+    details: list[str] = field(default_factory=list)
+
+
+# ---- ckpt's side --------------------------------------------------------------------------------------------------
+
+
+def ckpt_view(folder: Path):  # noqa: ANN201 - Analysis | str
+    try:
+        return analyze(str(folder), headers_only=True)
+    except CkptError as exc:
+        return str(exc)
+
+
+def ckpt_refusal(result) -> str | None:  # noqa: ANN001
+    """ckpt's statement that vLLM refuses the checkpoint's config: the detection's rejection, an unreadable config
+    (CK104 invalid-config), or a target ckpt cannot open at all."""
+    if isinstance(result, str):
+        return result
+    if result.detection.rejection:
+        return result.detection.rejection
+    for f in result.report.findings:
+        if f.code == "CK104" and (f.details or {}).get("kind") == "invalid-config":
+            return f.message
+    return None
+
+
+def _core(message: str) -> str:
+    """The part of an error message both sides should share: no exception class, the first 60 characters."""
+    text = message.split(": ", 1)[1] if message.split(": ", 1)[0].endswith(("Error", "Exception")) else message
+    return " ".join(text.split())[:60]
+
+
+# ---- check 1: method ----------------------------------------------------------------------------------------------
+
+
+def vllm_refusal(verdict: vs.Verdict, build: vs.ModelBuild | None) -> str | None:
+    if verdict.error:
+        return verdict.error
+    if build is not None:
+        bad = next((d for d in build.decisions.values() if d.kind == "error"), None)
+        if bad is not None:
+            return f"layer {bad.prefix}: {bad.detail}"
+    return None
+
+
+def check_method(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> tuple[Cell, str, str]:  # noqa: ANN001
+    v_ref = vllm_refusal(verdict, build)
+    c_ref = ckpt_refusal(result)
+    v_text = f"error: {v_ref}" if v_ref else (verdict.method or "unquantized")
+    c_method = None if isinstance(result, str) else result.detection.vllm_quantization
+    c_text = f"error: {c_ref}" if c_ref else (c_method or "unquantized")
+    details = [f"vLLM: {v_text}", f"ckpt: {c_text}"]
+    if v_ref and c_ref:
+        same = _core(v_ref) in " ".join(c_ref.split())
+        return Cell("ok", "both refuse" + ("" if same else " (message differs)"), details), _short(v_text), _short(c_text)
+    if not v_ref and not c_ref and verdict.method == c_method:
+        return Cell("ok", verdict.method or "unquantized"), _short(v_text), _short(c_text)
+    return Cell("DIFF", f"{_short(c_text)} != {_short(v_text)}", details), _short(v_text), _short(c_text)
+
+
+def _short(text: str, n: int = 28) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# ---- check 2: modules ---------------------------------------------------------------------------------------------
+
+
+def ckpt_label(scheme) -> str:  # noqa: ANN001 - ckpt_tools.detect.schemes.Scheme
+    if scheme.kind == "unknown":
+        return "error"
+    if not scheme.quantized:
+        return "unquantized"
+    return f"{scheme.kind} {scheme.activation}"
+
+
+def vllm_label(build: vs.ModelBuild, prefix: str | None) -> str:
+    if prefix is None:
+        return "absent"
+    d = build.decisions.get(prefix)
+    if d is None:
+        return "unquantized"  # built without the quant config: the layer is never offered to it
+    if d.kind == "error":
+        return "error"
+    return "unquantized" if d.kind == "unquantized" else f"{d.kind} {d.activation}"
+
+
+def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> Cell:  # noqa: ANN001
+    if isinstance(result, str):
+        return Cell("n/a", "ckpt refused target")
+    if verdict.error:
+        return Cell("n/a", "vLLM refuses config")
+    if build is None or verdict.method is None:
+        rows = [r for r in result.detection.rows if r.declared.quantized]
+        if rows:
+            return Cell("DIFF", f"{len(rows)} quantized", [f"{r.name}: ckpt {ckpt_label(r.declared)}, vLLM unquantized"
+                                                        for r in rows])
+        return Cell("n/a", "unquantized")
+    if build.error and not build.decisions:
+        return Cell("n/a", "model not built", [build.error])
+    rows = result.detection.rows
+    bad, flagged = [], set()
+    for r in rows:
+        prefix = vs.vllm_prefix(build, r.name)
+        want, got = vllm_label(build, prefix), ckpt_label(r.declared)
+        if want == "absent" and (code := _flagged(result, r.name)):
+            flagged.add(code)  # vLLM has no such layer and ckpt reports these tensors as an error: both refuse
+            continue
+        if want != got:
+            bad.append(f"{r.name} -> {prefix or '(no vLLM layer)'}: ckpt {got}, vLLM {want}")
+    if build.error:
+        bad.append(f"model build stopped: {build.error}")
+    agree = len(rows) - sum(1 for b in bad if not b.startswith("model build"))
+    note = f" (no vLLM layer for some; flagged by {', '.join(sorted(flagged))})" if flagged else ""
+    return Cell("ok" if not bad else "DIFF", f"{agree}/{len(rows)}{note}", bad)
+
+
+def _flagged(result, module: str) -> str | None:  # noqa: ANN001
+    """The code of an error finding that covers `module`: it names one of its tensors, or (findings list a sample of
+    tensors) a rename plan moves its prefix (CK201 for a mis-nested tower)."""
+    for f in result.report.findings:
+        if f.severity != "error":
+            continue
+        renames = (f.details or {}).get("rename") or []
+        if any(t.startswith(module + ".") for t in f.tensors) or any(
+                isinstance(p, dict) and module.startswith(str(p.get("from"))) for p in renames):
+            return f.code
+    return None
+
+
+
+
+# ---- check 3: serve -----------------------------------------------------------------------------------------------
+
+
+def serve_argvs(folder: Path) -> tuple[dict[tuple[str, ...], tuple[str, dict[str, str]]], list[str]]:
+    """Every distinct argv `ckpt serve-flags` emits for the upstream runtime, with no hardware profile and with each
+    one: argv -> (the first hardware it came from, env). Also the hardware labels whose plan ckpt blocks."""
+    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.serve import serve_flags
+
+    argvs: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}
+    blocked: list[str] = []
+    for hw in [None, *(h.id for h in hardware_profiles())]:
+        plan = serve_flags(str(folder), runtime=UPSTREAM_RUNTIME, hardware=hw)
+        label = hw or "no hardware"
+        if plan.blocked:
+            blocked.append(label)
+            continue
+        argvs.setdefault(tuple(plan.argv), (label, dict(plan.env)))
+    return argvs, blocked
+
+
+def check_serve(folder: Path, verdict: vs.Verdict, build: vs.ModelBuild | None) -> Cell:
+    try:
+        argvs, blocked = serve_argvs(folder)
+    except CkptError as exc:
+        return Cell("n/a", "ckpt refused target", [str(exc)])
+    v_ref = vllm_refusal(verdict, build)
+    if not argvs:
+        if v_ref:
+            return Cell("n/a", "ckpt blocks; vLLM refuses")
+        return Cell("DIFF", "ckpt blocks, vLLM accepts", [f"vLLM resolves {verdict.method or 'unquantized'}"])
+    bad = []
+    for argv, (hw, env) in argvs.items():
+        sv = vs.parse_serve(list(argv), env)
+        if sv.error:
+            bad.append(f"[{hw}] {' '.join(argv[3:])}: vLLM {sv.stage}: {sv.error}")
+        elif not verdict.error and sv.quantization != verdict.method:
+            bad.append(f"[{hw}] {' '.join(argv[3:])}: resolves {sv.quantization}, not {verdict.method}")
+    if blocked and not v_ref:
+        bad.append(f"ckpt blocks for {', '.join(blocked)} though vLLM accepts")
+    n = len(argvs)
+    return Cell("ok" if not bad else "DIFF", f"{n - len([b for b in bad if b.startswith('[')])}/{n} argv", bad)
