@@ -50,6 +50,22 @@ def set_vision_ignore(pattern: str) -> Callable[[Path], None]:
     return apply
 
 
+def fp8_block_config(ignored: tuple[str, ...] = ()) -> Callable[[Path], None]:
+    """config.json says DeepSeek-style block FP8 (`quant_method: fp8`, 128x128 blocks), optionally with
+    `ignored_layers`: vLLM's Fp8Config, not compressed-tensors, then decides every layer."""
+
+    def apply(folder: Path) -> None:
+        def edit(cfg: dict) -> None:
+            cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                          "weight_block_size": [128, 128]}
+            if ignored:
+                cfg["quantization_config"]["ignored_layers"] = list(ignored)
+
+        edit_json(folder / "config.json", edit)
+
+    return apply
+
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe("hf-quant-config-only", "modelopt-llama-nvfp4", drop_config_quantization,
            "config.json has no quantization_config; hf_quant_config.json (nested NVFP4) is used"),
@@ -61,6 +77,10 @@ RECIPES: tuple[Recipe, ...] = (
            "vision tower ignored by an HF-side regex, which vLLM matches against vLLM names"),
     Recipe("ct-ignore-any-visual", "llmc-qwen35moe-nvfp4", set_vision_ignore("re:.*visual.*"),
            "vision tower ignored by a regex that matches the vLLM names"),
+    Recipe("fp8-block-config", "llmc-llama-fp8-dynamic", fp8_block_config(),
+           "quantization_config replaced by a block-FP8 `quant_method: fp8` config (vLLM Fp8Config)"),
+    Recipe("fp8-block-config-ignored", "llmc-llama-fp8-dynamic", fp8_block_config(("model.layers.0.mlp.down_proj",)),
+           "block-FP8 Fp8Config with one layer in ignored_layers"),
 )
 
 BY_NAME = {r.name: r for r in RECIPES}

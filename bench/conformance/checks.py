@@ -125,9 +125,12 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
     if build.error and not build.decisions:
         return Cell("n/a", "model not built", [build.error])
     rows = result.detection.rows
-    bad, flagged = [], set()
+    bad, flagged, dropped = [], set(), []
     for r in rows:
         prefix = vs.vllm_prefix(build, r.name)
+        if prefix == vs.DROPPED:
+            dropped.append(r.name)  # vLLM never loads these weights: it has no opinion on their scheme
+            continue
         want, got = vllm_label(build, prefix), ckpt_label(r.declared)
         if want == "absent" and (code := _flagged(result, r.name)):
             flagged.add(code)  # vLLM has no such layer and ckpt reports these tensors as an error: both refuse
@@ -136,9 +139,12 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
             bad.append(f"{r.name} -> {prefix or '(no vLLM layer)'}: ckpt {got}, vLLM {want}")
     if build.error:
         bad.append(f"model build stopped: {build.error}")
-    agree = len(rows) - sum(1 for b in bad if not b.startswith("model build"))
+    judged = len(rows) - len(dropped)
+    agree = judged - sum(1 for b in bad if not b.startswith("model build"))
     note = f" (no vLLM layer for some; flagged by {', '.join(sorted(flagged))})" if flagged else ""
-    return Cell("ok" if not bad else "DIFF", f"{agree}/{len(rows)}{note}", bad)
+    if dropped:
+        note += f" ({len(dropped)} not loaded by vLLM: {dropped[0]}{', …' if len(dropped) > 1 else ''})"
+    return Cell("ok" if not bad else "DIFF", f"{agree}/{judged}{note}", bad)
 
 
 def _flagged(result, module: str) -> str | None:  # noqa: ANN001

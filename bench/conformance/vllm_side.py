@@ -241,6 +241,8 @@ def classify_method(method: Any, layer: Any) -> tuple[str, str | None, str]:
         spec = method.spec
         act = _key_bits(spec.activation) if spec.activation is not None else "A16"
         return _weight_kind(spec.weight), act, name
+    if name == "Fp8LinearMethod":  # Fp8Config (quant_method "fp8"): W8A8, dynamic or static activations
+        return "fp8", "A8", name
     scheme = getattr(layer, "scheme", None)
     sname = type(scheme).__name__
     if sname == "CompressedTensorsW4A4Fp4":
@@ -342,15 +344,20 @@ def _patched(obj: object, attr: str, value: object) -> Iterator[None]:
         setattr(obj, attr, old)
 
 
+DROPPED = "(dropped by hf_to_vllm_mapper)"
+
+
 def vllm_prefix(build: ModelBuild, hf_module: str) -> str | None:
     """The vLLM layer prefix that serves a checkpoint module (HF name), through the model's own mappings:
-    `hf_to_vllm_mapper` rename, the fused-shard `packed_modules_mapping`, and per-expert names -> the experts layer."""
+    `hf_to_vllm_mapper` rename, the fused-shard `packed_modules_mapping`, and per-expert names -> the experts layer.
+    DROPPED when the mapper discards the module's weights (e.g. `mtp.*` in the main Qwen3.5 model); None when no
+    layer of the built model has that name."""
     name = hf_module
     if build.hf_to_vllm is not None:
         # The mapper renames weight names; map the module's weight so prefix rules such as `lm_head.` apply.
         mapped = build.hf_to_vllm._map_name(f"{name}.weight")
         if mapped is None:
-            return None
+            return DROPPED
         name = mapped.removesuffix(".weight")
     candidates = [name]
     parent, _, last = name.rpartition(".")

@@ -249,8 +249,9 @@ def _rooted_component(root_component: str, first: str) -> str:
 
 class _Resolver:
     def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
-                 algo: str | None) -> None:
+                 algo: str | None, method: str | None = None) -> None:
         self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
+        self.method = method
         self.ignore = [e for e in (view.get("ignore") or view.get("exclude_modules") or []) if isinstance(e, str)]
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
@@ -277,7 +278,24 @@ class _Resolver:
             return self._ct(name)
         if self.producer == "modelopt":
             return self._modelopt(name, experts_prefix)
+        if self.method == "fp8":
+            return self._fp8(name, experts_prefix)
         return UNQUANTIZED, None, None
+
+    def _fp8(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
+        """vLLM `Fp8Config.get_quant_method` (quant_method "fp8", e.g. DeepSeek-style block FP8): every linear layer
+        and expert group is FP8 W8A8 unless `ignored_layers` (else `modules_to_not_convert`) names it exactly, after
+        the HF->vLLM rename; the LM head is a ParallelLMHead, which Fp8Config leaves unquantized. Found by
+        bench/conformance (vLLM 0.33.0 fp8.py)."""
+        if name == "lm_head" or name.endswith(".lm_head"):
+            return UNQUANTIZED, "(lm_head: Fp8Config quantizes linear layers only)", None
+        entries = self.view.get("ignored_layers") or self.view.get("modules_to_not_convert") or []
+        ignored = {self.family.to_vllm(e): e for e in entries if isinstance(e, str)} if isinstance(entries, list) else {}
+        for candidate in (name, experts_prefix):
+            if candidate is not None and self.family.to_vllm(candidate) in ignored:
+                return UNQUANTIZED, ignored[self.family.to_vllm(candidate)], None
+        block = self.view.get("weight_block_size")
+        return Scheme("fp8", "A8", "block" if block else None), None, "fp8"
 
     def _ct(self, name: str) -> tuple[Scheme, str | None, str | None]:
         vname = self.family.to_vllm(name)
@@ -338,7 +356,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
-    resolver = _Resolver(ckpt, view, family, rt, producer, algo)
+    resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     rows = []
     for module in ckpt.modules.values():
         if not is_linear_candidate(module):

@@ -1,0 +1,34 @@
+"""Regression tests for disagreements with vLLM found by bench/conformance (vLLM's own code, 0.33.0).
+
+Each test reproduces one corrected verdict of ckpt's detection on a corrupted copy from tests/config_recipes.py.
+"""
+
+from __future__ import annotations
+
+from ckpt_tools import analyze
+from tests.config_recipes import BY_NAME
+
+
+def _detect(fixture_copy, name: str):  # noqa: ANN001, ANN202 - the conftest factory; a Detection
+    recipe = BY_NAME[name]
+    folder = fixture_copy(recipe.fixture)
+    recipe.apply(folder)
+    return analyze(str(folder), headers_only=True).detection
+
+
+def test_fp8_config_quantizes_every_linear_but_the_head(fixture_copy) -> None:
+    """vLLM Fp8Config.get_quant_method: FP8 for every LinearBase; the ParallelLMHead stays unquantized.
+    ckpt used to call every layer of a `quant_method: fp8` checkpoint unquantized."""
+    det = _detect(fixture_copy, "fp8-block-config")
+    assert det.vllm_quantization == "fp8" and det.rejection is None
+    declared = {r.name: r.declared for r in det.rows}
+    assert not declared.pop("lm_head").quantized
+    assert declared and {(s.kind, s.activation, s.detail) for s in declared.values()} == {("fp8", "A8", "block")}
+
+
+def test_fp8_config_ignored_layers_match_exactly(fixture_copy) -> None:
+    det = _detect(fixture_copy, "fp8-block-config-ignored")
+    row = det.row_by_name["model.layers.0.mlp.down_proj"]
+    assert not row.declared.quantized and row.covered_by == "model.layers.0.mlp.down_proj"
+    # Exact names only: the same projection of the next layer is still quantized.
+    assert det.row_by_name["model.layers.1.mlp.down_proj"].declared.kind == "fp8"
