@@ -251,12 +251,12 @@ class _Resolver:
     def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
                  algo: str | None, method: str | None = None) -> None:
         self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
-        self.method = method
         self.ignore = [e for e in (view.get("ignore") or view.get("exclude_modules") or []) if isinstance(e, str)]
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
+        self.method = method  # the checkpoint's quant_method; "fp8" is decided by vLLM's Fp8Config
         if producer == "modelopt":
             base = modelopt_scheme(algo)
             if algo == "NVFP4" and _modelopt_downgraded(view):
