@@ -38,9 +38,10 @@ def ckpt_view(folder: Path):  # noqa: ANN201 - Analysis | str
         return str(exc)
 
 
-def ckpt_refusal(result) -> str | None:  # noqa: ANN001
-    """ckpt's statement that vLLM refuses the checkpoint's config: the detection's rejection, an unreadable config
-    (CK104 invalid-config), or a target ckpt cannot open at all."""
+def ckpt_refusal(result, layer: str | None = None) -> str | None:  # noqa: ANN001
+    """ckpt's statement that vLLM refuses the checkpoint: the detection's rejection, an unreadable config (CK104
+    invalid-config), a target ckpt cannot open at all, or, when vLLM raised while building `layer`, an error finding
+    that names that layer."""
     if isinstance(result, str):
         return result
     if result.detection.rejection:
@@ -48,6 +49,28 @@ def ckpt_refusal(result) -> str | None:  # noqa: ANN001
     for f in result.report.findings:
         if f.code == "CK104" and (f.details or {}).get("kind") == "invalid-config":
             return f.message
+    if layer is not None:
+        finding = naming_error(result, layer)
+        if finding is not None:
+            return f"{finding.code}: {finding.message}"
+    return None
+
+
+def _layer_keys(prefix: str) -> tuple[str, ...]:
+    """Ways a finding can name a vLLM layer: its full vLLM prefix, or the part from `layers.` on (HF and vLLM
+    prefixes differ before it, e.g. `model.language_model.` vs `language_model.model.`)."""
+    keys = [prefix]
+    if "layers." in prefix:
+        keys.append(prefix[prefix.index("layers."):])
+    return tuple(keys)
+
+
+def naming_error(result, prefix: str):  # noqa: ANN001, ANN201 - Analysis -> Finding | None
+    """An error finding whose message or tensors name the vLLM layer `prefix`."""
+    keys = _layer_keys(prefix)
+    for f in result.report.findings:
+        if f.severity == "error" and any(k in f.message or any(k in t for t in f.tensors) for k in keys):
+            return f
     return None
 
 
@@ -60,19 +83,24 @@ def _core(message: str) -> str:
 # ---- check 1: method ----------------------------------------------------------------------------------------------
 
 
+def layer_error(build: vs.ModelBuild | None) -> vs.LayerDecision | None:
+    """The first layer whose quant-config dispatch raised (vLLM stops building the model there)."""
+    if build is None:
+        return None
+    return next((d for d in build.decisions.values() if d.kind == "error"), None)
+
+
 def vllm_refusal(verdict: vs.Verdict, build: vs.ModelBuild | None) -> str | None:
     if verdict.error:
         return verdict.error
-    if build is not None:
-        bad = next((d for d in build.decisions.values() if d.kind == "error"), None)
-        if bad is not None:
-            return f"layer {bad.prefix}: {bad.detail}"
-    return None
+    bad = layer_error(build)
+    return f"layer {bad.prefix}: {bad.detail}" if bad is not None else None
 
 
 def check_method(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> tuple[Cell, str, str]:  # noqa: ANN001
     v_ref = vllm_refusal(verdict, build)
-    c_ref = ckpt_refusal(result)
+    bad_layer = layer_error(build)
+    c_ref = ckpt_refusal(result, bad_layer.prefix if bad_layer is not None else None)
     v_text = f"error: {v_ref}" if v_ref else (verdict.method or "unquantized")
     c_method = None if isinstance(result, str) else result.detection.vllm_quantization
     c_text = f"error: {c_ref}" if c_ref else (c_method or "unquantized")
@@ -133,7 +161,10 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
             continue
         want, got = vllm_label(build, prefix), ckpt_label(r.declared)
         if want == "absent" and (code := _flagged(result, r.name)):
-            flagged.add(code)  # vLLM has no such layer and ckpt reports these tensors as an error: both refuse
+            flagged.add(code)  # vLLM has no such layer and ckpt reports these tensors: both say they do not load
+            continue
+        if want == "error" and got != "error" and (finding := naming_error(result, prefix)) is not None:
+            flagged.add(finding.code)  # vLLM raises on this layer and ckpt reports that error for it
             continue
         if want != got:
             bad.append(f"{r.name} -> {prefix or '(no vLLM layer)'}: ckpt {got}, vLLM {want}")
@@ -141,20 +172,26 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
         bad.append(f"model build stopped: {build.error}")
     judged = len(rows) - len(dropped)
     agree = judged - sum(1 for b in bad if not b.startswith("model build"))
-    note = f" (no vLLM layer for some; flagged by {', '.join(sorted(flagged))})" if flagged else ""
+    note = f" (refused or unplaced layers flagged by {', '.join(sorted(flagged))})" if flagged else ""
     if dropped:
         note += f" ({len(dropped)} not loaded by vLLM: {dropped[0]}{', …' if len(dropped) > 1 else ''})"
     return Cell("ok" if not bad else "DIFF", f"{agree}/{judged}{note}", bad)
 
 
 def _flagged(result, module: str) -> str | None:  # noqa: ANN001
-    """The code of an error finding that covers `module`: it names one of its tensors, or (findings list a sample of
-    tensors) a rename plan moves its prefix (CK201 for a mis-nested tower)."""
+    """Why ckpt expects no vLLM layer for `module`: its family drops the prefix (loaded by the MTP drafter), or a
+    warning or error finding covers it. Findings list a sample of tensors, so a finding covers the module when it
+    names one of its tensors, a rename plan moves its prefix (CK201), or it names a tensor under the same two-segment
+    root (`model.visual.`, `mtp.layers.`), the unit the naming rules judge."""
+    det = result.detection
+    if any(module.startswith(p) for p in det.family.dropped_prefixes):
+        return f"family {det.family.id} drops {module.split('.', 1)[0]}."
+    root = ".".join(module.split(".")[:2]) + "."
     for f in result.report.findings:
-        if f.severity != "error":
+        if f.severity not in ("error", "warning"):
             continue
         renames = (f.details or {}).get("rename") or []
-        if any(t.startswith(module + ".") for t in f.tensors) or any(
+        if any(t.startswith(module + ".") or t.startswith(root) for t in f.tensors) or any(
                 isinstance(p, dict) and module.startswith(str(p.get("from"))) for p in renames):
             return f.code
     return None
