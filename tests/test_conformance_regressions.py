@@ -32,3 +32,26 @@ def test_fp8_config_ignored_layers_match_exactly(fixture_copy) -> None:
     assert not row.declared.quantized and row.covered_by == "model.layers.0.mlp.down_proj"
     # Exact names only: the same projection of the next layer is still quantized.
     assert det.row_by_name["model.layers.1.mlp.down_proj"].declared.kind == "fp8"
+
+
+def test_serve_flags_blocks_an_unreadable_config(fixture_copy) -> None:
+    """vLLM's ModelConfig cannot be built from a config.json that is not JSON: `ckpt serve-flags` used to emit a
+    command anyway (conformance check 3: vLLM 0.33.0 `get_config` raises 'is not a valid JSON file')."""
+    from ckpt_tools.serve import serve_flags
+
+    folder = fixture_copy("llmc-llama-nvfp4")
+    (folder / "config.json").write_text("{ not json")
+    plan = serve_flags(str(folder))
+    assert plan.blocked and "config.json cannot be read" in plan.blocked
+    (folder / "config.json").unlink()
+    assert "no config.json" in serve_flags(str(folder)).blocked
+
+
+def test_serve_flags_does_not_block_a_readable_config(fixture_copy) -> None:
+    assert serve_flags_blocked(fixture_copy("llmc-llama-nvfp4")) is None
+
+
+def serve_flags_blocked(folder):  # noqa: ANN001, ANN201
+    from ckpt_tools.serve import serve_flags
+
+    return serve_flags(str(folder)).blocked

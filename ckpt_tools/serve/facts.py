@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
 from .profiles import ServeRuntime, drafter_kinds
 
@@ -59,6 +60,17 @@ def derived_max_model_len(text_config: Mapping[str, Any]) -> tuple[int | None, s
     return int(length), best[1]
 
 
+def config_refusal(ckpt: Checkpoint) -> str | None:
+    """vLLM builds no ModelConfig without a readable config.json, whatever the flags (`vllm serve` stops in
+    `get_config`; found by bench/conformance against vLLM 0.33.0)."""
+    if "config.json" not in ckpt.files:
+        return "there is no config.json, so vLLM cannot build the model config"
+    problem = next((p for p in ckpt.problems if p.file == "config.json" and p.kind == "invalid-config"), None)
+    if problem is not None:
+        return f"config.json cannot be read ({problem.message}), so vLLM cannot build the model config"
+    return None
+
+
 def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
     misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
@@ -77,7 +89,7 @@ def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
         producer=det.producer,
         quant_algo=det.quant_algo,
         vllm_quantization=det.vllm_quantization,
-        rejection=det.rejection,
+        rejection=det.rejection or config_refusal(ckpt),
         activation_mode=det.activation_mode,
         kv_cache=det.kv_cache,
         max_model_len=max_len,
