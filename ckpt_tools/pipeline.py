@@ -12,7 +12,9 @@ from .read import open_source
 from .read.loader import load_checkpoint, read_tensor_bytes
 from .report.model import Report
 from .rules.base import Context, Finding, all_rules
+from .model.modules import ROLES, SCALE_ROLES
 from .rules.ck501_nan_fp8_scale import is_scanned
+from .suppress import apply_suppressions, load_suppressions
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,9 @@ class Analysis:
 
 
 def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
-    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and t.name.rsplit(".", 1)[-1].endswith("scale"))
+    """FP8 scales (NaN scan) and every small scale tensor: `weight_scale_2`, `weight_global_scale`, `input_scale`,
+    `input_global_scale`, per-tensor `weight_scale`, KV scales (value rules read these few bytes)."""
+    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and ROLES.get(t.name.rsplit(".", 1)[-1]) in SCALE_ROLES)
 
 
 def analyze(
@@ -38,6 +42,7 @@ def analyze(
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
+    suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
     skipped_reason = None
     if headers_only:
@@ -58,11 +63,13 @@ def analyze(
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
             continue
         findings.extend(rule_cls().check(ctx))
+    findings, suppressed = apply_suppressions(findings, suppressions)
     report = Report(
         target=target,
         checkpoint=checkpoint_summary(ckpt, det),
         findings=tuple(findings),
         skipped=tuple(skipped),
+        suppressed=tuple(suppressed),
     )
     return Analysis(ckpt, det, report)
 

@@ -35,19 +35,35 @@ class Checkpoint:
 
     # ---- tensors -------------------------------------------------------------------------------------------------
     @cached_property
+    def loaded_shards(self) -> tuple[Shard, ...]:
+        """The shards a loader reads. With an index, only the files its `weight_map` names: vLLM drops every other
+        `.safetensors` file (`filter_duplicate_safetensors_files`), so a stray shard's tensors never load."""
+        if self.index is None:
+            return self.shards
+        named = set(self.index.weight_map.values())
+        return tuple(s for s in self.shards if s.name in named)
+
+    @cached_property
+    def stray_shards(self) -> tuple[Shard, ...]:
+        """Readable shards that an index exists for but does not name (loaders skip them)."""
+        loaded = {s.name for s in self.loaded_shards}
+        return tuple(s for s in self.shards if s.name not in loaded)
+
+    @cached_property
     def tensors(self) -> Mapping[str, TensorInfo]:
-        """Tensor name -> info. Where a name appears in several shards, the first shard in load order wins."""
+        """Tensor name -> info over the loaded shards. Where a name appears in several, the first in load order
+        wins."""
         out: dict[str, TensorInfo] = {}
-        for shard in self.shards:
+        for shard in self.loaded_shards:
             for t in shard.tensors:
                 out.setdefault(t.name, t)
         return MappingProxyType(out)
 
     @cached_property
     def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
-        """Tensor names stored in more than one shard -> the shards holding them."""
+        """Tensor names stored in more than one loaded shard -> the shards holding them."""
         where: dict[str, list[str]] = {}
-        for shard in self.shards:
+        for shard in self.loaded_shards:
             for t in shard.tensors:
                 where.setdefault(t.name, []).append(shard.name)
         return MappingProxyType({k: tuple(v) for k, v in where.items() if len(v) > 1})

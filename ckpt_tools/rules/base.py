@@ -32,6 +32,8 @@ class Finding:
     count: int = 0
     fix: str | None = None
     details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Every tensor involved (`tensors` is truncated for display); not serialised. Suppression by tensor glob uses it.
+    all_tensors: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -95,6 +97,7 @@ class Rule:
             count=len(listed) if count is None else count,
             fix=fix,
             details=MappingProxyType(dict(details or {})),
+            all_tensors=listed,
         )
 
     @classmethod

@@ -10,9 +10,10 @@ class IndexTensorMismatch(Rule):
     """Index and shard headers disagree about which tensor lives where.
 
     What it catches
-    Tensors the index maps to a shard whose header lacks them; tensors present in a shard but absent from the index
-    (loaders that follow the index never see them); tensors the index maps to one shard that actually live in
-    another; tensors stored in more than one shard (failure-catalogue.md class 3).
+    Tensors the index maps to a shard whose header lacks them; tensors present in an indexed shard but absent from
+    the index (loaders that follow the index never see them); tensors the index maps to one shard that actually live
+    in another (failure-catalogue.md class 3). Shards the index does not name are stray-shard (CK107); tensors in
+    two loaded shards are duplicate-tensor (CK108).
 
     Why it matters
     Stale indexes cause missing-parameter errors that name tensors rather than the cause, or silently unloaded
@@ -41,23 +42,26 @@ class IndexTensorMismatch(Rule):
         unreadable = {n for n in ckpt.shard_files if n not in readable} | {
             n for n in index.weight_map.values() if n not in ckpt.files
         }
+        # Only the shards the index names are loaded; a stray shard and its tensors are stray-shard's (CK107), and
+        # a tensor in two loaded shards is duplicate-tensor's (CK108), so nothing is reported twice.
         where: dict[str, list[str]] = {}
-        for shard in ckpt.shards:
+        for shard in ckpt.loaded_shards:
             for t in shard.tensors:
                 where.setdefault(t.name, []).append(shard.name)
+        in_stray = {t.name for shard in ckpt.stray_shards for t in shard.tensors}
         absent, misplaced, unlisted = [], [], []
         for tensor, shard in index.weight_map.items():
             if shard in unreadable:
                 continue
             holders = where.get(tensor)
             if not holders:
-                absent.append(tensor)
+                if tensor not in in_stray:
+                    absent.append(tensor)
             elif shard not in holders:
                 misplaced.append(tensor)
-        for tensor, holders in where.items():
-            if tensor not in index.weight_map and any(h in ckpt.shard_files for h in holders):
+        for tensor in where:
+            if tensor not in index.weight_map:
                 unlisted.append(tensor)
-        duplicated = sorted(ckpt.duplicate_tensors)
         parts = []
         if absent:
             parts.append(f"{len(absent)} tensor(s) listed in the index are in no shard")
@@ -65,11 +69,9 @@ class IndexTensorMismatch(Rule):
             parts.append(f"{len(misplaced)} tensor(s) are mapped to the wrong shard")
         if unlisted:
             parts.append(f"{len(unlisted)} tensor(s) in shards are missing from the index (loaders skip them)")
-        if duplicated:
-            parts.append(f"{len(duplicated)} tensor(s) are stored in more than one shard")
         if not parts:
             return
-        involved = sorted(set(absent) | set(misplaced) | set(unlisted) | set(duplicated))
+        involved = sorted(set(absent) | set(misplaced) | set(unlisted))
         files = {index.name}
         for t in involved:
             files.update(where.get(t, []))
@@ -83,6 +85,5 @@ class IndexTensorMismatch(Rule):
                 "absent": sorted(absent)[:100],
                 "misplaced": sorted(misplaced)[:100],
                 "unlisted": sorted(unlisted)[:100],
-                "duplicated": {t: list(ckpt.duplicate_tensors[t]) for t in duplicated[:100]},
             },
         )

@@ -25,8 +25,8 @@ class QuantConfigMismatch(Rule):
     """config.json, hf_quant_config.json and the tensors disagree about the quantization.
 
     What it catches
-    - config.json `quantization_config` and hf_quant_config.json naming different algos, KV-cache algos or exclude
-      lists (vLLM reads config.json and ignores the other file: vllm-facts.md 1.1);
+    - config.json `quantization_config` and hf_quant_config.json naming different algos or exclude lists (vLLM
+      reads config.json and ignores the other file: vllm-facts.md 1.1; KV-cache disagreements are CK303);
     - a declared quantization with no quantized tensor at all, or quantized tensors with no declaration;
     - modules whose tensors are a different scheme from the one the config gives them (e.g. FP8 tensors under an
       NVFP4 config), or use the other producer's tensor names (`weight_scale_2` under compressed-tensors,
@@ -70,10 +70,7 @@ class QuantConfigMismatch(Rule):
                 diffs.append(("quant_algo", a or None, b or None, "error"))
         else:
             diffs.append(("quant_method", cfg.get("quant_method"), "modelopt", "error"))
-        kv_a = _kv_word(cfg.get("kv_cache_scheme", cfg.get("kv_cache_quant_algo")))
-        kv_b = _kv_word(nested.get("kv_cache_quant_algo", nested.get("kv_cache_scheme")))
-        if kv_a != kv_b and (kv_a or kv_b):
-            diffs.append(("kv_cache", kv_a, kv_b, "warning"))
+        # KV-cache declarations that disagree are kv-cache-config-mismatch's (CK303).
         ex_a = set(cfg.get("ignore") or cfg.get("exclude_modules") or [])
         ex_b = set(nested.get("exclude_modules") or nested.get("ignore") or [])
         if ex_a != ex_b:

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Iterable
+
+from ..catalogue import fused_groups_for
+from ._values import scalar
+from .base import Context, Finding, Rule, register
+
+WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
+INPUT_GLOBAL = ("input_scale", "input_global_scale")
+RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
+ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
+
+
+def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
+    """(vLLM fused name, shard module names) for every fused layer with at least two NVFP4 shards on disk,
+    including each expert's gate/up pair (vLLM's w13)."""
+    rows = ctx.det.row_by_name
+    out = []
+    for group in fused_groups_for(ctx.det.family.id):
+        parents: dict[str, list[str]] = defaultdict(list)
+        for name in ctx.ckpt.modules:
+            parent, _, last = name.rpartition(".")
+            row = rows.get(name)
+            if last in group.shards and row is not None and row.disk.kind == "nvfp4":
+                parents[parent].append(name)
+        for parent, shards in sorted(parents.items()):
+            if len(shards) > 1:
+                out.append((f"{parent}.{group.fused}", sorted(shards)))
+    return out
+
+
+def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
+    found = []
+    for fused, shards in fused_sets(ctx):
+        for suffix in suffixes:
+            vals = {s: scalar(ctx.ckpt, f"{s}.{suffix}") for s in shards}
+            if any(v is None or not math.isfinite(v) or v <= 0 for v in vals.values()):
+                continue  # absent (other rules) or unusable (invalid-scale-value)
+            lo, hi = min(vals.values()), max(vals.values())
+            ratio = hi / lo
+            if ratio > 1 + RELATIVE_TOLERANCE:
+                found.append({"fused": fused, "suffix": suffix, "ratio": round(ratio, 4),
+                              "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
+                              "tensors": [f"{s}.{suffix}" for s in shards]})
+    found.sort(key=lambda m: -m["ratio"])
+    return found
+
+
+def _example(m: dict) -> str:
+    vals = ", ".join(f"{k} {v:.6g}" for k, v in m["values"].items())
+    return f"`{m['fused']}` {m['suffix']}: {vals} (ratio {m['ratio']:.3g}x)"
+
+
+@register
+class FusedScaleMismatch(Rule):
+    """Global scales of shards vLLM fuses (q/k/v, gate/up) differ.
+
+    What it catches
+    NVFP4 shards that vLLM loads into one fused parameter (q/k/v -> `qkv_proj`, gate/up -> `gate_up_proj` and each
+    expert's `w13`, Qwen3.5 `in_proj_qkv`/`in_proj_z` -> `in_proj_qkvz`; rules/modules.toml) whose scalar weight
+    global scales (`weight_scale_2`, `weight_global_scale`) differ, with the ratio between the largest and the
+    smallest (failure-catalogue.md class 11). Differing input global scales are reported as info. Reads only the
+    scalar F32 scale tensors (a few bytes each); skipped with `--headers-only`.
+
+    Why it matters
+    A fused layer has one global scale. vLLM keeps the maximum (the gate's for MoE experts) and only warns ("the
+    weight global scale is different for parallel layers", "w1_weight_scale_2 must match w3_weight_scale_2.
+    Accuracy may be affected."; vllm-facts.md 2.3, 3.1, 3.2): every other shard's weights dequantize off by its
+    ratio. The model boots and answers worse; ratios of 2-10x have been seen in published checkpoints.
+
+    Anti-pattern
+    Independent per-tensor observers for fused shards (llm-compressor releases that do not know a model's fusion,
+    e.g. Qwen3.5 `in_proj_qkv`/`in_proj_z`), or ModelOpt exports without synchronised amax for fused layers.
+
+    Fix
+    Re-export with the fused shards' global scales synchronised (llm-compressor `update_fused_layer_weight_global_
+    scales`, ModelOpt's fused-amax sync), or requantize the affected shards to a shared global scale.
+    """
+
+    code = "CK502"
+    slug = "fused-scale-mismatch"
+    severity = "warning"
+    title = "Fused shards have different global scales"
+    needs_values = True
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        weights = _mismatches(ctx, WEIGHT_GLOBAL)
+        if weights:
+            worst = weights[0]["ratio"]
+            yield self.finding(
+                f"{len(weights)} fused layer(s) have different weight global scales across their shards (worst "
+                f"{_example(weights[0])}); vLLM keeps one scale per fused layer, so the other shards' weights "
+                f"dequantize off by up to {worst:.3g}x. Re-export with synchronised global scales.",
+                tensors=[t for m in weights for t in m["tensors"]],
+                files={ctx.ckpt.tensors[t].shard for m in weights for t in m["tensors"]},
+                count=len(weights),
+                severity="error" if worst >= ERROR_RATIO else "warning",
+                details={"max_ratio": worst, "layers": [{k: v for k, v in m.items() if k != "tensors"}
+                                                        for m in weights[:200]]},
+            )
+        inputs = _mismatches(ctx, INPUT_GLOBAL)
+        if inputs:
+            yield self.finding(
+                f"{len(inputs)} fused layer(s) have different input global scales across their shards (worst "
+                f"{_example(inputs[0])}); vLLM quantizes the fused input with one scale (the max), which is correct "
+                f"but coarser for the other shards.",
+                tensors=[t for m in inputs for t in m["tensors"]],
+                files={ctx.ckpt.tensors[t].shard for m in inputs for t in m["tensors"]},
+                count=len(inputs),
+                severity="info",
+                details={"max_ratio": inputs[0]["ratio"], "layers": [{k: v for k, v in m.items() if k != "tensors"}
+                                                                     for m in inputs[:200]]},
+            )
