@@ -21,7 +21,8 @@ def genuine_entries() -> list[str]:
         return []
     data = json.loads(manifest.read_text())
     entries = data["entries"] if isinstance(data, dict) and "entries" in data else data
-    names = [e["name"] if isinstance(e, dict) else e for e in entries] if isinstance(entries, list) else list(entries)
+    names = ([e.get("entry") or e["name"] if isinstance(e, dict) else e for e in entries]
+             if isinstance(entries, list) else list(entries))
     return sorted(n for n in names if (GENUINE / n).is_dir())
 
 

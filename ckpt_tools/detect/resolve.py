@@ -249,7 +249,8 @@ class _Resolver:
     def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
                  algo: str | None) -> None:
         self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
-        self.ignore = [e for e in (view.get("ignore") or view.get("exclude_modules") or []) if isinstance(e, str)]
+        entries = view.get("ignore") or view.get("exclude_modules") or []
+        self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))

@@ -60,6 +60,15 @@ class Checkpoint:
         return MappingProxyType(out)
 
     @cached_property
+    def unavailable_tensors(self) -> frozenset[str]:
+        """Tensors the index places in shards that are missing, unreadable or invalid. Rules that judge absences
+        treat them as present: their shard's own finding (missing shard, LFS pointer, bad header) is the cause."""
+        if self.index is None:
+            return frozenset()
+        good = {s.name for s in self.shards if s.valid}
+        return frozenset(t for t, shard in self.index.weight_map.items() if shard not in good)
+
+    @cached_property
     def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
         """Tensor names stored in more than one loaded shard -> the shards holding them."""
         where: dict[str, list[str]] = {}

@@ -52,6 +52,12 @@ def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
         absent: tuple[int, ...] = ()
         if expected is not None and max(have) < expected:
             absent = tuple(e for e in range(expected) if e not in have)
+        # Tensors held by a missing or broken shard are that shard's finding, not an expert gap.
+        gone = ckpt.unavailable_tensors
+        if gone:
+            missing = {k: [e for e in ids if f"{layer}.{e}.{k}" not in gone] for k, ids in missing.items()}
+            missing = {k: ids for k, ids in missing.items() if ids}
+            absent = tuple(e for e in absent if not any(n.startswith(f"{layer}.{e}.") for n in gone))
         if missing or absent:
             out.append(LayerGap(layer, len(have), {k: tuple(v) for k, v in sorted(missing.items())}, absent))
     return tuple(out)

@@ -14,7 +14,8 @@ def _hf_side_entry(ctx: Context, name: str) -> str | None:
     """An ignore entry that covers the *checkpoint* name with the producer's own matcher, although vLLM's matcher
     (on vLLM-side names) does not: the naming trap of vllm-facts.md 2.5."""
     det = ctx.det
-    for entry in det.config.get("ignore") or det.config.get("exclude_modules") or []:
+    entries = det.config.get("ignore") or det.config.get("exclude_modules") or []
+    for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, str) or not entry:
             continue
         if det.producer == "compressed-tensors":

@@ -53,7 +53,10 @@ class OrphanScale(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         orphans: list[str] = []
         modules: dict[str, str] = {}
+        gone = ctx.ckpt.unavailable_tensors
         for module in ctx.ckpt.modules.values():
+            if module.weight is None and {f"{module.name}.weight", f"{module.name}.weight_packed"} & gone:
+                continue  # the weight is in a missing or broken shard: that shard's finding
             found = orphans_of(module)
             if not found:
                 continue

@@ -14,6 +14,10 @@ def _nested(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return q if isinstance(q, dict) else cfg
 
 
+def _entries(value: Any) -> set[str]:
+    return {e for e in value if isinstance(e, str)} if isinstance(value, list) else set()
+
+
 def _kv_word(value: Any) -> str | None:
     if isinstance(value, dict):
         return f"{value.get('type')}{value.get('num_bits')}".replace("float8", "fp8").replace("float4", "nvfp4")
@@ -71,8 +75,8 @@ class QuantConfigMismatch(Rule):
         else:
             diffs.append(("quant_method", cfg.get("quant_method"), "modelopt", "error"))
         # KV-cache declarations that disagree are kv-cache-config-mismatch's (CK303).
-        ex_a = set(cfg.get("ignore") or cfg.get("exclude_modules") or [])
-        ex_b = set(nested.get("exclude_modules") or nested.get("ignore") or [])
+        ex_a = _entries(cfg.get("ignore") or cfg.get("exclude_modules"))
+        ex_b = _entries(nested.get("exclude_modules") or nested.get("ignore"))
         if ex_a != ex_b:
             diffs.append(("exclude list", f"{len(ex_a)} entries", f"{len(ex_b)} entries", "warning"))
         for what, x, y, severity in diffs:

@@ -20,18 +20,25 @@ class Layer:
     is_qkv: bool = False
 
 
+def _pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return value[0], value[1]
+    return None
+
+
 def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
     groups = (ctx.det.config.data or {}).get("config_groups")
     if isinstance(groups, dict):
         for row in rows:
             g = groups.get(row.group) if row.group else None
             weights = g.get("weights") if isinstance(g, dict) else None
-            block = weights.get("block_structure") if isinstance(weights, dict) else None
-            if isinstance(block, list) and len(block) == 2:
-                return int(block[0]), int(block[1])
-    block = ctx.det.config.get("weight_block_size")
-    if isinstance(block, list) and len(block) == 2:
-        return int(block[0]), int(block[1])
+            block = _pair(weights.get("block_structure")) if isinstance(weights, dict) else None
+            if block:
+                return block
+    block = _pair(ctx.det.config.get("weight_block_size"))
+    if block:
+        return block
     if ctx.det.producer == "modelopt":
         for s in scale_schemes():
             if s.producer == "modelopt" and s.kind == "fp8" and s.block_size:

@@ -72,11 +72,12 @@ class Nvfp4WeightOnly(Rule):
         rows = [r for r in ctx.det.rows if r.declared.kind == "nvfp4" and r.disk.kind == "nvfp4"]
         if not rows:
             return
-        # Experts whose layer-mates do carry input scales are moe-expert-missing-scale's (CK402): this rule covers
-        # modules and whole MoE layers without them, so one defect is reported once.
-        partial = partially_missing(ctx.ckpt)
+        # Experts whose layer-mates do carry input scales are moe-expert-missing-scale's (CK402), and scales held by
+        # a missing or broken shard are that shard's finding: this rule covers modules and whole MoE layers without
+        # input scales, so one defect is reported once.
+        partial = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
         total = len(rows)
-        rows = [r for r in rows if not (r.is_expert and any(f"{r.name}.{s}" in partial for s in INPUT_SUFFIXES))]
+        rows = [r for r in rows if not any(f"{r.name}.{s}" in partial for s in INPUT_SUFFIXES)]
         lacking = sorted(r.name for r in rows if r.disk.activation == "A16")
         if not lacking:
             return

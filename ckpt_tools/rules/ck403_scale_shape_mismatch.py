@@ -167,7 +167,7 @@ class ScaleShapeMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection:
             return
-        skip = partially_missing(ctx.ckpt)
+        skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
         problems: list[Problem] = []
         for row in ctx.det.rows:
             if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
