@@ -132,11 +132,11 @@ def scale_schemes() -> tuple[ScaleScheme, ...]:
 
 
 def scheme_for(kind: str, suffixes: frozenset[str], dtype: str, producer: str | None = None) -> ScaleScheme | None:
-    """The scale table whose weight tensor (suffix and dtype) is what this module stores, for a scheme kind; the
-    producer's own table first when several fit."""
+    """The scale table whose weight tensor (suffix and dtype) is what this module stores, for a scheme kind: the one
+    naming most of the module's tensors, the producer's own table among equals."""
     fits = [s for s in scale_schemes()
             if s.kind == kind and s.weight.suffix in suffixes and dtype in s.weight.dtypes]
-    fits.sort(key=lambda s: s.producer != producer)
+    fits.sort(key=lambda s: (-sum(t.suffix in suffixes for t in s.tensors), s.producer != producer))
     return fits[0] if fits else None
 
 
