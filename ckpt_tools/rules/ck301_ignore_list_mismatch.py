@@ -3,6 +3,8 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Iterable
 
 from ..catalogue import fused_groups_for
@@ -86,8 +88,21 @@ class IgnoreListMismatch(Rule):
             return
         key = "ignore" if det.producer == "compressed-tensors" else "exclude_modules / ignore"
         source = det.config.source or "config.json"
-        yield from self._unquantized_but_quantized(ctx, rows, key, source)
-        yield from self._quantized_but_unquantized(ctx, rows, key, source)
+        # Modules under the family's dropped prefixes (Qwen3.5 `mtp.`) are loaded only by the MTP drafter: a
+        # mismatch there breaks speculative decoding, not the model, so it is reported apart as a warning.
+        dropped = ctx.det.family.dropped_prefixes
+        main = [r for r in rows if not (dropped and r.name.startswith(dropped))]
+        drafter = [r for r in rows if dropped and r.name.startswith(dropped)]
+        for part, scope in ((main, None), (drafter, "drafter")):
+            for finding in (*self._unquantized_but_quantized(ctx, part, key, source),
+                            *self._quantized_but_unquantized(ctx, part, key, source)):
+                if scope is None:
+                    yield finding
+                else:
+                    yield replace(finding, severity="warning", message=(
+                        f"{finding.message} These modules are loaded only by the MTP drafter "
+                        f"(`--speculative-config '{{\"method\": \"mtp\"}}'`); the main model is unaffected."),
+                        details=MappingProxyType({**finding.details, "scope": "mtp-drafter"}))
         yield from self._fused_disagree(ctx, rows, source)
 
     def _unquantized_but_quantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:

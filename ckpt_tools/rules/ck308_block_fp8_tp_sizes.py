@@ -82,7 +82,7 @@ def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
         shapes = [ctx.ckpt.modules[r.name].weight.shape for _, r in members]
         out.append(Layer(name, "column", tuple(s[0] for s in shapes), shapes[0][1], name.endswith("qkv_proj")))
     for prefix, sizes in experts.items():
-        inter = sizes.get("gate_proj") or sizes.get("up_proj") or sizes.get("down_proj")
+        inter = next((sizes[p] for p in ("gate_proj", "up_proj", "w1", "w3", "down_proj", "w2") if p in sizes), None)
         if inter:
             out.append(Layer(prefix, "experts", (inter,), inter))
     return out
