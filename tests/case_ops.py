@@ -123,44 +123,39 @@ def op_retype(folder: Path, tensor: str, dtype: str | None = None, shape: list[i
     rewrite(shard, edit)
 
 
-def op_set_values(folder: Path, pattern: str, values: list[float]) -> None:
-    """Overwrite every matching float tensor with these values (repeated to its length)."""
+def _rewrite_values(folder: Path, pattern: str, fn: Callable[[str, list[float]], list[float]], what: str) -> None:
+    """Replace the values of every matching float tensor by fn(dtype, values)."""
+    from ckpt_tools.rules._values import decode
+
     rx = re.compile(pattern)
     hit = False
+
+    def edit(ts):
+        nonlocal hit
+        out = []
+        for name, d, s, data in ts:
+            values = decode(d, data) if rx.search(name) else None
+            if values is not None:
+                hit = True
+                data = _encode(d, fn(d, values))
+            out.append((name, d, s, data))
+        return out
+
     for shard in shards(folder):
-        def edit(ts):
-            nonlocal hit
-            out = []
-            for name, d, s, data in ts:
-                if rx.search(name):
-                    hit = True
-                    width = {"F32": 4, "F16": 2, "BF16": 2}[d]
-                    n = len(data) // width
-                    data = _encode(d, (values * (n // len(values) + 1))[:n])
-                out.append((name, d, s, data))
-            return out
         rewrite(shard, edit)
     if not hit:
-        raise AssertionError(f"set_values {pattern!r} matched no tensor")
+        raise AssertionError(f"{what} {pattern!r} matched no float tensor")
+
+
+def op_set_values(folder: Path, pattern: str, values: list[float]) -> None:
+    """Overwrite every matching float tensor with these values (repeated to its length)."""
+    _rewrite_values(folder, pattern, lambda _d, old: (values * (len(old) // len(values) + 1))[: len(old)],
+                    "set_values")
 
 
 def op_scale_values(folder: Path, pattern: str, factor: float) -> None:
-    """Multiply every matching F32 tensor's values by `factor`."""
-    rx = re.compile(pattern)
-    hit = False
-    for shard in shards(folder):
-        def edit(ts):
-            nonlocal hit
-            out = []
-            for name, d, s, data in ts:
-                if rx.search(name) and d == "F32":
-                    hit = True
-                    data = b"".join(struct.pack("<f", v * factor) for (v,) in struct.iter_unpack("<f", data))
-                out.append((name, d, s, data))
-            return out
-        rewrite(shard, edit)
-    if not hit:
-        raise AssertionError(f"scale_values {pattern!r} matched no F32 tensor")
+    """Multiply every matching float tensor's values by `factor`."""
+    _rewrite_values(folder, pattern, lambda _d, old: [v * factor for v in old], "scale_values")
 
 
 def op_patch_bytes(folder: Path, tensor: str, positions: Mapping[str, int]) -> None:

@@ -143,6 +143,12 @@ def find_rule(code_or_slug: str) -> type[Rule] | None:
     return None
 
 
+def module_files(ckpt: Checkpoint, modules: Iterable[str]) -> set[str]:
+    """The shards holding any tensor of these modules."""
+    lookup = ckpt.modules
+    return {t.shard for m in modules if m in lookup for t in lookup[m].tensors.values()}
+
+
 def files_of(ckpt: Checkpoint, tensors: Iterable[str]) -> set[str]:
     lookup = ckpt.tensors
     return {lookup[t].shard for t in tensors if t in lookup}

@@ -9,7 +9,7 @@ from typing import Iterable
 
 from ..catalogue import fused_groups_for
 from ..detect.resolve import ModuleRow
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 
 def _hf_side_entry(ctx: Context, name: str) -> str | None:
@@ -32,10 +32,6 @@ def _hf_side_entry(ctx: Context, name: str) -> str | None:
         elif entry == name or entry in name or fnmatch.fnmatchcase(name, entry):
             return entry
     return None
-
-
-def _files(ctx: Context, rows: Iterable[ModuleRow]) -> set[str]:
-    return {t.shard for r in rows for t in ctx.ckpt.modules[r.name].tensors.values()}
 
 
 def _shown(names: list[str], n: int = 3) -> str:
@@ -118,7 +114,7 @@ class IgnoreListMismatch(Rule):
             f"{causes}. Loading fails on their packed weights and scales. Remove the entries from `{key}` (or "
             f"export those modules in BF16).",
             tensors=[r.name for r in bad],
-            files=_files(ctx, bad) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
             details={"direction": "declared-unquantized-disk-quantized",
                      "modules": {r.name: r.covered_by for r in bad[:200]}},
         )
@@ -147,7 +143,7 @@ class IgnoreListMismatch(Rule):
         yield self.finding(
             message,
             tensors=[r.name for r in bad],
-            files=_files(ctx, bad) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
             details={"direction": "declared-quantized-disk-unquantized",
                      "modules": [r.name for r in bad[:200]],
                      "vllm_names": {r.name: family.to_vllm(r.name) for r in bad[:20]},
@@ -177,6 +173,6 @@ class IgnoreListMismatch(Rule):
             f"refuses to load them (\"Found different quantization schemes for the shards\" / \"Detected some but "
             f"not all shards ... are quantized\"). Ignore or quantize all shards of a fused layer together.",
             tensors=[r.name for r in involved],
-            files=_files(ctx, involved) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in involved)) | {source.split(":")[0]},
             details={"direction": "fused-shards-disagree", "fused": [f for f, _ in mixed[:100]]},
         )

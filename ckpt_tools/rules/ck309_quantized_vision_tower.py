@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 
 @register
@@ -46,5 +46,5 @@ class QuantizedVisionTower(Rule):
             f"converters expect a BF16 tower, image accuracy drops and some runtimes cannot load it. Re-export with "
             f"the vision tower in the ignore list.",
             tensors=names,
-            files={t.shard for n in names for t in ctx.ckpt.modules[n].tensors.values()},
+            files=module_files(ctx.ckpt, names),
         )

@@ -4,7 +4,7 @@ from typing import Iterable
 
 from ..model.modules import ROLES
 from ._experts import LayerGap, layer_gaps
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 
 def _ignored_for(ctx: Context, gap: LayerGap) -> set[str]:
@@ -89,8 +89,8 @@ class MoeExpertMissingScale(Rule):
         if not layers:
             return
         shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more layer(s)" if len(lines) > 3 else "")
-        files = {t.shard for layer in layers for e in ctx.ckpt.experts[layer["layer"]].experts.values()
-                 for m in e.values() for t in m.tensors.values()}
+        files = module_files(ctx.ckpt, (m.name for layer in layers
+                                        for e in ctx.ckpt.experts[layer["layer"]].experts.values() for m in e.values()))
         absent_total = sum(len(layer["absent_experts"]) for layer in layers)
         yield self.finding(
             f"{len(layers)} MoE layer(s) have experts missing tensors the other experts carry ({shown}). vLLM leaves "

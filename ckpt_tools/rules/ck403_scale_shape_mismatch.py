@@ -9,7 +9,7 @@ from ..detect.resolve import ModuleRow
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
 from ._experts import partially_missing
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 
 def _ceil(a: int, b: int) -> int:
@@ -179,7 +179,7 @@ class ScaleShapeMismatch(Rule):
         for (suffix, kind), items in sorted(grouped.items()):
             modules = [p.module for p in items]
             tensors = [f"{m}.{suffix}" for m in modules]
-            files = {t.shard for m in modules for t in ctx.ckpt.modules[m].tensors.values()}
+            files = module_files(ctx.ckpt, modules)
             what = {"missing": f"lack `{suffix}`", "dtype": f"have a `{suffix}` of the wrong dtype",
                     "shape": f"have a `{suffix}` of the wrong shape",
                     "in-features": "have input features NVFP4 cannot group"}[kind]

@@ -87,30 +87,26 @@ class FusedScaleMismatch(Rule):
     needs_values = True
 
     def check(self, ctx: Context) -> Iterable[Finding]:
-        weights = _mismatches(ctx, WEIGHT_GLOBAL)
-        if weights:
-            worst = weights[0]["ratio"]
+        for suffixes, what, effect in (
+            (WEIGHT_GLOBAL, "weight global scales",
+             "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
+             "Re-export with synchronised global scales."),
+            (INPUT_GLOBAL, "input global scales",
+             "vLLM quantizes the fused input with one scale (the max), which is correct but coarser for the other "
+             "shards."),
+        ):
+            found = _mismatches(ctx, suffixes)
+            if not found:
+                continue
+            worst = found[0]["ratio"]
+            severity = "info" if suffixes is INPUT_GLOBAL else "error" if worst >= ERROR_RATIO else "warning"
             yield self.finding(
-                f"{len(weights)} fused layer(s) have different weight global scales across their shards (worst "
-                f"{_example(weights[0])}); vLLM keeps one scale per fused layer, so the other shards' weights "
-                f"dequantize off by up to {worst:.3g}x. Re-export with synchronised global scales.",
-                tensors=[t for m in weights for t in m["tensors"]],
-                files={ctx.ckpt.tensors[t].shard for m in weights for t in m["tensors"]},
-                count=len(weights),
-                severity="error" if worst >= ERROR_RATIO else "warning",
+                f"{len(found)} fused layer(s) have different {what} across their shards (worst {_example(found[0])}); "
+                + effect.format(ratio=worst),
+                tensors=[t for m in found for t in m["tensors"]],
+                files={ctx.ckpt.tensors[t].shard for m in found for t in m["tensors"]},
+                count=len(found),
+                severity=severity,
                 details={"max_ratio": worst, "layers": [{k: v for k, v in m.items() if k != "tensors"}
-                                                        for m in weights[:200]]},
-            )
-        inputs = _mismatches(ctx, INPUT_GLOBAL)
-        if inputs:
-            yield self.finding(
-                f"{len(inputs)} fused layer(s) have different input global scales across their shards (worst "
-                f"{_example(inputs[0])}); vLLM quantizes the fused input with one scale (the max), which is correct "
-                f"but coarser for the other shards.",
-                tensors=[t for m in inputs for t in m["tensors"]],
-                files={ctx.ckpt.tensors[t].shard for m in inputs for t in m["tensors"]},
-                count=len(inputs),
-                severity="info",
-                details={"max_ratio": inputs[0]["ratio"], "layers": [{k: v for k, v in m.items() if k != "tensors"}
-                                                                     for m in inputs[:200]]},
+                                                        for m in found[:200]]},
             )
