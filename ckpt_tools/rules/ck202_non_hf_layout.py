@@ -22,6 +22,41 @@ def _head(name: str, depth: int = 2) -> str:
     return ".".join(name.split(".")[:depth]) + ".*"
 
 
+def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
+    """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
+    lacks, grouped by prefix)."""
+    family = ctx.det.family
+    explicit = family_is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
+    unrooted: dict[str, list[str]] = defaultdict(list)
+    layouts: dict[str, ForeignLayout] = {}
+    homeless: dict[str, list[str]] = defaultdict(list)
+    own = {r.component for r in family.roots}
+    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+    for name in ctx.ckpt.tensors:
+        hit = family.root_of(name)
+        if hit is None:
+            layout = _foreign(ctx, name)
+            if layout is None and not explicit:
+                continue
+            key = _head(name)
+            unrooted[key].append(name)
+            if layout is not None:
+                layouts[key] = layout
+            continue
+        root, prefix = hit
+        first = name[len(prefix):].split(".", 1)[0]
+        comp = comp_of_marker.get(first)
+        if explicit and comp is not None and comp not in own and root.children is not None:
+            homeless[f"{prefix}{first}.*"].append(name)
+    return unrooted, layouts, homeless
+
+
+def misplaced_names(ctx: Context) -> set[str]:
+    """Tensor names this rule reports: other rules leave them alone, since their names are what is wrong."""
+    unrooted, _layouts, homeless = _misplaced(ctx)
+    return {n for group in (unrooted, homeless) for names in group.values() for n in names}
+
+
 @register
 class NonHfLayout(Rule):
     """Tensor names in a layout the declared architecture does not load (non-Hugging-Face or another class's).
@@ -60,29 +95,8 @@ class NonHfLayout(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         family = ctx.det.family
-        explicit = family_is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
         arch = ctx.ckpt.architecture or ctx.ckpt.model_type or "this architecture"
-        unrooted: dict[str, list[str]] = defaultdict(list)
-        layouts: dict[str, ForeignLayout] = {}
-        homeless: dict[str, list[str]] = defaultdict(list)
-        own = {r.component for r in family.roots}
-        comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
-        for name in ctx.ckpt.tensors:
-            hit = family.root_of(name)
-            if hit is None:
-                layout = _foreign(ctx, name)
-                if layout is None and not explicit:
-                    continue
-                key = _head(name)
-                unrooted[key].append(name)
-                if layout is not None:
-                    layouts[key] = layout
-                continue
-            root, prefix = hit
-            first = name[len(prefix):].split(".", 1)[0]
-            comp = comp_of_marker.get(first)
-            if explicit and comp is not None and comp not in own and root.children is not None:
-                homeless[f"{prefix}{first}.*"].append(name)
+        unrooted, layouts, homeless = _misplaced(ctx)
         if unrooted:
             names = sorted(n for ns in unrooted.values() for n in ns)
             groups = sorted(unrooted, key=lambda k: -len(unrooted[k]))

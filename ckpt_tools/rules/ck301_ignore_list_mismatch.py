@@ -10,6 +10,8 @@ from typing import Iterable
 from ..catalogue import fused_groups_for
 from ..detect.resolve import ModuleRow
 from .base import Context, Finding, Rule, module_files, register
+from .ck201_misnested_prefix import rename_plan
+from .ck202_non_hf_layout import misplaced_names
 
 
 def _hf_side_entry(ctx: Context, name: str) -> str | None:
@@ -32,6 +34,11 @@ def _hf_side_entry(ctx: Context, name: str) -> str | None:
         elif entry == name or entry in name or fnmatch.fnmatchcase(name, entry):
             return entry
     return None
+
+
+def _weight_suffix(ctx: Context, row: ModuleRow) -> str:
+    weight = ctx.ckpt.modules[row.name].weight
+    return weight.name.rsplit(".", 1)[-1] if weight is not None else "weight"
 
 
 def _shown(names: list[str], n: int = 3) -> str:
@@ -78,7 +85,9 @@ class IgnoreListMismatch(Rule):
         det = ctx.det
         if det.producer not in ("modelopt", "compressed-tensors") or det.rejection or det.config.data is None:
             return
-        rows = det.rows
+        # Modules under a wrong prefix are misnested-prefix's / non-hf-layout's: once renamed, the list may match.
+        wrong = {n for names in rename_plan(ctx).values() for n in names} | misplaced_names(ctx)
+        rows = [r for r in det.rows if f"{r.name}.{_weight_suffix(ctx, r)}" not in wrong]
         # Nothing declared quantized and nothing quantized on disk: quant-config-mismatch's business, not ours.
         if not any(r.declared.quantized for r in rows) or not any(r.disk.quantized for r in rows):
             return
