@@ -11,6 +11,7 @@ A case file is TOML named after a rule's slug::
     steps = [{ op = "copy_tensor", from = "...", to = "lm_head.input_scale" }]   # tests/case_ops.py
     expect = { severity = "error", tensors = ["lm_head.input_scale"], message = ["lm_head"] }
     also = ["CK106"]                    # other rules this corruption legitimately triggers
+    findings = 1                        # optional: exactly this many findings of the rule
 
 A `fail` case needs at least one finding of the rule that matches every `expect` field: `severity`, `count`,
 `tensors` (all listed names are among the finding's tensors), `message` (substrings), `fix` (substring), `details`
@@ -102,6 +103,8 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
         assert not mine, f"{rule} fired on a passing case:\n{summary}"
     else:
         assert mine, f"{rule} did not fire:\n{summary}"
+        if "findings" in case:
+            assert len(mine) == case["findings"], f"{rule} gave {len(mine)} findings:\n{summary}"
         expect = case.get("expect", {})
         reasons = [matches(f, expect) for f in mine]
         assert any(not r for r in reasons), f"no {rule} finding meets {expect}: {reasons}\n{summary}"

@@ -80,13 +80,15 @@ class KvCacheConfigMismatch(Rule):
     title = "KV-cache scales and declared KV-cache quantization disagree"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
-        yield from self._configs_disagree(ctx)
+        disagree = list(self._configs_disagree(ctx))
+        yield from disagree
         det = ctx.det
         scheme = _raw_scheme(ctx)
         tensors = kv_tensors(ctx)
         source = det.config.source or "config.json"
         if det.kv_cache is None:
-            if tensors:
+            # Declared only in hf_quant_config.json: the disagreement above already says the cache runs unquantized.
+            if tensors and not disagree:
                 files = {ctx.ckpt.tensors[n].shard for n in tensors}
                 if det.producer == "compressed-tensors":
                     effect = ("compressed-tensors without a kv_cache_scheme ignores them silently, so even "
