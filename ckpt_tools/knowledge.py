@@ -7,7 +7,7 @@ Code applies this data; it never hard-codes a runtime's accepted values. The fol
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -129,14 +129,25 @@ class Family:
     vllm_prefix_map: tuple[tuple[str, str], ...]
     dropped_prefixes: tuple[str, ...]
     source: str
+    _heads: dict[str, tuple[Root, str] | None] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def root_of(self, name: str) -> tuple[Root, str] | None:
         """The longest root prefix `name` starts with, and that prefix."""
+        # Root prefixes span at most two segments, so the first three segments decide; caching on them keeps this
+        # O(unique heads) on checkpoints with hundreds of thousands of tensors.
+        head = ".".join(name.split(".", 3)[:3])
+        if head != name:
+            head += "."
+        try:
+            return self._heads[head]
+        except KeyError:
+            pass
         best: tuple[Root, str] | None = None
         for root in self.roots:
             for prefix in root.prefixes:
-                if name.startswith(prefix) and (best is None or len(prefix) > len(best[1])):
+                if head.startswith(prefix) and (best is None or len(prefix) > len(best[1])):
                     best = (root, prefix)
+        self._heads[head] = best
         return best
 
     def canonical_root(self, component: str) -> str | None:

@@ -39,6 +39,7 @@ def analyze(
     deep: bool = False,
     revision: str | None = None,
     progress: bool | None = None,
+    producer_schema: bool = False,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
@@ -55,9 +56,17 @@ def analyze(
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     )
-    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target)
-    findings: list[Finding] = []
+    schema = None
     skipped = []
+    if producer_schema:
+        from .detect.producer_schema import check_producer_schema
+
+        schema = check_producer_schema(ckpt, det)
+        if schema is not None and schema.package is None:
+            skipped.append({"code": "CK311", "slug": "producer-schema",
+                            "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
+    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
+    findings: list[Finding] = []
     for rule_cls in all_rules():
         if rule_cls.needs_values and skipped_reason:
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})

@@ -16,14 +16,10 @@ GENUINE = FIXTURES / "genuine"
 
 
 def genuine_entries() -> list[str]:
-    manifest = GENUINE / "MANIFEST.json"
-    if not manifest.exists():
+    """Every genuine fixture folder (one per producer x model x scheme)."""
+    if not GENUINE.is_dir():
         return []
-    data = json.loads(manifest.read_text())
-    entries = data["entries"] if isinstance(data, dict) and "entries" in data else data
-    names = ([e.get("entry") or e["name"] if isinstance(e, dict) else e for e in entries]
-             if isinstance(entries, list) else list(entries))
-    return sorted(n for n in names if (GENUINE / n).is_dir())
+    return sorted(p.name for p in GENUINE.iterdir() if p.is_dir() and any(p.glob("*.safetensors")))
 
 
 def copy_fixture(name: str, dest: Path) -> Path:

@@ -12,6 +12,8 @@ A case file is TOML named after a rule's slug::
     expect = { severity = "error", tensors = ["lm_head.input_scale"], message = ["lm_head"] }
     also = ["CK106"]                    # other rules this corruption legitimately triggers
     findings = 1                        # optional: exactly this many findings of the rule
+    headers_only = false                # optional: analyze options (also `runtime`, `producer_schema`)
+    requires = ["compressed_tensors"]   # optional: modules the case needs; skipped where they are missing
 
 A `fail` case needs at least one finding of the rule that matches every `expect` field: `severity`, `count`,
 `tensors` (all listed names are among the finding's tensors), `message` (substrings), `fix` (substring), `details`
@@ -22,6 +24,7 @@ A `pass` case must produce no finding of the rule. `checkpoint` compares fields 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -93,10 +96,14 @@ def matches(finding, expect: dict[str, Any]) -> list[str]:  # noqa: ANN001
 
 @pytest.mark.parametrize(("rule", "case"), CASES, ids=[f"{c['_file'][:-5]}:{c['kind']}:{c['name']}" for _, c in CASES])
 def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
+    for module in case.get("requires", []):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"needs {module} (the `producers` extra)")
     folder = copy_fixture(case["fixture"], tmp_path)
     case_ops.apply(folder, case.get("steps", []))
     headers_only = bool(case.get("headers_only", False))
-    report = analyze(str(folder), headers_only=headers_only, runtime=case.get("runtime")).report
+    report = analyze(str(folder), headers_only=headers_only, runtime=case.get("runtime"),
+                     producer_schema=bool(case.get("producer_schema", False))).report
     mine = [f for f in report.findings if f.code == rule]
     summary = "\n".join(f"  {f.code} {f.severity}: {f.message}" for f in report.findings)
     if case["kind"] == "pass":

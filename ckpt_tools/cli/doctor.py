@@ -17,10 +17,14 @@ def doctor(
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
     hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile(s) for kernel notes (default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
+    producer_schema: bool = typer.Option(
+        False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
+    ),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
-    result = analyze(target, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only)
+    result = analyze(target, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
+                     producer_schema=producer_schema)
     text = render(result.report, format.value, color=use_color() and output is None)
     if output:
         with open(output, "w", encoding="utf-8") as fh:

@@ -8,7 +8,7 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Mapping
 
 from ..catalogue import model_unquantized
@@ -231,18 +231,21 @@ def is_linear_candidate(module: Module) -> bool:
 def component_of(name: str, family: Family) -> str:
     hit = family.root_of(name)
     if hit is not None:
-        root, prefix = hit
-        # A marker directly below a root (model.language_model.visual.*) names the component the tensor really is.
-        first = name[len(prefix):].split(".", 1)[0]
-        for comp, segs in markers().items():
-            if first in segs:
-                return comp
-        return root.component
+        return _rooted_component(hit[0].component, name[len(hit[1]):].split(".", 1)[0])
     segments = name.split(".")
     for comp, segs in markers().items():
         if any(s in segs for s in segments):
             return comp
     return "other"
+
+
+@lru_cache(maxsize=4096)
+def _rooted_component(root_component: str, first: str) -> str:
+    # A marker directly below a root (model.language_model.visual.*) names the component the tensor really is.
+    for comp, segs in markers().items():
+        if first in segs:
+            return comp
+    return root_component
 
 
 class _Resolver:
@@ -361,7 +364,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         if not is_linear_candidate(module):
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(module.name, component_of(module.name, family), declared, disk_scheme(module), covered,
+        rows.append(ModuleRow(module.name, component_of(module.name + ".", family), declared, disk_scheme(module), covered,
                               group))
     rows.sort(key=lambda r: r.name)
 
@@ -376,7 +379,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
                              f"{bad.declared.detail}")
                 vllm_method = None
 
-    comps = sorted({component_of(t, family) for t in ckpt.tensors}, key=lambda c: (c != "text", c))
+    comps = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
     return Detection(
         family=family,
         runtime=rt,

@@ -50,14 +50,26 @@ class Checkpoint:
         return tuple(s for s in self.shards if s.name not in loaded)
 
     @cached_property
+    def _tensor_index(self) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
+        out: dict[str, TensorInfo] = {}
+        dupes: dict[str, list[str]] = {}
+        for shard in self.loaded_shards:
+            for t in shard.tensors:
+                first = out.setdefault(t.name, t)
+                if first is not t:
+                    dupes.setdefault(t.name, [first.shard]).append(shard.name)
+        return MappingProxyType(out), MappingProxyType({k: tuple(v) for k, v in dupes.items()})
+
+    @property
     def tensors(self) -> Mapping[str, TensorInfo]:
         """Tensor name -> info over the loaded shards. Where a name appears in several, the first in load order
         wins."""
-        out: dict[str, TensorInfo] = {}
-        for shard in self.loaded_shards:
-            for t in shard.tensors:
-                out.setdefault(t.name, t)
-        return MappingProxyType(out)
+        return self._tensor_index[0]
+
+    @property
+    def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
+        """Tensor names stored in more than one loaded shard -> the shards holding them."""
+        return self._tensor_index[1]
 
     @cached_property
     def unavailable_tensors(self) -> frozenset[str]:
@@ -67,15 +79,6 @@ class Checkpoint:
             return frozenset()
         good = {s.name for s in self.shards if s.valid}
         return frozenset(t for t, shard in self.index.weight_map.items() if shard not in good)
-
-    @cached_property
-    def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
-        """Tensor names stored in more than one loaded shard -> the shards holding them."""
-        where: dict[str, list[str]] = {}
-        for shard in self.loaded_shards:
-            for t in shard.tensors:
-                where.setdefault(t.name, []).append(shard.name)
-        return MappingProxyType({k: tuple(v) for k, v in where.items() if len(v) > 1})
 
     @cached_property
     def modules(self) -> Mapping[str, Module]:

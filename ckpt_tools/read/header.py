@@ -111,18 +111,14 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
             begin, end = info["data_offsets"]
         except (TypeError, KeyError, ValueError):
             return _fail(name, "invalid-schema", f"tensor `{tname}` lacks dtype, shape or a [begin, end] pair", tname)
-        bits = bits_of(dtype) if isinstance(dtype, str) else None
+        bits = bits_of(dtype) if type(dtype) is str else None
         if bits is None:
             return _fail(name, "unknown-dtype", f"tensor `{tname}` has unknown dtype {dtype!r}", tname)
-        if (
-            type(shape) is not list
-            or not all(type(d) is int and d >= 0 for d in shape)
-            or type(begin) is not int
-            or type(end) is not int
-            or begin < 0
-            or end < 0
-        ):
+        if type(shape) is not list or type(begin) is not int or type(end) is not int or begin < 0 or end < 0:
             return _fail(name, "invalid-schema", f"tensor `{tname}` has a malformed shape or offsets", tname)
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return _fail(name, "invalid-schema", f"tensor `{tname}` has a malformed shape", tname)
         append(TensorInfo(tname, dtype, tuple(shape), name, begin, end))
 
     problems.extend(_validate_layout(name, file_size, n, tensors))

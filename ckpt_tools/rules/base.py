@@ -59,6 +59,7 @@ class Context:
     det: Detection
     hardware: tuple[Hardware, ...]
     target: str  # how the user named the target, for fix commands
+    producer_schema: Any = None  # detect.producer_schema.SchemaCheck when --producer-schema ran
 
     def command(self, *words: str) -> str:
         return " ".join(["ckpt", *words, shlex.quote(self.target)])

@@ -42,26 +42,21 @@ class IndexTensorMismatch(Rule):
         unreadable = {n for n in ckpt.shard_files if n not in readable} | {
             n for n in index.weight_map.values() if n not in ckpt.files
         }
-        # Only the shards the index names are loaded; a stray shard and its tensors are stray-shard's (CK107), and
-        # a tensor in two loaded shards is duplicate-tensor's (CK108), so nothing is reported twice.
-        where: dict[str, list[str]] = {}
-        for shard in ckpt.loaded_shards:
-            for t in shard.tensors:
-                where.setdefault(t.name, []).append(shard.name)
+        # `ckpt.tensors` covers the shards the index names (what vLLM loads); a stray shard and its tensors are
+        # stray-shard's (CK107), and a tensor in two loaded shards is duplicate-tensor's (CK108): nothing twice.
+        tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
         in_stray = {t.name for shard in ckpt.stray_shards for t in shard.tensors}
-        absent, misplaced, unlisted = [], [], []
+        absent, misplaced = [], []
         for tensor, shard in index.weight_map.items():
             if shard in unreadable:
                 continue
-            holders = where.get(tensor)
-            if not holders:
+            info = tensors.get(tensor)
+            if info is None:
                 if tensor not in in_stray:
                     absent.append(tensor)
-            elif shard not in holders:
+            elif info.shard != shard and shard not in dupes.get(tensor, ()):
                 misplaced.append(tensor)
-        for tensor in where:
-            if tensor not in index.weight_map:
-                unlisted.append(tensor)
+        unlisted = sorted(tensors.keys() - index.weight_map.keys())
         parts = []
         if absent:
             parts.append(f"{len(absent)} tensor(s) listed in the index are in no shard")
@@ -74,7 +69,7 @@ class IndexTensorMismatch(Rule):
         involved = sorted(set(absent) | set(misplaced) | set(unlisted))
         files = {index.name}
         for t in involved:
-            files.update(where.get(t, []))
+            files.update(dupes.get(t) or ([tensors[t].shard] if t in tensors else []))
             if t in index.weight_map and index.weight_map[t] in ckpt.files:
                 files.add(index.weight_map[t])
         yield self.finding(

@@ -16,8 +16,8 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
     family = ctx.det.family
     comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
     plan: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name in ctx.ckpt.tensors:
-        hit = family.root_of(name)
+    for name, module in ctx.ckpt.modules.items():
+        hit = family.root_of(name + ".")
         if hit is None:
             continue
         root, prefix = hit
@@ -30,7 +30,7 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
         new = prefix if comp == root.component else family.canonical_root(comp)
         if new is None:
             continue
-        plan[(prefix + first + ".", new)].append(name)
+        plan[(prefix + first + ".", new)].extend(t.name for t in module.tensors.values())
     return plan
 
 

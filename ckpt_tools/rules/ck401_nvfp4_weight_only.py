@@ -23,6 +23,12 @@ def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
     return "; ".join(parts)
 
 
+def missing_input_scale(module) -> str:  # noqa: ANN001 - Module
+    """The tensor name vLLM would load the input global scale from, in the producer's own naming."""
+    suffix = "input_global_scale" if "weight_global_scale" in module.tensors else "input_scale"
+    return f"{module.name}.{suffix}"
+
+
 def summarize_modules(names: list[str]) -> str:
     experts = [n for n in names if ".experts." in n]
     dense = len(names) - len(experts)
@@ -41,7 +47,8 @@ class Nvfp4WeightOnly(Rule):
 
     What it catches
     NVFP4 linears and experts (ModelOpt `weight` U8 + `weight_scale_2`, compressed-tensors `weight_packed` +
-    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (failure-catalogue.md class 8).
+    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (failure-catalogue.md class 8). The
+    finding lists the missing tensor names.
     - error: the config declares NVFP4 input activations (W4A4) but the tensors lack the scales. vLLM creates the
       input-scale parameter and never loads it (no "weights not initialized" check for quantized models), so
       activations are quantized with uninitialised memory.
@@ -92,7 +99,7 @@ class Nvfp4WeightOnly(Rule):
                 f"modules have no input global scale: vLLM never loads that parameter and quantizes activations with "
                 f"uninitialised memory (garbage or NaN output). Re-export with activation calibration, or declare "
                 f"the checkpoint weight-only.",
-                tensors=names,
+                tensors=[missing_input_scale(ctx.ckpt.modules[n]) for n in names],
                 files=files,
                 details={"declared": "W4A4", "modules_without_input_scale": len(names), "nvfp4_modules": total},
             )
@@ -102,7 +109,7 @@ class Nvfp4WeightOnly(Rule):
                 f"{summarize_modules(by_design)} are NVFP4 weight-only by design (no input global scales): vLLM serves "
                 f"them as W4A16. Kernel per GPU: {consequence}. Re-export with activation calibration for native W4A4 "
                 f"on Blackwell.",
-                tensors=sorted(by_design),
+                tensors=[missing_input_scale(ctx.ckpt.modules[n]) for n in sorted(by_design)],
                 files=files,
                 severity="warning",
                 details={"declared": "W4A16", "modules": len(by_design),

@@ -1,0 +1,173 @@
+"""The `ckpt` command as a user runs it: exit codes, one-line errors, formats, colour."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.corrupt import GENUINE, drop, shards
+
+FIXTURES = GENUINE.parent
+
+
+def ckpt(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "NO_COLOR": "1", "CKPT_NO_PROGRESS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 2, proc
+    assert proc.stderr.startswith("ckpt: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_clean_checkpoint_exits_0() -> None:
+    proc = ckpt("doctor", str(GENUINE / "modelopt-qwen35moe-nvfp4"))
+    assert proc.returncode == 0, proc.stdout
+    assert "modelopt NVFP4" in proc.stdout and "--quantization modelopt_fp4" in proc.stdout
+    assert "No findings." in proc.stdout
+
+
+def test_demo_defect_exits_1_with_fix_command() -> None:
+    target = FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"
+    proc = ckpt("doctor", str(target))
+    assert proc.returncode == 1
+    assert "CK201 misnested-prefix" in proc.stdout and f"fix: ckpt fix-prefix {target}" in proc.stdout
+
+
+def test_fail_on_levels() -> None:
+    target = str(GENUINE / "llmc-llama-nvfp4a16")  # one warning (weight-only by design)
+    assert ckpt("doctor", target).returncode == 0
+    assert ckpt("doctor", target, "--fail-on", "warning").returncode == 1
+    assert ckpt("doctor", str(FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"), "--fail-on",
+                "none").returncode == 0
+
+
+def test_missing_target_exits_2(tmp_path: Path) -> None:
+    assert_one_line_error(ckpt("doctor", str(tmp_path / "nope")))
+
+
+def test_folder_without_safetensors_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    proc = ckpt("doctor", str(tmp_path))
+    assert_one_line_error(proc)
+    assert "no .safetensors file" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_target_exits_2(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    folder.chmod(0)
+    try:
+        assert_one_line_error(ckpt("doctor", str(folder)))
+    finally:
+        folder.chmod(0o755)
+
+
+def test_special_file_target_exits_2(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    proc = ckpt("doctor", str(fifo))
+    assert_one_line_error(proc)
+    assert "not a regular file" in proc.stderr
+
+
+def test_bad_usage_exits_2() -> None:
+    assert ckpt("doctor", str(GENUINE / "base-llama-bf16"), "--format", "yaml").returncode == 2
+    assert_one_line_error(ckpt("doctor", str(GENUINE / "base-llama-bf16"), "--runtime", "vllm-9.9"))
+    assert_one_line_error(ckpt("explain", "CK999"))
+
+
+def test_broken_files_are_findings_not_crashes(tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(GENUINE / "llmc-qwen3moe-nvfp4-sharded", folder)
+    parts = shards(folder)
+    parts[0].write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"1" * 64 + b"\nsize 9\n")
+    parts[1].write_bytes(parts[1].read_bytes()[:50])
+    parts[2].unlink()
+    proc = ckpt("doctor", str(folder), "--format", "json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    slugs = {f["slug"] for f in json.loads(proc.stdout)["findings"]}
+    assert {"lfs-pointer", "invalid-header", "index-missing-shard"} <= slugs
+
+
+def test_json_report_contract(tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(GENUINE / "modelopt-qwen3moe-nvfp4", folder)
+    drop(folder, lambda n: n.endswith(".input_scale") and ".experts." in n)
+    proc = ckpt("doctor", str(folder), "-f", "json")
+    report = json.loads(proc.stdout)
+    assert report["schema_version"] == 1 and report["tool"]["name"] == "ckpt" and report["target"] == str(folder)
+    required = {"producer", "quant_algo", "vllm_quantization", "activation_mode", "architecture", "model_type",
+                "shards", "tensors", "bytes", "kv_cache", "components"}
+    assert required <= set(report["checkpoint"])
+    assert report["checkpoint"]["activation_mode"] == "mixed"
+    for f in report["findings"]:
+        assert {"code", "slug", "severity", "message", "files", "tensors", "count", "fix"} <= set(f)
+    severities = [f["severity"] for f in report["findings"]]
+    order = {"error": 0, "warning": 1, "info": 2}
+    assert severities == sorted(severities, key=order.get)
+    assert report["summary"] == {s: severities.count(s) for s in ("error", "warning", "info")}
+
+
+def test_markdown_and_sarif_render() -> None:
+    target = str(FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision")
+    md = ckpt("doctor", target, "-f", "markdown")
+    assert md.returncode == 1 and "| ❌ | CK201 | `misnested-prefix` |" in md.stdout
+    sarif = json.loads(ckpt("doctor", target, "-f", "sarif").stdout)
+    assert sarif["version"] == "2.1.0" and sarif["runs"][0]["results"][0]["ruleId"] == "CK201"
+
+
+def test_colour_only_on_tty() -> None:
+    proc = ckpt("doctor", str(FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"), env={"NO_COLOR": ""})
+    assert "\x1b[" not in proc.stdout  # stdout is a pipe here
+
+
+def test_output_file(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = ckpt("doctor", str(GENUINE / "base-llama-bf16"), "-f", "json", "-o", str(out))
+    assert proc.returncode == 0 and proc.stdout == "" and json.loads(out.read_text())["checkpoint"]["producer"] == "none"
+
+
+def test_single_file_target() -> None:
+    proc = ckpt("doctor", str(GENUINE / "llmc-llama-nvfp4" / "model.safetensors"), "-f", "json")
+    report = json.loads(proc.stdout)
+    assert report["checkpoint"]["shards"] == 1 and report["checkpoint"]["producer"] == "compressed-tensors"
+
+
+def test_inspect_census_and_listing() -> None:
+    proc = ckpt("inspect", str(GENUINE / "llmc-qwen35moe-nvfp4"), "--tensors", "model.visual.blocks.0.attn.*")
+    assert proc.returncode == 0
+    assert "vision   BF16" in proc.stdout and "model.language_model.layers.0" in proc.stdout
+    assert "model.visual.blocks.0.attn.qkv.weight" in proc.stdout
+    data = json.loads(ckpt("inspect", str(GENUINE / "llmc-qwen35moe-nvfp4"), "-f", "json", "-t", "lm_head*").stdout)
+    assert [t["name"] for t in data["tensors"]] == ["lm_head.weight"]
+    assert any(m["declared"] == "W4A4 NVFP4" for m in data["modules"])
+
+
+def test_rules_and_explain() -> None:
+    listing = ckpt("rules").stdout
+    assert "CK401  nvfp4-weight-only" in listing
+    doc = ckpt("explain", "nan-fp8-scale").stdout
+    for heading in ("What it catches", "Why it matters", "Anti-pattern", "Fix"):
+        assert heading in doc
+
+
+def test_header_path_imports_no_torch_or_numpy() -> None:
+    code = ("import sys, ckpt_tools; ckpt_tools.doctor(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(GENUINE / "llmc-qwen35moe-nvfp4")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.strip() == "[]", proc.stderr

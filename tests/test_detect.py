@@ -1,0 +1,146 @@
+"""Detection on every genuine producer fixture: what vLLM 0.33 resolves, and no false error."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_tools import analyze
+from tests.corrupt import GENUINE, genuine_entries
+
+# entry -> (producer, quant_algo, vllm_quantization, activation_mode, kv_cache, components)
+# Derived from the producers' configs and vLLM's resolution rules (vllm-facts.md 1-4), not from our output.
+CT, MO = "compressed-tensors", "modelopt"
+EXPECTED: dict[str, tuple] = {
+    "base-llama-bf16": ("none", None, None, None, None, ["text"]),
+    "llmc-llama-fp8-dynamic": (CT, "FP8", CT, None, None, ["text"]),
+    "llmc-llama-fp8-dynamic-fp8kv": (CT, "FP8", CT, None, "fp8", ["text"]),
+    "llmc-llama-nvfp4": (CT, "NVFP4", CT, "W4A4", None, ["text"]),
+    "llmc-llama-nvfp4a16": (CT, "W4A16_NVFP4", CT, "W4A16", None, ["text"]),
+    "llmc-llama-w4a16": (CT, "W4A16", CT, None, None, ["text"]),
+    "llmc-qwen35moe-fp8-dynamic": (CT, "FP8", CT, None, None, ["text", "vision"]),
+    "llmc-qwen35moe-nvfp4": (CT, "NVFP4", CT, "W4A4", None, ["text", "vision"]),
+    "llmc-qwen35moe-nvfp4a16": (CT, "W4A16_NVFP4", CT, "W4A16", None, ["text", "vision"]),
+    "llmc-qwen35moe-w4a16": (CT, "W4A16", CT, None, None, ["text", "vision"]),
+    "llmc-qwen3moe-fp8-dynamic": (CT, "FP8", CT, None, None, ["text"]),
+    "llmc-qwen3moe-nvfp4": (CT, "NVFP4", CT, "W4A4", None, ["text"]),
+    "llmc-qwen3moe-nvfp4-sharded": (CT, "NVFP4", CT, "W4A4", None, ["text"]),
+    "llmc-qwen3moe-nvfp4a16": (CT, "W4A16_NVFP4", CT, "W4A16", None, ["text"]),
+    "llmc-qwen3moe-w4a16": (CT, "W4A16", CT, None, None, ["text"]),
+    "modelopt-llama-fp8": (MO, "FP8", "modelopt", None, None, ["text"]),
+    "modelopt-llama-nvfp4": (MO, "NVFP4", "modelopt_fp4", "W4A4", None, ["text"]),
+    "modelopt-llama-nvfp4-awq": (MO, "NVFP4_AWQ", None, "W4A4", None, ["text"]),
+    "modelopt-llama-nvfp4-awq-sharded": (MO, "NVFP4_AWQ", None, "W4A4", None, ["text"]),
+    "modelopt-llama-nvfp4-fp8kv": (MO, "NVFP4", "modelopt_fp4", "W4A4", "fp8", ["text"]),
+    "modelopt-llama-w4a16-nvfp4": (MO, "W4A16_NVFP4", "modelopt_fp4", "W4A16", None, ["text"]),
+    "modelopt-qwen35moe-fp8": (MO, "FP8", "modelopt", None, None, ["text", "vision"]),
+    "modelopt-qwen35moe-nvfp4": (MO, "NVFP4", "modelopt_fp4", "W4A4", None, ["text", "vision"]),
+    "modelopt-qwen35moe-w4a16-nvfp4": (MO, "W4A16_NVFP4", "modelopt_fp4", "W4A16", None, ["text", "vision"]),
+    "modelopt-qwen3moe-fp8": (MO, "FP8", "modelopt", None, None, ["text"]),
+    "modelopt-qwen3moe-nvfp4": (MO, "NVFP4", "modelopt_fp4", "W4A4", None, ["text"]),
+    "modelopt-qwen3moe-nvfp4-awq": (MO, "NVFP4_AWQ", None, "W4A4", None, ["text"]),
+    "modelopt-qwen3moe-w4a16-nvfp4": (MO, "W4A16_NVFP4", "modelopt_fp4", "W4A16", None, ["text"]),
+}
+# Errors that are the truth about a genuine fixture under upstream vLLM 0.33 (it rejects NVFP4_AWQ).
+EXPECTED_ERRORS = {name: {"unsupported-quant-algo"} for name in EXPECTED if "awq" in name}
+
+
+def test_every_fixture_has_expectations() -> None:
+    assert genuine_entries(), "fixtures/genuine is empty"
+    assert set(genuine_entries()) == set(EXPECTED)
+
+
+def test_detection(genuine: str) -> None:
+    report = analyze(str(GENUINE / genuine)).report.to_dict()
+    ck = report["checkpoint"]
+    got = (ck["producer"], ck["quant_algo"], ck["vllm_quantization"], ck["activation_mode"], ck["kv_cache"],
+           ck["components"])
+    assert got == EXPECTED[genuine]
+
+
+def test_no_false_error(genuine: str) -> None:
+    report = analyze(str(GENUINE / genuine)).report
+    errors = {f.slug for f in report.findings if f.severity == "error"}
+    assert errors == EXPECTED_ERRORS.get(genuine, set()), [f.message for f in report.findings]
+
+
+def test_scheme_table_covers_every_linear(genuine: str) -> None:
+    """Every quantized module on disk is a row, and rows agree on the scheme family with their config."""
+    result = analyze(str(GENUINE / genuine), headers_only=True)
+    det = result.detection
+    quantized_modules = {
+        m.name for m in result.checkpoint.modules.values()
+        if m.weight is not None and m.weight.dtype not in ("BF16", "F16", "F32")
+    }
+    assert quantized_modules <= set(det.row_by_name)
+    for row in det.rows:
+        if row.disk.quantized:
+            assert row.declared.kind == row.disk.kind or {row.declared.kind, row.disk.kind} <= {"int4", "int8"}, row
+
+
+@pytest.mark.parametrize("name", ["llmc-qwen3moe-nvfp4", "modelopt-qwen3moe-nvfp4"])
+def test_moe_experts_are_grouped_per_layer(name: str) -> None:
+    ckpt = analyze(str(GENUINE / name), headers_only=True).checkpoint
+    assert len(ckpt.experts) == 2
+    for group in ckpt.experts.values():
+        assert group.ids == (0, 1, 2, 3)
+        assert all(set(projs) == {"gate_proj", "up_proj", "down_proj"} for projs in group.experts.values())
+
+
+def test_modelopt_vision_tower_is_unquantized_by_exclusion() -> None:
+    det = analyze(str(GENUINE / "modelopt-qwen35moe-nvfp4"), headers_only=True).detection
+    vision = [r for r in det.rows if r.component == "vision"]
+    assert vision and all(not r.declared.quantized and r.covered_by for r in vision)
+
+
+def test_ct_regex_ignore_uses_vllm_side_names(tmp_path, fixture_copy) -> None:
+    """vllm-facts.md 2.5: `re:model\\.visual.*` never matches (vLLM sees `visual.*`); `re:.*visual.*` does."""
+    from tests.corrupt import edit_json
+
+    folder = fixture_copy("llmc-qwen35moe-nvfp4")
+
+    def set_ignore(pattern: str) -> None:
+        def edit(cfg: dict) -> None:
+            q = cfg["quantization_config"]
+            q["ignore"] = [e for e in q["ignore"] if not e.startswith("model.visual")] + [pattern]
+        edit_json(folder / "config.json", edit)
+
+    set_ignore("re:model\\.visual.*")
+    det = analyze(str(folder), headers_only=True).detection
+    assert all(r.declared.quantized for r in det.rows if r.component == "vision")
+    set_ignore("re:.*visual.*")
+    det = analyze(str(folder), headers_only=True).detection
+    assert all(not r.declared.quantized for r in det.rows if r.component == "vision")
+
+
+def test_hf_quant_config_only_when_config_json_has_none(fixture_copy) -> None:
+    from tests.corrupt import edit_json
+
+    folder = fixture_copy("modelopt-llama-nvfp4")
+    edit_json(folder / "config.json", lambda c: c.pop("quantization_config"))
+    det = analyze(str(folder), headers_only=True).detection
+    assert det.config.source == "hf_quant_config.json" and det.vllm_quantization == "modelopt_fp4"
+
+
+def test_legacy_nested_w4a16_nvfp4_is_rejected(fixture_copy) -> None:
+    """A hf_quant_config.json-only W4A16_NVFP4 checkpoint fails vLLM's nested normalisation (vllm-facts.md 1.1)."""
+    from tests.corrupt import edit_json
+
+    folder = fixture_copy("modelopt-llama-w4a16-nvfp4")
+    edit_json(folder / "config.json", lambda c: c.pop("quantization_config"))
+    det = analyze(str(folder), headers_only=True).detection
+    assert det.vllm_quantization is None and "Unknown ModelOpt quant algo: W4A16_NVFP4" in det.rejection
+
+
+def test_modelopt_nvfp4_with_null_input_activations_is_weight_only(fixture_copy) -> None:
+    from tests.corrupt import edit_json
+
+    folder = fixture_copy("modelopt-llama-nvfp4")
+
+    def null_inputs(cfg: dict) -> None:
+        for group in cfg["quantization_config"]["config_groups"].values():
+            group["input_activations"] = None
+
+    edit_json(folder / "config.json", null_inputs)
+    det = analyze(str(folder), headers_only=True).detection
+    assert det.vllm_quantization == "modelopt_fp4"
+    assert {r.declared.activation for r in det.rows if r.declared.quantized} == {"A16"}
