@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Mapping
 
 from .knowledge import load_toml
@@ -108,7 +108,7 @@ class ScaleScheme:
     tensors: tuple[TensorSpec, ...]
     source: str
 
-    @property
+    @cached_property
     def weight(self) -> TensorSpec:
         return next(t for t in self.tensors if t.role == "weight")
 
@@ -131,6 +131,7 @@ def scale_schemes() -> tuple[ScaleScheme, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1024)
 def scheme_for(kind: str, suffixes: frozenset[str], dtype: str, producer: str | None = None) -> ScaleScheme | None:
     """The scale table whose weight tensor (suffix and dtype) is what this module stores, for a scheme kind: the one
     naming most of the module's tensors, the producer's own table among equals."""

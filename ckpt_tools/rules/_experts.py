@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..model.checkpoint import Checkpoint
+from ._memo import once_per
 
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -63,11 +64,13 @@ def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
     return tuple(out)
 
 
+@once_per
 def layer_gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
     """Every MoE layer whose experts do not all carry the same tensors."""
     return _gaps(ckpt)
 
 
+@once_per
 def partially_missing(ckpt: Checkpoint) -> frozenset[str]:
     """`<module>.<suffix>` names that some experts of a layer lack while others have them."""
     return frozenset(n for gap in layer_gaps(ckpt) for n in gap.missing_names())

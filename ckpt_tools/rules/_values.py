@@ -32,7 +32,15 @@ def values(ckpt: Checkpoint, name: str) -> list[float] | None:
     return decode(t.dtype, blob)
 
 
+_F32 = struct.Struct("<f")
+
+
 def scalar(ckpt: Checkpoint, name: str) -> float | None:
     """The value of a one-element float tensor whose bytes were read, else None."""
+    blob = (ckpt.scale_bytes or {}).get(name)
+    if blob is None:
+        return None
+    if len(blob) == 4 and ckpt.tensors[name].dtype == "F32":  # the common case: F32 global / input scales
+        return _F32.unpack(blob)[0]
     vals = values(ckpt, name)
     return vals[0] if vals is not None and len(vals) == 1 else None

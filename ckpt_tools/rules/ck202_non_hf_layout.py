@@ -5,6 +5,7 @@ from typing import Iterable
 
 from ..catalogue import ForeignLayout, family_is_explicit, foreign_layouts
 from ..knowledge import markers
+from ._memo import once_per
 from .base import Context, Finding, Rule, register
 
 
@@ -22,6 +23,7 @@ def _head(name: str, depth: int = 2) -> str:
     return ".".join(name.split(".")[:depth]) + ".*"
 
 
+@once_per
 def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
     """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
     lacks, grouped by prefix)."""

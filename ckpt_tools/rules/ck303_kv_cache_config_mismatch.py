@@ -5,6 +5,7 @@ from typing import Any, Iterable
 
 from ..catalogue import is_kv_scale_name, kv_runtime
 from ..detect.resolve import component_of
+from ._memo import once_per
 from .base import Context, Finding, Rule, register
 from .ck304_quant_config_mismatch import _kv_word, _nested
 
@@ -25,6 +26,7 @@ def attention_layers(ctx: Context) -> list[str]:
     return sorted(out)
 
 
+@once_per
 def kv_tensors(ctx: Context) -> list[str]:
     return sorted(n for n in ctx.ckpt.tensors if is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision")
 

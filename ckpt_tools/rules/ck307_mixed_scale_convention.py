@@ -17,7 +17,9 @@ BOUNDARY = 1.0
 def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
     """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention."""
     conventions = global_scale_conventions()
-    out = []
+    out: list[tuple[str, str, float]] = []
+    if not ctx.ckpt.scale_bytes:
+        return out
     for row in ctx.det.rows:
         if row.disk.kind != "nvfp4":
             continue

@@ -84,48 +84,64 @@ def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpe
     return []
 
 
-def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str]) -> list[Problem]:
+def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str],
+                    cache: dict | None = None) -> list[Problem]:
+    """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
+    the same problems, so `cache` shares the work between the thousands of identical expert projections."""
     weight = module.weight
     if weight is None:
         return []
+    cache = {} if cache is None else cache
+    # repr: a hostile config can put unhashable values (lists) into a scheme's detail.
+    key = (tuple(sorted((s, t.dtype, t.shape) for s, t in module.tensors.items())), repr(row.declared),
+           repr(row.disk), repr(row.group))
+    if key not in cache:
+        cache[key] = _layout_problems(ctx, row, module)
+    return [Problem(row.name, *p[:3]) for p in cache[key] if not (p[3] and f"{row.name}.{p[0]}" in skip)]
+
+
+def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
+    """(suffix, kind, detail, skippable) for one module layout; `skippable` marks a missing tensor that another
+    rule may own (per-expert gaps, tensors of a missing shard)."""
+    weight = module.weight
+    assert weight is not None
     kind = row.disk.kind if row.disk.quantized else row.declared.kind
     scheme = scheme_for(kind, module.suffixes, weight.dtype, ctx.det.producer)
     if scheme is None:
         if row.declared.quantized and row.disk.kind == "unknown":
             others = sorted(x for x in module.tensors if x not in ("weight", "weight_packed"))
-            return [Problem(row.name, weight.name.rsplit(".", 1)[-1], "dtype",
-                            f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
-                            f"{row.declared.label} layout ({row.disk.detail})")]
+            return [(weight.name.rsplit(".", 1)[-1], "dtype",
+                     f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
+                     f"{row.declared.label} layout ({row.disk.detail})", False)]
         return []
     bits = 8 if kind == "int8" else 4
     n, k = weight.shape[0], _in_features(weight, scheme.weight, bits)
-    out: list[Problem] = []
+    out: list[tuple[str, str, str, bool]] = []
     if k is None:
         return out
     if kind == "nvfp4" and k % (scheme.group_size or 16):
-        out.append(Problem(row.name, scheme.weight.suffix, "in-features",
-                           f"{k} input features, not a multiple of {scheme.group_size or 16}"))
+        out.append((scheme.weight.suffix, "in-features",
+                    f"{k} input features, not a multiple of {scheme.group_size or 16}", False))
     for spec in scheme.tensors:
         if spec.role == "weight":
             continue
         t = module.tensors.get(spec.suffix)
         if t is None:
-            if spec.required and f"{row.name}.{spec.suffix}" not in skip:
-                out.append(Problem(row.name, spec.suffix, "missing", f"no `{spec.suffix}`"))
+            if spec.required:
+                out.append((spec.suffix, "missing", f"no `{spec.suffix}`", True))
             continue
         if t.dtype not in spec.dtypes:
-            out.append(Problem(row.name, spec.suffix, "dtype",
-                               f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}"))
+            out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}", False))
         shapes = _expected(ctx, row, scheme, spec, n, k)
         if shapes is None:
             if t.numel != 1:
-                out.append(Problem(row.name, spec.suffix, "shape",
-                                   f"`{spec.suffix}` has shape {list(t.shape)}, expected one value"))
+                out.append((spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value",
+                            False))
         elif shapes and tuple(t.shape) not in shapes:
             want = " or ".join(str(list(s)) for s in shapes)
-            out.append(Problem(row.name, spec.suffix, "shape",
-                               f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} "
-                               f"weight {list(weight.shape)} ({n} x {k} {kind.upper()})"))
+            out.append((spec.suffix, "shape",
+                        f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
+                        f"{list(weight.shape)} ({n} x {k} {kind.upper()})", False))
     return out
 
 
@@ -169,10 +185,11 @@ class ScaleShapeMismatch(Rule):
             return
         skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
         problems: list[Problem] = []
+        cache: dict = {}
         for row in ctx.det.rows:
             if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
                 continue
-            problems.extend(module_problems(ctx, row, ctx.ckpt.modules[row.name], skip))
+            problems.extend(module_problems(ctx, row, ctx.ckpt.modules[row.name], skip, cache))
         grouped: dict[tuple[str, str], list[Problem]] = defaultdict(list)
         for p in problems:
             grouped[(p.suffix, p.kind)].append(p)

@@ -5,6 +5,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from ..catalogue import fused_groups_for
+from ._memo import once_per
 from ._values import scalar
 from .base import Context, Finding, Rule, register
 
@@ -14,22 +15,20 @@ RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below th
 ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
 
 
+@once_per
 def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
     """(vLLM fused name, shard module names) for every fused layer with at least two NVFP4 shards on disk,
     including each expert's gate/up pair (vLLM's w13)."""
     rows = ctx.det.row_by_name
-    out = []
-    for group in fused_groups_for(ctx.det.family.id):
-        parents: dict[str, list[str]] = defaultdict(list)
-        for name in ctx.ckpt.modules:
-            parent, _, last = name.rpartition(".")
-            row = rows.get(name)
-            if last in group.shards and row is not None and row.disk.kind == "nvfp4":
-                parents[parent].append(name)
-        for parent, shards in sorted(parents.items()):
-            if len(shards) > 1:
-                out.append((f"{parent}.{group.fused}", sorted(shards)))
-    return out
+    group_of = {shard: g for g in fused_groups_for(ctx.det.family.id) for shard in g.shards}
+    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, row in rows.items():
+        parent, _, last = name.rpartition(".")
+        group = group_of.get(last)
+        if group is not None and row.disk.kind == "nvfp4":
+            found[(parent, group.fused)].append(name)
+    return [(f"{parent}.{fused}", sorted(shards)) for (parent, fused), shards in sorted(found.items())
+            if len(shards) > 1]
 
 
 def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
@@ -87,6 +86,8 @@ class FusedScaleMismatch(Rule):
     needs_values = True
 
     def check(self, ctx: Context) -> Iterable[Finding]:
+        if not ctx.ckpt.scale_bytes:
+            return
         for suffixes, what, effect in (
             (WEIGHT_GLOBAL, "weight global scales",
              "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
