@@ -25,6 +25,7 @@ A `pass` case must produce no finding of the rule. `checkpoint` compares fields 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -41,6 +42,7 @@ from tests import case_ops
 from tests.corrupt import GENUINE, copy_fixture
 
 from ckpt_tools.pipeline import analyze
+from ckpt_tools.report.formats import RENDERERS, render
 
 CASES_DIR = Path(__file__).parent / "rule_cases"
 
@@ -120,3 +122,8 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
         assert not extra, f"other rules fired too ({extra}); list them in `also` if intended:\n{summary}"
     for key, value in case.get("checkpoint", {}).items():
         assert report.checkpoint.get(key) == value, f"checkpoint.{key} = {report.checkpoint.get(key)!r}"
+    # Every format renders the findings (details included) without error; JSON round-trips.
+    for fmt in RENDERERS:
+        text = render(report, fmt)
+        if fmt in ("json", "sarif"):
+            json.loads(text)
