@@ -46,6 +46,11 @@ NAN_BYTES: dict[str, frozenset[int]] = {
 
 E4M3_MAX_BYTE = 0x7E  # +448, the largest finite E4M3 value
 
+# What a NaN scale byte can be replaced with, per 8-bit float format (vllm-facts.md 6.1): the largest finite positive
+# value (E4M3 +448, E4M3FNUZ +240, E5M2 +57344, E8M0 2^127) and +0 (E8M0 has no zero).
+MAX_FINITE_BYTE: dict[str, int] = {"F8_E4M3": E4M3_MAX_BYTE, "F8_E4M3FNUZ": 0x7F, "F8_E5M2": 0x7B, "F8_E8M0": 0xFE}
+ZERO_BYTE: dict[str, int] = {"F8_E4M3": 0x00, "F8_E4M3FNUZ": 0x00, "F8_E5M2": 0x00}
+
 
 def is_known(dtype: str) -> bool:
     return dtype in BITS

@@ -43,6 +43,10 @@ def analyze(
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
     source = open_source(target, revision)
+    if not source.is_remote:
+        from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
+
+        finish_interrupted(getattr(source, "root", None))
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
     skipped_reason = None
@@ -73,18 +77,21 @@ def analyze(
             continue
         findings.extend(rule_cls().check(ctx))
     findings, suppressed = apply_suppressions(findings, suppressions)
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
     report = Report(
-        target=target,
+        target=source.label,
         checkpoint=checkpoint_summary(ckpt, det),
         findings=tuple(findings),
         skipped=tuple(skipped),
         suppressed=tuple(suppressed),
+        extra={"hub": provenance} if provenance else {},
     )
     return Analysis(ckpt, det, report)
 
 
 def doctor(target: str, **options) -> Report:  # noqa: ANN003 - same keywords as `analyze`
-    """Inspect a checkpoint (local folder, file) and return the report. See `analyze` for the options."""
+    """Inspect a checkpoint (local folder, file, or Hub repo) and return the report. See `analyze` for the options."""
     return analyze(target, **options).report
 
 

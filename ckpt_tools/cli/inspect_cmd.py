@@ -8,19 +8,21 @@ import orjson
 import typer
 
 from ..pipeline import analyze
-from ..report.text import _size, checkpoint_lines
+from ..report.text import _size, checkpoint_lines, hub_lines
 from .app import Format, app, emit
 
 
 @app.command("inspect")
 def inspect_command(
-    target: str = typer.Argument(..., help="Checkpoint folder or .safetensors file."),
+    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, hf://org/name)."),
     tensors: Optional[str] = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
 ) -> None:
     """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
-    result = analyze(target, runtime=runtime, headers_only=True)
+    result = analyze(target, runtime=runtime, headers_only=True, revision=revision)
+    target = result.report.target  # a Hub repo is named with the revision asked for
     ckpt, det = result.checkpoint, result.detection
     from ..detect.resolve import component_of
 
@@ -36,6 +38,7 @@ def inspect_command(
         data = {
             "target": target,
             "checkpoint": dict(result.report.checkpoint),
+            **({"hub": result.report.extra["hub"]} if "hub" in result.report.extra else {}),
             "census": [
                 {"component": c, "dtype": d, "tensors": n, "bytes": census_bytes[(c, d)]}
                 for (c, d), n in sorted(census.items())
@@ -55,7 +58,8 @@ def inspect_command(
             ]
         emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    out = [f"ckpt inspect {target}", *checkpoint_lines(dict(result.report.checkpoint)), "", "dtype census:"]
+    out = [f"ckpt inspect {target}", *checkpoint_lines(dict(result.report.checkpoint)),
+           *hub_lines(result.report.extra.get("hub")), "", "dtype census:"]
     for (comp, dtype), n in sorted(census.items()):
         out.append(f"  {comp:<8} {dtype:<12} {n:>8,} tensors  {_size(census_bytes[(comp, dtype)]):>10}")
     out += ["", "schemes per layer (declared by the config -> on disk):"]

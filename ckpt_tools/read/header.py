@@ -42,11 +42,15 @@ def _lfs_pointer(name: str, head: bytes) -> LfsPointer:
     return LfsPointer(name=name, oid=oid, size=size)
 
 
-def read_shard(source: Source, name: str) -> ShardRead:
-    """Read and validate the header of one shard through any source."""
+def read_shard(source: Source, name: str, first_read: int = FIRST_READ) -> ShardRead:
+    """Read and validate the header of one shard through any source.
+
+    `first_read` bytes are read first; if the header is longer, exactly the rest of it is read next. Remote sources
+    pass an estimate of the header length here so that most shards cost one request.
+    """
     try:
         size = source.size(name)
-        head = source.read_range(name, 0, min(size, FIRST_READ))
+        head = source.read_range(name, 0, min(size, max(first_read, 8)))
     except OSError as exc:
         return ShardRead(None, None, (Problem(name, "unreadable", f"cannot read: {exc.strerror or exc}"),))
     if head.startswith(LFS_MAGIC):

@@ -6,16 +6,19 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
-from ..model.tensors import LfsPointer, Problem, Shard, TensorInfo
+from ..model.tensors import Index, LfsPointer, Problem, Shard, TensorInfo
 from .configs import read_config, read_index
 from .header import ShardRead, read_shard
+from .header_estimate import first_read_sizes
 from .source import Source
 
 SHARD_SUFFIX = ".safetensors"
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def load_checkpoint(source: Source) -> Checkpoint:
@@ -27,26 +30,18 @@ def load_checkpoint(source: Source) -> Checkpoint:
         raise TargetError(f"{source.label}: cannot stat files ({exc.strerror or exc})") from None
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
-    problems: list[Problem] = []
-    index = None
-    if INDEX_NAME in sizes:
-        index, problem = read_index(source, INDEX_NAME)
-        if problem:
-            problems.append(problem)
+    # The index and the configs are independent small files: a remote source fetches them together.
+    readers = {INDEX_NAME: read_index, "config.json": read_config, "hf_quant_config.json": read_config}
+    present = [name for name in readers if name in sizes]
+    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
+    problems: list[Problem] = [problem for _, problem in loaded.values() if problem]
+    index = loaded.get(INDEX_NAME, (None, None))[0]
     if not shard_files and index is None:
         raise TargetError(f"{source.label}: no .safetensors file found")
+    config = loaded.get("config.json", (None, None))[0]
+    hf_quant = loaded.get("hf_quant_config.json", (None, None))[0]
 
-    config = hf_quant = None
-    if "config.json" in sizes:
-        config, problem = read_config(source, "config.json")
-        if problem:
-            problems.append(problem)
-    if "hf_quant_config.json" in sizes:
-        hf_quant, problem = read_config(source, "hf_quant_config.json")
-        if problem:
-            problems.append(problem)
-
-    reads = _read_headers(source, shard_files)
+    reads = _read_headers(source, shard_files, index, sizes)
     shards: list[Shard] = []
     pointers: list[LfsPointer] = []
     for result in reads:
@@ -69,12 +64,34 @@ def load_checkpoint(source: Source) -> Checkpoint:
     )
 
 
-def _read_headers(source: Source, names: Iterable[str]) -> list[ShardRead]:
+PROGRESS_SHARDS = 8  # remote header reads show a bar from this many shards on (on a terminal)
+
+
+def _read_headers(source: Source, names: Iterable[str], index: Index | None, sizes: dict[str, int]) -> list[ShardRead]:
     names = list(names)
-    if source.is_remote and len(names) > 1:
-        with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-            return list(pool.map(lambda n: read_shard(source, n), names))
-    return [read_shard(source, n) for n in names]
+    if not source.is_remote:
+        return [read_shard(source, n) for n in names]
+    # Every read is a round trip: size the first read from the index so most shards cost one request, and read the
+    # shards in parallel.
+    first = first_read_sizes(index, names, sizes)
+    from tqdm import tqdm
+
+    disable = None if len(names) >= PROGRESS_SHARDS and not os.environ.get("CKPT_NO_PROGRESS") else True
+    with tqdm(total=len(names), unit="shard", desc="headers", disable=disable, leave=False) as bar:
+        def one(name: str) -> ShardRead:
+            result = read_shard(source, name, first[name])
+            bar.update(1)
+            return result
+
+        return _map(source, one, names)
+
+
+def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """`fn` over `items`, in order; in threads when each call waits on network round trips."""
+    if source.is_remote and len(items) > 1:
+        with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+            return list(pool.map(fn, items))
+    return [fn(item) for item in items]
 
 
 # ---- scale values -------------------------------------------------------------------------------------------------
@@ -110,13 +127,20 @@ def read_tensor_bytes(
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
     with tqdm(total=total, unit="B", unit_scale=True, desc="scale scan", disable=disable, leave=False) as bar:
-        for shard, chosen in plan:
+        def one(item: tuple[Shard, list[TensorInfo]]) -> dict[str, bytes]:
+            shard, chosen = item
             spans = _coalesce(chosen)
             blobs = source.read_ranges(shard.name, [(shard.data_start + b, e - b) for b, e, _ in spans])
+            part: dict[str, bytes] = {}
             for (b, _e, members), blob in zip(spans, blobs):
                 for t in members:
-                    out[t.name] = blob[t.begin - b : t.end - b]
+                    part[t.name] = blob[t.begin - b : t.end - b]
                     bar.update(t.nbytes)
+            return part
+
+        parts = _map(source, one, plan)  # remote: one round trip per span, overlapped across shards
+    for part in parts:  # in shard order, whatever order the reads finished in
+        out.update(part)
     return replace(checkpoint, scale_bytes=out)
 
 

@@ -39,10 +39,19 @@ def checkpoint_lines(ck: dict) -> list[str]:
     return lines
 
 
+def hub_lines(hub: dict | None) -> list[str]:
+    """Which commit of which Hub repo was read (nothing for a local target)."""
+    if not hub:
+        return []
+    return [f"  hub           {hub['repo_id']} @ {hub['revision'] or 'default branch'} = commit {hub['commit']}"
+            f" ({hub['endpoint']})"]
+
+
 def render(report: Report, *, color: bool = False) -> str:
     data = report.to_dict()
     out = [_paint(f"ckpt doctor {report.target}", "bold", color)]
     out.extend(checkpoint_lines(data["checkpoint"]))
+    out.extend(hub_lines(data.get("hub")))
     out.append("")
     findings = report.sorted_findings()
     for f in findings:

@@ -12,13 +12,21 @@ from ..dtypes import byte_size
 
 
 def encode_header(entries: Mapping[str, Mapping[str, object]], metadata: Mapping[str, str] | None = None,
-                  *, min_length: int = 0) -> bytes:
-    """Header bytes (without the 8-byte length), space-padded to a multiple of 8 and at least `min_length` long."""
+                  *, min_length: int = 0, exact_length: int | None = None) -> bytes:
+    """Header bytes (without the 8-byte length), space-padded to a multiple of 8 and at least `min_length` long.
+
+    With `exact_length`, padded to exactly that many bytes instead (an in-place rewrite keeps the old length, aligned
+    or not); raises `ValueError` when the JSON does not fit.
+    """
     obj: dict[str, object] = {}
     if metadata is not None:
         obj["__metadata__"] = dict(metadata)
     obj.update(entries)
     raw = orjson.dumps(obj)
+    if exact_length is not None:
+        if len(raw) > exact_length:
+            raise ValueError(f"header JSON is {len(raw)} bytes, more than the {exact_length} available")
+        return raw + b" " * (exact_length - len(raw))
     length = max(len(raw), min_length)
     length += (-length) % 8
     return raw + b" " * (length - len(raw))

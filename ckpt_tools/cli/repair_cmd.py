@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from enum import Enum
+from typing import List, Optional
+
+import orjson
+import typer
+
+from ..errors import UsageError
+from .app import FailOn, app, emit
+
+DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); "
+                                                      "change nothing.")
+FAIL_ON = typer.Option(FailOn.none, "--fail-on", help="Exit 1 when doctor, run after the repair, finds something at "
+                                                      "or above this (default: never).")
+RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33).")
+PROGRESS = typer.Option(None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a "
+                                                               "terminal).")
+TARGET = typer.Argument(..., help="Local checkpoint folder or .safetensors file.")
+
+
+class OutFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+FORMAT = typer.Option(OutFormat.text, "--format", "-f", help="text or json.")
+
+
+def _finish(result, format: OutFormat, fail_on: FailOn) -> None:  # noqa: ANN001 - RepairResult
+    from ..repair.render import render_result
+
+    emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == OutFormat.json
+         else render_result(result))
+    report = result.after or result.before
+    raise typer.Exit(report.exit_code(fail_on.value))
+
+
+@app.command("fix-prefix")
+def fix_prefix_command(
+    target: str = TARGET,
+    old: Optional[List[str]] = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
+    new: Optional[List[str]] = typer.Option(None, "--to", help="Prefix to rename to; empty removes the prefix."),
+    dry_run: bool = DRY_RUN,
+    format: OutFormat = FORMAT,
+    fail_on: FailOn = FAIL_ON,
+    runtime: Optional[str] = RUNTIME,
+    progress: Optional[bool] = PROGRESS,
+) -> None:
+    """Rename tensors to the prefix the architecture loads (the misnested-prefix finding's plan, or --from/--to) in
+    every shard header and the index. Weight bytes are not touched."""
+    from ..repair import fix_prefix, run
+
+    old, new = old or [], new or []
+    if len(old) != len(new):
+        raise UsageError("give --from and --to in pairs (one --to per --from)")
+    result = run(target, fix_prefix.job(list(zip(old, new))), dry_run=dry_run, progress=progress, runtime=runtime)
+    _finish(result, format, fail_on)
+
+
+@app.command("scrub-nan")
+def scrub_nan_command(
+    target: str = TARGET,
+    value: str = typer.Option("max", "--value", help="Replacement: `max` (largest finite value: E4M3 0x7E = 448, "
+                                                     "what current ModelOpt clamps to) or `zero` (silences the "
+                                                     "block)."),
+    dry_run: bool = DRY_RUN,
+    format: OutFormat = FORMAT,
+    fail_on: FailOn = FAIL_ON,
+    runtime: Optional[str] = RUNTIME,
+) -> None:
+    """Overwrite NaN bytes of FP8 scale tensors (E4M3 0x7F/0xFF) in place; only those bytes change. Reports the
+    count per tensor."""
+    from ..repair import run, scrub_nan
+
+    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime)
+    _finish(result, format, fail_on)
+
+
+@app.command("drop-orphans")
+def drop_orphans_command(
+    target: str = TARGET,
+    tensor: Optional[List[str]] = typer.Option(None, "--tensor", "-t", help="Drop this scale tensor (repeatable) "
+                                                                            "instead of the orphan-scale finding's."),
+    dry_run: bool = DRY_RUN,
+    format: OutFormat = FORMAT,
+    fail_on: FailOn = FAIL_ON,
+    runtime: Optional[str] = RUNTIME,
+    progress: Optional[bool] = PROGRESS,
+) -> None:
+    """Remove orphan scale tensors from the shard headers and the index (affected shards are rebuilt atomically)."""
+    from ..repair import drop_orphans, run
+
+    result = run(target, drop_orphans.job(tensor or []), dry_run=dry_run, progress=progress, runtime=runtime)
+    _finish(result, format, fail_on)
+
+
+@app.command("fix")
+def fix_command(
+    target: str = TARGET,
+    dry_run: bool = DRY_RUN,
+    format: OutFormat = FORMAT,
+    fail_on: FailOn = FAIL_ON,
+    runtime: Optional[str] = RUNTIME,
+    progress: Optional[bool] = PROGRESS,
+) -> None:
+    """Apply every automatic repair the doctor finds, in a safe order: scrub-nan, fix-prefix, drop-orphans."""
+    from ..pipeline import analyze
+    from ..repair.fix_all import fix_all
+    from ..repair.render import render_fix_all
+
+    results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime)
+    if format == OutFormat.json:
+        data = {"target": target, "dry_run": dry_run, "repairs": [r.to_dict() for r in results],
+                "not_repaired": [f.to_dict() for f in others]}
+        emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        emit(render_fix_all(target, results, others, dry_run))
+    if fail_on == FailOn.none:
+        raise typer.Exit(0)
+    raise typer.Exit(analyze(target, runtime=runtime).report.exit_code(fail_on.value))

@@ -1,0 +1,114 @@
+"""`fix-prefix`: rename tensors from one prefix to another in every shard header and in the index `weight_map`.
+
+Without an explicit plan it applies the `misnested-prefix` finding's, computed by the rule itself
+(`ck201_misnested_prefix.rename_plan`). Names change; dtypes, shapes, offsets, `__metadata__` and every data byte do
+not (vllm-facts.md 8.2: "renaming keys is free").
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Iterable, Sequence
+
+from ..errors import TargetError, UsageError
+from ..model.checkpoint import Checkpoint
+from ..pipeline import Analysis
+from ..rules.ck201_misnested_prefix import MisnestedPrefix, rename_plan
+from .plan import Plan, ShardEdit, nothing
+from .runner import Job, context, fixable_findings
+
+NAME = "fix-prefix"
+
+
+def job(pairs: Sequence[tuple[str, str]] = ()) -> Job:
+    """The fix-prefix job: the finding's plan, or explicit (old prefix, new prefix) pairs."""
+    explicit = tuple(normalize(old, new) for old, new in pairs)
+
+    def build(analysis: Analysis, target: str) -> Plan:
+        if explicit:
+            return explicit_plan(analysis.checkpoint, explicit)
+        return finding_plan(analysis, target)
+
+    return Job(NAME, MisnestedPrefix.slug, False, build)
+
+
+def normalize(old: str, new: str) -> tuple[str, str]:
+    """Prefixes end at a dot: `model.language_model.visual` and `model.language_model.visual.` are the same, and
+    never match `model.language_model.visual_proj`. An empty NEW removes the prefix."""
+    old = old.strip()
+    new = new.strip()
+    if not old.rstrip("."):
+        raise UsageError("--from needs a non-empty prefix")
+    old = old.rstrip(".") + "."
+    new = new.rstrip(".") + "." if new.rstrip(".") else ""
+    return old, new
+
+
+def finding_plan(analysis: Analysis, target: str) -> Plan:
+    if not fixable_findings(analysis, MisnestedPrefix.slug):
+        return nothing(NAME, "no misnested-prefix finding: every tensor sits under a prefix the architecture loads")
+    groups = rename_plan(context(analysis, target))
+    renames = {name: new + name[len(old):] for (old, new), names in groups.items() for name in names}
+    pairs = sorted(groups)
+    return _plan(analysis.checkpoint, renames, pairs, _counts(groups.items()))
+
+
+def explicit_plan(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> Plan:
+    renames: dict[str, str] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for name in ckpt.tensors:
+        for old, new in pairs:  # the first matching pair wins
+            if name.startswith(old):
+                renames[name] = new + name[len(old):]
+                counts[(old, new)] = counts.get((old, new), 0) + 1
+                break
+    for pair in pairs:
+        if pair not in counts:
+            raise UsageError(f"no tensor name starts with `{pair[0]}`; `ckpt inspect TARGET -t '*'` lists them")
+    return _plan(ckpt, renames, list(pairs), counts)
+
+
+def _counts(groups: Iterable[tuple[tuple[str, str], list[str]]]) -> dict[tuple[str, str], int]:
+    return {pair: len(names) for pair, names in groups}
+
+
+def _plan(ckpt: Checkpoint, renames: dict[str, str], pairs: list[tuple[str, str]],
+          counts: dict[tuple[str, str], int]) -> Plan:
+    _check_collisions(ckpt, renames)
+    edits = {}
+    for shard in ckpt.shards:
+        mine = {t.name: renames[t.name] for t in shard.tensors if t.name in renames}
+        if mine:
+            edits[shard.name] = ShardEdit(renames=MappingProxyType(mine))
+    index_renames: dict[str, str] = {}
+    if ckpt.index is not None:
+        # Index keys follow the same prefixes, including keys of tensors the shards do not hold (a prefix rename
+        # must not leave half of a component under the old name).
+        for key in ckpt.index.weight_map:
+            for old, new in pairs:
+                if key.startswith(old):
+                    index_renames[key] = new + key[len(old):]
+                    break
+    elif renames:
+        index_renames = dict(renames)  # no index here; the guard refuses a lone shard of a sharded checkpoint
+    lines = tuple(f"`{old}` -> `{new or '(nothing)'}`: {counts.get((old, new), 0)} tensor(s)" for old, new in pairs)
+    total = len(renames)
+    return Plan(
+        job=NAME,
+        summary=f"rename {total} tensor(s) in {len(edits)} shard(s)",
+        edits=MappingProxyType(edits),
+        index_renames=MappingProxyType(index_renames),
+        lines=lines,
+        details={"rename": [{"from": o, "to": n, "count": counts.get((o, n), 0)} for o, n in pairs]},
+    )
+
+
+def _check_collisions(ckpt: Checkpoint, renames: dict[str, str]) -> None:
+    targets: dict[str, str] = {}
+    for old, new in renames.items():
+        if new in targets:
+            raise UsageError(f"`{old}` and `{targets[new]}` would both become `{new}`; nothing was changed")
+        if new in ckpt.tensors and new not in renames:
+            raise TargetError(f"renaming `{old}` to `{new}` would collide with an existing tensor; nothing was "
+                              f"changed (rename or drop the other one first)")
+        targets[new] = old

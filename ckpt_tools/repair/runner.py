@@ -1,0 +1,150 @@
+"""Run one repair job on one checkpoint: resolve, lock, finish any interrupted repair, analyze, plan, refuse or
+apply under the journal, analyze again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import TargetError
+from ..pipeline import Analysis, analyze
+from ..report.model import Report
+from ..rules.base import Context, Finding
+from .fsio import Writer
+from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, resolve_local
+from .journal import Lock, journal_path, recover, run_journaled
+from .plan import Plan
+from .steps import RewriteStep, Step, compile_plan
+
+
+@dataclass(frozen=True)
+class Job:
+    """A repair: its command name, the finding slug it repairs, whether planning needs scale bytes, and the planner."""
+
+    name: str
+    slug: str
+    needs_values: bool
+    build: Callable[[Analysis, str], Plan]  # (analysis, target) -> plan
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    job: str
+    target: str
+    plan: Plan
+    steps: tuple[Step, ...]
+    dry_run: bool
+    applied: bool
+    bytes_written: int
+    seconds: float
+    copy_methods: tuple[str, ...]
+    recovered: str | None  # an interrupted repair completed before this one
+    before: Report
+    after: Report | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "target": self.target,
+            "dry_run": self.dry_run,
+            "applied": self.applied,
+            "summary": self.plan.summary,
+            "plan": {
+                "lines": list(self.plan.lines),
+                "details": dict(self.plan.details),
+                "steps": [step_summary(s) for s in self.steps],
+                "bytes_to_write": sum(s.bytes_to_write for s in self.steps),
+            },
+            "bytes_written": self.bytes_written,
+            "seconds": round(self.seconds, 4),
+            "copy_methods": list(self.copy_methods),
+            "recovered": self.recovered,
+            "before": report_summary(self.before),
+            "after": report_summary(self.after) if self.after is not None else None,
+        }
+
+
+def step_summary(step: Step) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": step.kind, "file": step.file, "note": step.note,
+                           "bytes_to_write": step.bytes_to_write}
+    if isinstance(step, RewriteStep):
+        out["reason"] = step.reason
+        out["bytes_copied"] = sum(c[2] for c in step.copies)
+    return out
+
+
+def report_summary(report: Report) -> dict[str, Any]:
+    return {"summary": report.summary, "findings": [f"{f.code} {f.slug}" for f in report.sorted_findings()]}
+
+
+def context(analysis: Analysis, target: str) -> Context:
+    """The rule context of an analysis, for jobs that reuse a rule's own computation."""
+    return Context(ckpt=analysis.checkpoint, det=analysis.detection, hardware=(), target=target)
+
+
+def fixable_findings(analysis: Analysis, slug: str) -> list[Finding]:
+    """Findings of `slug`; raises if there are some but the rule judged none of them safe to fix automatically."""
+    found = [f for f in analysis.report.findings if f.slug == slug]
+    fixable = [f for f in found if f.fix]
+    if found and not fixable:
+        raise TargetError(f"{found[0].code} {slug} is not automatically fixable here: {found[0].message}")
+    return fixable
+
+
+def _progress_bar(steps: tuple[Step, ...], progress: bool | None):  # noqa: ANN202 - a tqdm bar
+    from tqdm import tqdm
+
+    total = sum(c[2] for s in steps if isinstance(s, RewriteStep) for c in s.copies)
+    disable = (None if progress is None else not progress) if total else True
+    if os.environ.get("CKPT_NO_PROGRESS"):
+        disable = True
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable,
+                leave=False)
+
+
+def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None = None,
+        runtime: str | None = None) -> RepairResult:
+    """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed."""
+    local = resolve_local(target)
+    headers_only = not job.needs_values
+    if dry_run:
+        refuse_pending(local)
+        analysis = analyze(target, runtime=runtime, headers_only=headers_only)
+        plan, steps = _plan(analysis, job, target, local)
+        return RepairResult(job.name, target, plan, steps, True, False, 0, 0.0, (), None, analysis.report, None)
+
+    check_folder(local)
+    with Lock(local.root):
+        recovered = recover(local.root, Writer())
+        analysis = analyze(target, runtime=runtime, headers_only=headers_only)
+        plan, steps = _plan(analysis, job, target, local)
+        if not steps:
+            return RepairResult(job.name, target, plan, steps, False, False, 0, 0.0, (), recovered,
+                                analysis.report, None)
+        with _progress_bar(steps, progress) as bar:
+            writer = Writer(progress=bar.update)
+            start = time.perf_counter()
+            run_journaled(local.root, job.name, steps, writer)
+            seconds = time.perf_counter() - start
+    after = analyze(target, runtime=runtime, headers_only=headers_only).report
+    return RepairResult(job.name, target, plan, steps, False, True, writer.written, seconds,
+                        tuple(sorted(writer.copied_with)), recovered, analysis.report, after)
+
+
+def refuse_pending(local: LocalTarget) -> None:
+    """A dry run writes nothing, so it cannot plan on top of an interrupted repair (reading would complete it)."""
+    if journal_path(local.root).exists():
+        raise TargetError(f"{local.root}: an interrupted repair is pending; run a repair (or `ckpt doctor`) without "
+                          f"--dry-run to complete it first")
+
+
+def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget) -> tuple[Plan, tuple[Step, ...]]:
+    check_checkpoint(analysis.checkpoint)
+    plan = job.build(analysis, target)
+    if plan.empty:
+        return plan, ()
+    check_plan(analysis.checkpoint, plan, local)
+    return plan, compile_plan(plan, analysis.checkpoint, local.root)

@@ -1,0 +1,83 @@
+"""`scrub-nan`: overwrite NaN bytes of 8-bit float scale tensors in place, and nothing else.
+
+The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`: E4M3 0x7F / 0xFF,
+E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; vllm-facts.md 6.1). Replacement values (`--value`):
+
+- `max` (default): the format's largest finite value, E4M3 0x7E = 448. The NaN came from an unclamped cast of a
+  value above 448 (NVIDIA/Model-Optimizer#1633), so saturating is the closest representable value; it is what
+  current ModelOpt clamps to and what vllm-omni writes at load time (vllm-facts.md 6.2).
+- `zero`: +0, which silences the block (its weights dequantize to 0). For when a saturated block does more harm
+  than a missing one; E8M0 has no zero, so MX scales only take `max`.
+
+The data layout does not change, so only the NaN bytes are written (one write per run of adjacent NaN bytes).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES, ZERO_BYTE
+from ..errors import TargetError, UsageError
+from ..pipeline import Analysis
+from ..rules.ck501_nan_fp8_scale import NanFp8Scale, nan_counts
+from .plan import BytePatch, Plan, ShardEdit, nothing
+from .runner import Job, context, fixable_findings
+
+NAME = "scrub-nan"
+VALUES = {"max": MAX_FINITE_BYTE, "zero": ZERO_BYTE}
+
+
+def job(value: str = "max") -> Job:
+    if value not in VALUES:
+        raise UsageError(f"--value must be one of {', '.join(VALUES)}, not {value!r}")
+
+    def build(analysis: Analysis, target: str) -> Plan:
+        return plan(analysis, target, value)
+
+    return Job(NAME, NanFp8Scale.slug, True, build)
+
+
+def nan_positions(blob: bytes, nan: frozenset[int]) -> list[tuple[int, int]]:
+    """(position, byte) of every NaN byte, found with `bytes.find` so clean megabytes cost no Python loop."""
+    out = []
+    for b in nan:
+        needle = bytes([b])
+        i = blob.find(needle)
+        while i >= 0:
+            out.append((i, b))
+            i = blob.find(needle, i + 1)
+    return sorted(out)
+
+
+def plan(analysis: Analysis, target: str, value: str) -> Plan:
+    ckpt = analysis.checkpoint
+    if ckpt.scale_bytes is None:
+        raise TargetError(f"{target}: scale values were not read ({ckpt.scale_scan_skipped or 'no value scan'})")
+    if not fixable_findings(analysis, NanFp8Scale.slug):
+        return nothing(NAME, "no nan-fp8-scale finding: no NaN byte in any 8-bit float scale tensor")
+    counts = nan_counts(context(analysis, target))
+    table = VALUES[value]
+    per_shard: dict[str, list[BytePatch]] = {}
+    replacement: dict[str, str] = {}
+    for name in sorted(counts):
+        t = ckpt.tensors[name]
+        new = table.get(t.dtype)
+        if new is None:
+            raise UsageError(f"`{name}` is {t.dtype}, which has no {value} value to write; use --value max")
+        replacement[t.dtype] = f"0x{new:02X}"
+        patches = [BytePatch(name, pos, old, new) for pos, old in nan_positions(ckpt.scale_bytes[name],
+                                                                                 NAN_BYTES[t.dtype])]
+        per_shard.setdefault(t.shard, []).extend(patches)
+    edits = {shard: ShardEdit(patches=tuple(ps)) for shard, ps in per_shard.items()}
+    total = sum(counts.values())
+    lines = tuple(f"{name}: {counts[name]} NaN byte(s) -> {replacement[ckpt.tensors[name].dtype]}"
+                  for name in sorted(counts))
+    return Plan(
+        job=NAME,
+        summary=f"replace {total} NaN byte(s) in {len(counts)} scale tensor(s) with the {value} value "
+                f"({', '.join(f'{d} {b}' for d, b in sorted(replacement.items()))})",
+        edits=MappingProxyType(edits),
+        lines=lines,
+        details={"value": value, "replacement": replacement, "nan_bytes": dict(sorted(counts.items())),
+                 "total_nan_bytes": total},
+    )

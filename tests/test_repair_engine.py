@@ -1,0 +1,180 @@
+"""The repair engine's parts: the changed-span finder, the journal format, the lock, the verifying writers, the copy
+methods and the index layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from ckpt_tools.errors import TargetError
+from ckpt_tools.repair.execute import apply_header, apply_index, apply_patch, apply_rewrite
+from ckpt_tools.repair.fsio import Writer
+from ckpt_tools.repair.journal import JOURNAL_NAME, Lock, decode_journal, encode_journal, finish_interrupted
+from ckpt_tools.repair.steps import HeaderStep, IndexStep, PatchStep, RewriteStep, Run, _dump_like, diff_span, sha256
+from ckpt_tools.write.header import build_file
+
+
+def test_diff_span_matches_brute_force():
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.choice([1, 5, 4096, 4097, 9000])
+        a = bytes(rng.randrange(3) for _ in range(n))
+        b = bytearray(a)
+        for _ in range(rng.randrange(4)):
+            b[rng.randrange(n)] = rng.randrange(3)
+        diffs = [i for i in range(n) if a[i] != b[i]]
+        assert diff_span(a, bytes(b)) == ((diffs[0], diffs[-1] + 1) if diffs else None)
+
+
+STEPS = (
+    HeaderStep("a.safetensors", 100, 64, 10, b"new bytes", sha256(b"old bytes"), sha256(b"rest"), "1 renamed"),
+    PatchStep("b.safetensors", 200, (Run(80, b"\x7f\xff", b"\x7e\x7e"), Run(99, b"\x7f", b"\x00")), "3 patched"),
+    RewriteStep("c.safetensors", 300, 48, sha256(b"p"), b"\x08" + bytes(7) + b"{}      ", 120,
+                ((48, 16, 100), (160, 116, 4)), (Run(20, b"\xff", b"\x7e"),), "tensors dropped", "1 dropped"),
+    IndexStep("model.safetensors.index.json", sha256(b"{}"), b'{"weight_map": {}}\n', "1 key(s) removed"),
+)
+
+
+def test_journal_round_trip(tmp_path):
+    raw = encode_journal("fix-prefix", tmp_path, STEPS)
+    assert decode_journal(raw, tmp_path) == ("fix-prefix", STEPS)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip-blob", "garbage"])
+def test_damaged_journal_is_refused(tmp_path, damage):
+    raw = encode_journal("fix-prefix", tmp_path, STEPS)
+    bad = {"truncate": raw[:-3], "flip-blob": raw[:-1] + bytes([raw[-1] ^ 1]), "garbage": b"CKPTJRN1" + raw[8:20]}
+    with pytest.raises(TargetError, match="journal is damaged"):
+        decode_journal(bad[damage], tmp_path)
+
+
+def test_a_journal_from_another_folder_writes_nothing(tmp_path):
+    (tmp_path / "here").mkdir()
+    raw = encode_journal("fix-prefix", tmp_path / "elsewhere", STEPS)
+    with pytest.raises(TargetError, match="was written for another folder"):
+        decode_journal(raw, tmp_path / "here")
+
+
+@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", ".hidden.safetensors", "config.json",
+                                  "sub/model.safetensors"])
+def test_a_journal_may_only_name_checkpoint_files(tmp_path, name):
+    step = IndexStep(name, sha256(b""), b"{}", "")
+    with pytest.raises(TargetError, match="not a checkpoint file in this folder"):
+        decode_journal(encode_journal("fix-prefix", tmp_path, (step,)), tmp_path)
+
+
+def test_lock_is_exclusive_and_leaves_no_file(tmp_path):
+    with Lock(tmp_path):
+        with pytest.raises(TargetError, match="already running"):
+            with Lock(tmp_path):
+                pass
+        (tmp_path / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", tmp_path, ()))
+        with pytest.raises(TargetError, match="already running"):
+            finish_interrupted(tmp_path)  # doctor waits for nobody: it says a repair is running
+    assert finish_interrupted(tmp_path) == "fix-prefix"  # an empty journal completes at once
+    with Lock(tmp_path):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def shard(tmp_path: Path) -> Path:
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(build_file([("a.visual.w", "U8", [4], b"\x01\x02\x03\x04"), ("a.s", "F8_E4M3", [2], b"\x7f\x10")]))
+    return path
+
+
+def header_step(path: Path, new_name: bytes) -> HeaderStep:
+    raw = path.read_bytes()
+    n = struct.unpack_from("<Q", raw)[0]
+    prefix = raw[: 8 + n]
+    new_prefix = prefix.replace(b"a.visual.w", new_name)
+    i, j = diff_span(prefix, new_prefix)
+    return HeaderStep(path.name, len(raw), len(prefix), i, new_prefix[i:j], sha256(prefix[i:j]),
+                      sha256(prefix[:i] + prefix[j:]), "")
+
+
+def test_header_step_is_idempotent_and_completes_a_torn_write(tmp_path):
+    path = shard(tmp_path)
+    step = header_step(path, b"a.vision.w")
+    raw = bytearray(path.read_bytes())
+    raw[step.offset] = step.new[0]  # the first byte of the span written, the rest not: a torn write
+    path.write_bytes(bytes(raw))
+    writer = Writer()
+    apply_header(tmp_path, step, writer, "t")
+    assert b'"a.vision.w"' in path.read_bytes() and writer.written == len(step.new)
+    apply_header(tmp_path, step, writer, "t")  # already done: nothing written
+    assert writer.written == len(step.new)
+
+
+def test_header_step_refuses_a_file_changed_elsewhere(tmp_path):
+    path = shard(tmp_path)
+    step = header_step(path, b"a.vision.w")
+    changed = path.read_bytes().replace(b'"a.s"', b'"a.t"')
+    path.write_bytes(changed)
+    with pytest.raises(TargetError, match="neither what the repair found nor what it writes"):
+        apply_header(tmp_path, step, Writer(), "t")
+    assert path.read_bytes() == changed
+
+
+def test_patch_step_checks_every_run_before_writing_any(tmp_path):
+    path = shard(tmp_path)
+    raw = path.read_bytes()
+    at = raw.index(b"\x7f\x10")
+    good = Run(at, b"\x7f", b"\x7e")
+    bad = Run(at + 1, b"\xff", b"\x7e")  # the file holds 0x10 there: neither old nor new
+    with pytest.raises(TargetError, match=f"data at byte {at + 1}"):
+        apply_patch(tmp_path, PatchStep(path.name, len(raw), (good, bad), ""), Writer(), "t")
+    assert path.read_bytes() == raw
+
+
+def test_rewrite_step_refuses_a_changed_source_and_leaves_no_temp(tmp_path):
+    path = shard(tmp_path)
+    raw = path.read_bytes()
+    # Planned for a file one byte longer than the one on disk, which is not the rewritten file either.
+    step = RewriteStep(path.name, len(raw) + 1, 8, sha256(raw[:8]), b"X" * 8, len(raw) + 8, (), (), "test", "")
+    with pytest.raises(TargetError, match="its header"):
+        apply_rewrite(tmp_path, step, Writer(), "t")
+    assert path.read_bytes() == raw and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_index_step_refuses_a_changed_index(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {"b": "x"}}')
+    with pytest.raises(TargetError, match="the index"):
+        apply_index(tmp_path, IndexStep(index.name, sha256(b'{"weight_map": {"a": "x"}}'), b"{}", ""), Writer(), "t")
+    assert index.read_text() == '{"weight_map": {"b": "x"}}'
+
+
+@pytest.mark.parametrize("method", ["copy_file_range", "sendfile", "read/write"])
+def test_every_copy_method_copies_exactly(tmp_path, method):
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    (tmp_path / "src").write_bytes(data)
+    writer = Writer(method=method)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT)
+    try:
+        writer.pwrite(dst, b"HEAD", 0)
+        writer.copy(src, dst, 5, 4, len(data) - 5)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == b"HEAD" + data[5:]
+    assert writer.copied_with == {method} and writer.written == 4 + len(data) - 5
+
+
+@pytest.mark.parametrize("layout", [
+    lambda d: json.dumps(d, indent=2, sort_keys=True) + "\n",
+    lambda d: json.dumps(d, indent=4),
+    lambda d: json.dumps(d, separators=(",", ":")),
+    lambda d: json.dumps(d),
+    lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n",
+])
+def test_index_keeps_its_layout(layout):
+    data = {"metadata": {"total_size": 3, "note": "für"}, "weight_map": {"a.w": "x", "b.w": "y"}}
+    raw = layout(data).encode()
+    assert _dump_like(json.loads(raw), raw) == raw
