@@ -66,15 +66,28 @@ class Runtime:
         return str(self.data.get("source", ""))
 
 
+@lru_cache(maxsize=None)
+def _runtime_files() -> Mapping[str, str]:
+    """Profile id -> file. Upstream profiles are named after their id; image profiles after the image tag."""
+    out: dict[str, str] = {}
+    for p in sorted((rules_dir() / "runtimes").glob("*.toml")):
+        pid = load_toml(f"runtimes/{p.name}").get("id", p.stem)
+        if pid in out:
+            raise ValueError(f"runtime profile id {pid!r} is declared by {out[pid]} and {p.name}")
+        out[pid] = p.name
+    return out
+
+
 def runtime_ids() -> list[str]:
-    return sorted(p.stem for p in (rules_dir() / "runtimes").glob("*.toml"))
+    return sorted(_runtime_files())
 
 
 @lru_cache(maxsize=None)
 def runtime(profile_id: str = DEFAULT_RUNTIME) -> Runtime:
-    if profile_id not in runtime_ids():
+    files = _runtime_files()
+    if profile_id not in files:
         raise UsageError(f"unknown runtime profile {profile_id!r}; choose one of: {', '.join(runtime_ids())}")
-    data = load_toml(f"runtimes/{profile_id}.toml")
+    data = load_toml(f"runtimes/{files[profile_id]}")
     return Runtime(id=data["id"], name=data["name"], data=data)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -90,9 +91,55 @@ def analyze(
     return Analysis(ckpt, det, report)
 
 
-def doctor(target: str, **options) -> Report:  # noqa: ANN003 - same keywords as `analyze`
-    """Inspect a checkpoint (local folder, file, or Hub repo) and return the report. See `analyze` for the options."""
-    return analyze(target, **options).report
+def doctor(
+    path_or_repo: str | os.PathLike[str],
+    *,
+    runtime: str | None = None,
+    hardware: Sequence[str] = (),
+    headers_only: bool = False,
+    deep: bool = False,
+    revision: str | None = None,
+    progress: bool | None = None,
+    producer_schema: bool = False,
+) -> Report:
+    """Judge a checkpoint and return its report: what `ckpt doctor` prints, as an object.
+
+    Call it right after `export_hf_checkpoint(...)` / `save_pretrained(...)` and refuse to upload on a failing
+    report::
+
+        report = ckpt_tools.doctor("./llama-nvfp4")
+        if report.exit_code("error"):          # "warning" to be strict
+            raise SystemExit(report.render("text"))
+
+    Args:
+        path_or_repo: a checkpoint folder, one `.safetensors` file, or a Hub repo id (`org/name`) where supported.
+        runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
+        hardware: hardware profile ids for kernel notes (default: every profile in `rules/hardware.toml`).
+        headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
+        deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
+        revision: Hub revision (branch, tag or commit) for a repo id.
+        progress: show a progress bar for long scale scans (None: only when the scan is large).
+        producer_schema: also validate the quantization config with the producer's own code (rule CK311; needs the
+            `producers` extra and imports torch).
+
+    Returns:
+        The `Report` (`report.findings`, `report.summary`, `report.to_dict()` for the JSON contract,
+        `report.exit_code(fail_on)`, `report.render(format)`).
+
+    Raises:
+        ckpt_tools.errors.CkptError: nothing to inspect (missing path, no safetensors file, unknown profile). A
+        checkpoint whose files are broken is not an exception: it is a report with findings.
+    """
+    return analyze(
+        os.fspath(path_or_repo),
+        runtime=runtime,
+        hardware_ids=tuple(hardware),
+        headers_only=headers_only,
+        deep=deep,
+        revision=revision,
+        progress=progress,
+        producer_schema=producer_schema,
+    ).report
 
 
 def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:

@@ -11,6 +11,9 @@ def list_rules() -> None:
     """List every rule: code, slug, default severity, title."""
     lines = [f"{r.code}  {r.slug:<28} {r.severity:<8} {'fixable ' if r.fixable else '        '}{r.title}"
              for r in all_rules()]
+    from ..serve.profiles import checks  # check-serve findings (rules/serve-checks.toml)
+
+    lines += [f"{c.code}  {c.slug:<28} {c.severity:<8}         {c.title}" for c in checks()]
     emit("\n".join(lines) + "\n")
 
 
@@ -19,6 +22,17 @@ def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvf
     """Print one rule's documentation: what it catches, why it matters, the anti-pattern and the fix."""
     rule = find_rule(code)
     if rule is None:
+        from ..serve.profiles import find_check
+
+        c = find_check(code)
+        if c is not None:
+            sections = (("What it catches", c.catches), ("Why it matters", c.why), ("Anti-pattern", c.anti_pattern),
+                        ("Fix", c.fix), ("Source", c.source))
+            out = [f"{c.code} {c.slug} ({c.severity}, ckpt check-serve)", "", c.title, ""]
+            for heading, body in sections:
+                out += [heading, "  " + body, ""]
+            emit("\n".join(out))
+            return
         from ..errors import UsageError
 
         raise UsageError(f"no rule {code!r}; `ckpt rules` lists them")

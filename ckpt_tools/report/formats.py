@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from . import json_format, markdown, sarif, text
 from .model import Report
@@ -17,3 +17,13 @@ RENDERERS: dict[str, Callable[..., str]] = {
 
 def render(report: Report, fmt: str, *, color: bool = False) -> str:
     return RENDERERS[fmt](report, color=color)
+
+
+def render_many(reports: Sequence[Report], fmt: str, *, color: bool = False) -> str:
+    """Several reports as one document (`ckpt doctor --pre-commit`): SARIF holds one run per report, JSON is an array
+    of reports (each one the schema_version 1 object), text and Markdown put the reports one after another."""
+    if fmt == "sarif":
+        return sarif.render_many(reports)
+    if fmt == "json":
+        return json_format.render_many(reports)
+    return "\n".join(render(r, fmt, color=color) for r in reports)

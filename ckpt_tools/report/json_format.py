@@ -1,9 +1,20 @@
 from __future__ import annotations
 
+from typing import Sequence
+
 import orjson
 
 from .model import Report
 
 
 def render(report: Report, *, color: bool = False) -> str:
-    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+    return _dump(report.to_dict())
+
+
+def render_many(reports: Sequence[Report]) -> str:
+    """An array of reports, each the schema_version 1 object (`ckpt doctor --pre-commit --format json`)."""
+    return _dump([r.to_dict() for r in reports])
+
+
+def _dump(data: object) -> str:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -38,6 +38,14 @@ class Report:
         floor = SEVERITY_RANK[fail_on]
         return 1 if any(SEVERITY_RANK[f.severity] >= floor for f in self.findings) else 0
 
+    def render(self, format: str = "text") -> str:
+        """This report as `ckpt doctor --format FORMAT` prints it: text, json, markdown or sarif."""
+        from .formats import RENDERERS
+
+        if format not in RENDERERS:
+            raise ValueError(f"unknown format {format!r}; choose from {', '.join(RENDERERS)}")
+        return RENDERERS[format](self)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,

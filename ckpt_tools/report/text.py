@@ -67,8 +67,11 @@ def render(report: Report, *, color: bool = False) -> str:
         if f.fix:
             out.append(f"        fix: {f.fix}")
         out.append("")
+    by_reason: dict[str, list[str]] = {}  # one line per reason: a pointer checkout skips most rules for one cause
     for s in report.skipped:
-        out.append(_paint(f"skipped {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+        by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
+    for reason, rules in by_reason.items():
+        out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
     for s in report.suppressed:
         out.append(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color))
     summary = data["summary"]

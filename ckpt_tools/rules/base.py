@@ -61,7 +61,10 @@ class Context:
     target: str  # how the user named the target, for fix commands
     producer_schema: Any = None  # detect.producer_schema.SchemaCheck when --producer-schema ran
 
-    def command(self, *words: str) -> str:
+    def command(self, *words: str) -> str | None:
+        """The repair command for this target; None on a Hub target, which can only be repaired as a local copy."""
+        if self.ckpt.remote:
+            return None
         return " ".join(["ckpt", *words, shlex.quote(self.target)])
 
 

@@ -1,0 +1,70 @@
+"""`ckpt serve-flags` and `ckpt check-serve`: parse options, call ckpt_tools.serve, print."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from ..report.formats import render
+from .app import FailOn, Format, app, emit, use_color
+
+
+class Emit(str, Enum):
+    argv = "argv"
+    docker = "docker"
+    compose = "compose"
+    model_card = "model-card"
+
+
+class PlanFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command("serve-flags")
+def serve_flags_command(
+    target: str = typer.Argument(..., help="Checkpoint folder."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33; image profiles: aeon-v0.23.0, aeon-v0.26.0, aeon-v0.27.1)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="DFlash / EAGLE / MTP drafter checkpoint folder (also inspected)."),
+    speculative_method: Optional[str] = typer.Option(None, "--speculative-method", help="Override the drafter's detected method."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the checkpoint's)."),
+    colocated: bool = typer.Option(False, "--colocated", help="Leave GPU memory for sidecars (ASR/TTS/embeddings)."),
+    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="argv, docker, compose or model-card."),
+    format: PlanFormat = typer.Option(PlanFormat.text, "--format", "-f", help="text or json."),
+    explain: bool = typer.Option(False, "--explain", help="The reason and source of every flag."),
+) -> None:
+    """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. Exit 1 if the runtime refuses it."""
+    from ..serve import emitters, serve_flags
+
+    container = emit_as != Emit.argv
+    plan = serve_flags(target, runtime=runtime, hardware=hardware, drafter=drafter, max_model_len=max_model_len,
+                       colocated=colocated, container=container, speculative_method=speculative_method)
+    if format == PlanFormat.json:
+        emit(emitters.json_report(plan))
+    elif emit_as == Emit.argv:
+        emit(emitters.text(plan, explain=explain) if explain or plan.warnings else emitters.argv_line(plan))
+    else:
+        emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
+        if explain:
+            emit(emitters.text(plan, explain=True))
+    raise typer.Exit(1 if plan.blocked else 0)
+
+
+@app.command("check-serve")
+def check_serve_command(
+    target: str = typer.Argument(..., help="Checkpoint folder."),
+    command: List[str] = typer.Argument(None, help="The command, after `--` (or one quoted string)."),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile the command runs on."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format."),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this."),
+) -> None:
+    """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles."""
+    from ..serve import check_serve
+
+    result = check_serve(target, command or [], runtime=runtime, hardware=hardware)
+    emit(render(result.report, format.value, color=use_color()))
+    raise typer.Exit(result.report.exit_code(fail_on.value))

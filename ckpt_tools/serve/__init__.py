@@ -1,0 +1,133 @@
+"""Serve flags: the exact `vllm serve` command for a checkpoint on a runtime and hardware profile, and a linter for
+existing commands. Modules: profiles (data views), facts (checkpoint facts), planner, emitters, parser, linter."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..report.model import Report
+from ..rules.base import Finding
+from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
+from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
+from .profiles import ServeHardware, ServeRuntime, runtime_for_image, serve_hardware, serve_runtime
+
+__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "serve_flags"]
+
+
+def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, ServeHardware | None]:
+    rt = serve_runtime(runtime)
+    return rt, serve_hardware(hardware or rt.serve.get("default_hardware"))
+
+
+def serve_flags(
+    target: str,
+    *,
+    runtime: str | None = None,
+    hardware: str | None = None,
+    drafter: str | None = None,
+    max_model_len: int | None = None,
+    colocated: bool = False,
+    container: bool = False,
+    speculative_method: str | None = None,
+    revision: str | None = None,
+) -> ServePlan:
+    """The `vllm serve` plan for `target`. `container=True` names the model /model and the drafter /drafter (the
+    mounts of `--emit docker|compose`). Raises `CkptError` when the target or drafter cannot be read."""
+    from ..pipeline import analyze
+
+    rt, hw = _profiles(runtime, hardware)
+    analysis = analyze(target, runtime=rt.id, headers_only=True, revision=revision)
+    drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
+    alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
+    options = PlanOptions(
+        model_path=MODEL_MOUNT if container else target,
+        drafter_path=(DRAFTER_MOUNT if container else drafter) if drafter else None,
+        max_model_len=max_model_len,
+        colocated=colocated,
+        speculative_method=speculative_method,
+    )
+    return plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+
+
+@dataclass(frozen=True)
+class CheckServeResult:
+    """Findings of `ckpt check-serve`, as a `Report` (same JSON contract as `ckpt doctor`) plus the plan used."""
+
+    report: Report
+    plan: ServePlan
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.report.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.report.to_dict()
+
+
+def check_serve(
+    target: str,
+    command: Sequence[str],
+    *,
+    runtime: str | None = None,
+    hardware: str | None = None,
+) -> CheckServeResult:
+    """Lint an existing `vllm serve` / `docker run` command against the checkpoint and the profiles. Without
+    `runtime`, a `docker run` of a known image picks that image's profile."""
+    from ..pipeline import analyze
+    from .linter import lint
+    from .parser import parse_command, split_command
+
+    words = split_command(command)
+    rt = serve_runtime(runtime)
+    if runtime is None:
+        image = _image_of(words)
+        by_image = runtime_for_image(image) if image else None
+        if by_image is not None:
+            rt = by_image
+    rt, hw = _profiles(rt.id, hardware)
+    cmd = parse_command(words, rt)
+    analysis = analyze(target, runtime=rt.id, headers_only=True)
+    in_container = cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(
+        cmd.model)
+    alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
+    spec_drafter, method = _speculative_of(cmd, rt)
+    options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
+                          drafter_path=spec_drafter, speculative_method=method)
+    the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
+    findings = lint(cmd, rt, hw, the_plan.facts, the_plan)
+    report = Report(target=target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
+                    extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
+                           "suggested_argv": list(the_plan.argv)})
+    return CheckServeResult(report, the_plan)
+
+
+def _image_of(words: Sequence[str]) -> str | None:
+    from .parser import parse_command
+
+    if "docker" not in words[:3]:
+        return None
+    try:
+        return parse_command(words, serve_runtime(None)).image
+    except Exception:  # noqa: BLE001 - a bad command is reported by the real parse below
+        return None
+
+
+def _speculative_of(cmd, rt: ServeRuntime) -> tuple[str | None, str | None]:  # noqa: ANN001 - ParsedCommand
+    """(drafter path, canonical method) of the command's speculative config, for the reference plan."""
+    import json
+
+    try:
+        spec = cmd.json_value("--speculative-config")
+    except (json.JSONDecodeError, TypeError):
+        return None, None
+    if not isinstance(spec, dict):
+        return None, None
+    path = str(spec["model"]) if spec.get("model") else None
+    method = spec.get("method")
+    if method in rt.choices("mtp_model_types"):
+        method = "mtp"
+    if method not in rt.choices("speculative_method") or (method != "mtp" and path is None):
+        method = None
+    return path, method

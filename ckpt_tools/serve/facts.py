@@ -1,0 +1,107 @@
+"""What serving needs to know about a checkpoint, read from one `Analysis`: the context length vLLM derives, whether
+a vision tower is present and loadable, the NVFP4 activation mode, and (for a drafter) its speculative method."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..pipeline import Analysis
+from .profiles import ServeRuntime, drafter_kinds
+
+# vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key (0.33.0 wheel): the smallest of
+# these keys of the text config wins.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# vllm/config/model.py _get_and_verify_max_len: these RoPE types already include their factor.
+ROPE_TYPES_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    target: str
+    architecture: str | None
+    model_type: str | None
+    producer: str
+    quant_algo: str | None
+    vllm_quantization: str | None
+    rejection: str | None
+    activation_mode: str | None  # W4A4 / W4A16 / mixed for NVFP4
+    kv_cache: str | None
+    max_model_len: int | None
+    max_len_key: str | None
+    has_vision: bool
+    vision_loadable: bool
+    has_mtp: bool
+    moe: bool
+
+    @property
+    def weight_only_nvfp4(self) -> bool:
+        return self.activation_mode in ("W4A16", "mixed")
+
+
+def derived_max_model_len(text_config: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    best: tuple[float, str | None] = (float("inf"), None)
+    for key in MAX_LEN_KEYS:
+        value = text_config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < best[0]:
+            best = (value, key)
+    if best[1] is None:
+        return None, None
+    length = best[0]
+    rope = text_config.get("rope_parameters") or text_config.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type") or rope.get("type")
+        factor = rope.get("factor")
+        if kind not in ROPE_TYPES_PRESCALED and isinstance(factor, (int, float)) and factor:
+            length *= factor
+    return int(length), best[1]
+
+
+def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
+    ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
+    misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
+    vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
+    vision_bad = any(
+        any(step.get("to", "").startswith(prefix) for step in f.details.get("rename", ())
+            for prefix in ("model.visual", "visual"))
+        or any("visual" in t or "vision" in t for t in f.tensors)
+        for f in misnested
+    )
+    max_len, key = derived_max_model_len(ckpt.text_config)
+    return CheckpointFacts(
+        target=analysis.report.target,
+        architecture=ckpt.architecture,
+        model_type=ckpt.model_type,
+        producer=det.producer,
+        quant_algo=det.quant_algo,
+        vllm_quantization=det.vllm_quantization,
+        rejection=det.rejection,
+        activation_mode=det.activation_mode,
+        kv_cache=det.kv_cache,
+        max_model_len=max_len,
+        max_len_key=key,
+        has_vision=vision_tensors,
+        vision_loadable=vision_tensors and not vision_bad,
+        has_mtp="mtp" in det.components,
+        moe=bool(ckpt.experts) or any(".experts." in r.name for r in det.rows),
+    )
+
+
+def drafter_method(analysis: Analysis, rt: ServeRuntime) -> str | None:
+    """The speculative method of a drafter checkpoint (rules/serving.toml [[drafter]]), or None if unknown."""
+    cfg = analysis.checkpoint.config or {}
+    archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
+    name = os.path.basename(os.path.normpath(analysis.report.target)).lower()
+    for kind in drafter_kinds():
+        if any(k in cfg for k in kind.get("config_keys", ())):
+            return kind["method"]
+        if any(part in a for part in kind.get("architectures_contain", ()) for a in archs):
+            return kind["method"]
+        if any(part in name for part in kind.get("name_contains", ())):
+            return kind["method"]
+        table = kind.get("model_types_in_choices")
+        if table and cfg.get("model_type") in rt.choices(table):
+            return kind["method"]
+    return None

@@ -1,0 +1,314 @@
+"""The `vllm serve` argument vector for one checkpoint on one runtime and hardware profile, every flag with its reason
+and source. Pure: takes analyses and profiles, returns a `ServePlan`; emitters render it, the linter re-checks it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import UsageError
+from ..knowledge import runtime_ids
+from ..pipeline import Analysis
+from .facts import CheckpointFacts, checkpoint_facts, drafter_method
+from .profiles import ServeHardware, ServeRuntime, pairing, require_hardware_fits, serving_family
+
+SPEC_METHODS_NEEDING_DRAFTER = ("dflash", "dspark", "eagle", "eagle3", "draft_model")
+
+
+@dataclass(frozen=True)
+class PlannedFlag:
+    flag: str
+    value: str | None  # None for a bare switch
+    why: str
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flag": self.flag, "value": self.value, "why": self.why, "source": self.source}
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    model_path: str  # what the serve command names as the model (a host path, or /model inside a container)
+    drafter_path: str | None = None
+    max_model_len: int | None = None
+    colocated: bool = False
+    speculative_method: str | None = None
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """The result of `ckpt serve-flags` (shared/spec/report.md "Serve flags")."""
+
+    target: str
+    runtime: ServeRuntime
+    hardware: ServeHardware | None
+    model_path: str
+    flags: tuple[PlannedFlag, ...]
+    env: Mapping[str, str]
+    warnings: tuple[str, ...]
+    facts: CheckpointFacts
+    drafter: Mapping[str, Any] | None = None
+    blocked: str | None = None  # why the runtime will not serve this checkpoint at all
+    alternatives: tuple[str, ...] = ()  # runtime profiles that do load it
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        out = [*self.runtime.serve.get("command", ("vllm", "serve")), self.model_path]
+        for f in self.flags:
+            out.append(f.flag)
+            if f.value is not None:
+                out.append(f.value)
+        return tuple(out)
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
+        return {
+            "schema_version": 1,
+            "tool": {"name": "ckpt", "version": __version__},
+            "target": self.target,
+            "runtime": self.runtime.id,
+            "hardware": self.hardware.id if self.hardware else None,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "flags": [f.to_dict() for f in self.flags],
+            "warnings": list(self.warnings),
+            # additions beyond the contract's required fields
+            "image": self.runtime.serve.get("image"),
+            "blocked": self.blocked,
+            "alternatives": list(self.alternatives),
+            "notes": list(self.notes),
+            "drafter": dict(self.drafter) if self.drafter else None,
+            "checkpoint": {
+                "producer": self.facts.producer, "quant_algo": self.facts.quant_algo,
+                "vllm_quantization": self.facts.vllm_quantization, "activation_mode": self.facts.activation_mode,
+                "architecture": self.facts.architecture, "max_model_len": self.facts.max_model_len,
+                "vision": self.facts.has_vision, "vision_loadable": self.facts.vision_loadable,
+                "kv_cache": self.facts.kv_cache,
+            },
+        }
+
+
+def spec_json(config: Mapping[str, Any]) -> str:
+    """The --speculative-config value: compact JSON, keys in vLLM's documented order."""
+    return json.dumps(dict(config), separators=(",", ":"))
+
+
+def accepting_runtimes(analysis: Analysis, current: str) -> tuple[str, ...]:
+    """Runtime profiles (other than `current`) whose detection loads the checkpoint."""
+    from ..detect.resolve import detect
+
+    return tuple(rid for rid in runtime_ids() if rid != current and detect(analysis.checkpoint, rid).rejection is None)
+
+
+class _Builder:
+    def __init__(self, rt: ServeRuntime) -> None:
+        self.rt = rt
+        self.flags: list[PlannedFlag] = []
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.env: dict[str, str] = {}
+
+    def add(self, flag: str, value: str | None, why: str, source: str) -> None:
+        info, _ = self.rt.lookup(flag)
+        if info is None:  # never emit what the runtime's own table does not list
+            raise ValueError(f"{flag} is not a {self.rt.id} flag")
+        self.flags.append(PlannedFlag(flag, value, why, source))
+
+
+def plan(
+    analysis: Analysis,
+    rt: ServeRuntime,
+    hw: ServeHardware | None,
+    options: PlanOptions,
+    *,
+    drafter: Analysis | None = None,
+    alternatives: tuple[str, ...] = (),
+) -> ServePlan:
+    facts = checkpoint_facts(analysis)
+    b = _Builder(rt)
+    mismatch = require_hardware_fits(rt, hw)
+    if mismatch:
+        b.warnings.append(f"{mismatch}: use --runtime vllm-0.33 or another profile built for this GPU")
+    blocked = None
+    if facts.rejection:
+        blocked = f"{rt.name} refuses this checkpoint: {facts.rejection}"
+        b.warnings.append(blocked + (f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives
+                                     else ""))
+
+    _quantization(b, facts, rt)
+    _max_model_len(b, facts, rt, options)
+    _hardware_limits(b, hw, rt, options)
+    fam = serving_family(facts.architecture, facts.model_type)
+    _family(b, facts, fam, rt)
+    drafter_info = _speculative(b, facts, fam, rt, options, drafter)
+    _kernel_notes(b, facts, hw)
+    return ServePlan(
+        target=analysis.report.target, runtime=rt, hardware=hw, model_path=options.model_path,
+        flags=tuple(b.flags), env=b.env, warnings=tuple(b.warnings), facts=facts, drafter=drafter_info,
+        blocked=blocked, alternatives=alternatives, notes=tuple(b.notes),
+    )
+
+
+def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
+    src = "vllm-facts.md 1.1-1.5 (ModelConfig._verify_quantization); " + rt.source_of("--quantization")
+    if facts.vllm_quantization:
+        b.add("--quantization", facts.vllm_quantization,
+              f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
+              f"{facts.vllm_quantization} from its config; stating it makes a wrong copy-paste fail loudly.".replace(
+                  "  ", " "), src)
+    elif facts.producer == "none":
+        b.notes.append("--quantization omitted: the checkpoint is not quantized")
+    else:
+        b.notes.append("--quantization omitted: the runtime does not resolve a method for this checkpoint")
+
+
+def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, options: PlanOptions) -> None:
+    derived = facts.max_model_len
+    src = "vllm/config/model.py _get_and_verify_max_len (0.33.0 wheel); config.json " + (facts.max_len_key or "")
+    asked = options.max_model_len
+    if asked is not None:
+        if asked <= 0:
+            raise UsageError("--max-model-len must be a positive number of tokens")
+        if derived is not None and asked > derived:
+            env = rt.behaviour.get("long_max_model_len_env")
+            if env:
+                b.env[env] = "1"
+            b.warnings.append(
+                f"--max-model-len {asked} exceeds the checkpoint's {facts.max_len_key}={derived}: vLLM only accepts "
+                f"it with {env}=1, and RoPE positions past {derived} may produce NaN")
+        b.add("--max-model-len", str(asked), "context length asked for with --max-model-len", src)
+    elif derived is not None:
+        b.add("--max-model-len", str(derived),
+              f"the checkpoint's context ({facts.max_len_key}={derived}); explicit so a longer copy-paste fails", src)
+
+
+def _hardware_limits(b: _Builder, hw: ServeHardware | None, rt: ServeRuntime, options: PlanOptions) -> None:
+    if hw is None:
+        if options.colocated:
+            b.warnings.append("--colocated needs --hardware: the memory share for sidecars is per hardware profile")
+        return
+    key = "gpu_memory_utilization_colocated" if options.colocated else "gpu_memory_utilization"
+    util = hw.get(key)
+    if util is not None:
+        why = ("leaves unified memory to the sidecars sharing the GPU" if options.colocated else
+               f"{hw.id} shares its memory between CPU and GPU; above {hw.get('gpu_memory_utilization_max')} it "
+               f"page-thrashes (the runtime's default is {rt.serve.get('gpu_memory_utilization_default')})")
+        b.add("--gpu-memory-utilization", f"{util:.2f}", why, hw.source)
+    elif options.colocated:
+        b.warnings.append(f"{hw.id} has no measured memory share for sidecars: set --gpu-memory-utilization to "
+                          f"(GPU memory - sidecar memory) / GPU memory yourself")
+    tokens = hw.get("max_num_batched_tokens")
+    if tokens is not None:
+        ceiling = rt.serve.get("compile_range_max_batched_tokens")
+        b.add("--max-num-batched-tokens", str(tokens),
+              "stays inside the compiled range and frees activation memory; chunked prefill keeps the full context"
+              + (f" (compile-range ceiling {ceiling})" if ceiling else ""), hw.source)
+
+
+def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime) -> None:
+    if fam is None:
+        b.notes.append(f"no serving entry for {facts.architecture or facts.model_type}: no parsers or limits emitted")
+        return
+    src = f"rules/serving.toml ({fam['id']}): {fam['source']}"
+    if fam.get("prefix_caching"):
+        b.add("--enable-prefix-caching", None,
+              "hybrid attention family: prefix caching on, --mamba-block-size left for vLLM to derive", src)
+    limits = fam.get("mm_limits")
+    if facts.has_vision and not facts.vision_loadable:
+        b.warnings.append("the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
+                          "at load and older releases serve '!!!!' for images; run `ckpt fix-prefix` first. No "
+                          "--limit-mm-per-prompt emitted.")
+    elif facts.vision_loadable and limits:
+        b.add("--limit-mm-per-prompt", json.dumps(dict(limits), separators=(",", ":")),
+              "vision tower present and loadable: the family's tuned image/video limits", src)
+    elif facts.vision_loadable:
+        b.notes.append("vision tower present; no tuned limits for this family, vLLM's default (999 per modality) "
+                       "applies")
+    if fam.get("reasoning_parser"):
+        b.add("--reasoning-parser", fam["reasoning_parser"], "the family's reasoning format", src)
+    if fam.get("tool_call_parser"):
+        b.add("--enable-auto-tool-choice", None, "tool calls need auto tool choice and a parser", src)
+        b.add("--tool-call-parser", fam["tool_call_parser"], "the family's tool-call format", src)
+
+
+def _speculative(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime,
+                 options: PlanOptions, drafter: Analysis | None) -> dict[str, Any] | None:
+    method = options.speculative_method
+    if drafter is not None:
+        detected = drafter_method(drafter, rt)
+        if method is None:
+            method = detected
+        if method is None:
+            raise UsageError(f"cannot tell the speculative method of drafter {drafter.report.target} from its "
+                             f"config.json or folder name; pass --speculative-method")
+    elif method is None and facts.has_mtp and pairing(facts.architecture, "mtp"):
+        method = "mtp"
+    if method is None:
+        return None
+    methods = rt.choices("speculative_method")
+    if method not in methods:
+        raise UsageError(f"{rt.id} has no speculative method {method!r}; choose one of: {', '.join(methods)}")
+    if method in SPEC_METHODS_NEEDING_DRAFTER and options.drafter_path is None:
+        raise UsageError(f"speculative method {method} needs --drafter DIR")
+    pair = pairing(facts.architecture, method)
+    config: dict[str, Any] = {"method": method}
+    if options.drafter_path is not None and method not in ("mtp", "ngram", "ngram_gpu", "suffix"):
+        config["model"] = options.drafter_path
+    src = f"vllm-facts.md 7.2; rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm-facts.md 7.2"
+    if pair:
+        config["num_speculative_tokens"] = int(pair["num_speculative_tokens"])
+    else:
+        config["num_speculative_tokens"] = 1 if method == "mtp" else 4
+        b.warnings.append(f"no tuned num_speculative_tokens for {method} on {facts.architecture}: "
+                          f"{config['num_speculative_tokens']} is a starting point; measure acceptance")
+    if method == "dflash":
+        _dflash(b, facts, fam, rt, config)
+    b.add("--speculative-config", spec_json(config),
+          f"{method} speculative decoding" + (f" with the tuned {config['num_speculative_tokens']} draft tokens ("
+                                                f"{pair['drafter']})" if pair else ""), src)
+    info: dict[str, Any] = {"method": method, "path": options.drafter_path}
+    if drafter is not None:
+        info.update(target=drafter.report.target, producer=drafter.detection.producer,
+                    architecture=drafter.checkpoint.architecture, rejection=drafter.detection.rejection)
+        if drafter.detection.rejection:
+            b.warnings.append(f"the drafter is refused by {rt.name}: {drafter.detection.rejection}")
+    return info
+
+
+def _dflash(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime,
+            config: dict[str, Any]) -> None:
+    rules = rt.dflash
+    if not rules:
+        return
+    src = f"rules/runtimes ({rt.id}) [speculative.dflash]: {rules['source']}"
+    allowed = rules.get("kv_cache_dtypes", ["auto"])
+    if facts.kv_cache and facts.kv_cache not in allowed and "auto" in allowed and len(allowed) == 1:
+        b.warnings.append(f"the checkpoint declares a {facts.kv_cache} KV cache, which `auto` selects; DFlash on "
+                          f"{rt.name} needs BF16 KV: expect 'No valid attention backend found' at start-up")
+    target_backend = rules.get("target_attention_backend")
+    if target_backend:
+        b.add("--attention-backend", target_backend, "the body backend DFlash's KV-sharing path is validated with",
+              src)
+    drafter_backend = (fam or {}).get("dflash_drafter_attention_backend") or rules.get("drafter_attention_backend")
+    if drafter_backend and drafter_backend != "forbidden":
+        # vLLM does not inherit the target's backend into the drafter.
+        config["attention_backend"] = drafter_backend
+
+
+def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: ServeHardware | None) -> None:
+    if facts.activation_mode is None:
+        return
+    if facts.weight_only_nvfp4:
+        b.notes.append("weight-only NVFP4 layers: vLLM auto-selects a weight-only kernel (Marlin/Humming/CuTe-DSL "
+                       "W4A16); do not force a W4A4 backend (flashinfer_cutlass, cutlass)")
+    if hw is not None and not hw.profile.native_fp4:
+        b.warnings.append(f"{hw.id} has no FP4 tensor cores: NVFP4 runs weight-only ({hw.profile.nvfp4_w4a4})")
+    b.notes.append("no --linear-backend / --moe-backend: auto-selection picks the native path for this checkpoint")
