@@ -39,7 +39,7 @@ def render(report: Report, *, color: bool = False) -> str:
     data = report.to_dict()
     ck = data["checkpoint"]
     lines = [
-        f"## ckpt doctor: {_code(report.target)}",
+        f"## ckpt {report.command}: {_code(report.target)}",
         "",
         _verdict(data["summary"]),
         "",

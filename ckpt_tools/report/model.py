@@ -21,6 +21,7 @@ class Report:
     skipped: tuple[Mapping[str, str], ...] = ()  # rules that did not run, and why
     suppressed: tuple[Mapping[str, Any], ...] = ()  # findings silenced by configuration, with the reason
     extra: Mapping[str, Any] = field(default_factory=dict)
+    command: str = "doctor"  # the ckpt subcommand that produced it, for headings
 
     @property
     def summary(self) -> dict[str, int]:

@@ -49,7 +49,7 @@ def hub_lines(hub: dict | None) -> list[str]:
 
 def render(report: Report, *, color: bool = False) -> str:
     data = report.to_dict()
-    out = [_paint(f"ckpt doctor {report.target}", "bold", color)]
+    out = [_paint(f"ckpt {report.command} {report.target}", "bold", color)]
     out.extend(checkpoint_lines(data["checkpoint"]))
     out.extend(hub_lines(data.get("hub")))
     out.append("")

@@ -99,7 +99,7 @@ def check_serve(
     findings = lint(cmd, rt, hw, the_plan.facts, the_plan)
     report = Report(target=target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
                     extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
-                           "suggested_argv": list(the_plan.argv)})
+                           "suggested_argv": list(the_plan.argv)}, command="check-serve")
     return CheckServeResult(report, the_plan)
 
 
