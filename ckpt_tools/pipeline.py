@@ -13,7 +13,9 @@ from .read import open_source
 from .read.loader import load_checkpoint, read_tensor_bytes
 from .report.model import Report
 from .rules.base import Context, Finding, all_rules
+from .model.modules import ROLES, SCALE_ROLES
 from .rules.ck501_nan_fp8_scale import is_scanned
+from .suppress import apply_suppressions, load_suppressions
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,9 @@ class Analysis:
 
 
 def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
-    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and t.name.rsplit(".", 1)[-1].endswith("scale"))
+    """FP8 scales (NaN scan) and every small scale tensor: `weight_scale_2`, `weight_global_scale`, `input_scale`,
+    `input_global_scale`, per-tensor `weight_scale`, KV scales (value rules read these few bytes)."""
+    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and ROLES.get(t.name.rsplit(".", 1)[-1]) in SCALE_ROLES)
 
 
 def analyze(
@@ -44,6 +48,7 @@ def analyze(
         from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
 
         finish_interrupted(getattr(source, "root", None))
+    suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
     skipped_reason = None
     if headers_only:
@@ -72,6 +77,7 @@ def analyze(
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
             continue
         findings.extend(rule_cls().check(ctx))
+    findings, suppressed = apply_suppressions(findings, suppressions)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
     report = Report(
@@ -79,6 +85,7 @@ def analyze(
         checkpoint=checkpoint_summary(ckpt, det),
         findings=tuple(findings),
         skipped=tuple(skipped),
+        suppressed=tuple(suppressed),
         extra={"hub": provenance} if provenance else {},
     )
     return Analysis(ckpt, det, report)

@@ -171,3 +171,11 @@ def test_header_path_imports_no_torch_or_numpy() -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(GENUINE / "llmc-qwen35moe-nvfp4")], capture_output=True,
                           text=True, timeout=120)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_readme_rule_table_lists_every_rule() -> None:
+    from ckpt_tools.rules.base import all_rules
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    for rule in all_rules():
+        assert f"| {rule.code} | `{rule.slug}` |" in readme, rule.code

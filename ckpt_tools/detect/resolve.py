@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Mapping
 
+from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
@@ -251,7 +252,8 @@ class _Resolver:
     def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
                  algo: str | None, method: str | None = None) -> None:
         self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
-        self.ignore = [e for e in (view.get("ignore") or view.get("exclude_modules") or []) if isinstance(e, str)]
+        entries = view.get("ignore") or view.get("exclude_modules") or []
+        self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
@@ -266,12 +268,30 @@ class _Resolver:
             self.mixed_layers = layers if isinstance(layers, dict) else {}
 
     def declared(self, module: Module) -> tuple[Scheme, str | None, str | None]:
+        forced = self._built_unquantized(module.name)
+        if forced is not None:
+            return UNQUANTIZED, forced, None
         where = module.expert
         # vLLM resolves a fused MoE layer once, on expert 0's projection names (vllm-facts.md 2.4).
         key = f"{where[0]}.0.{where[2]}" if where else module.name
         if key not in self.cache:
             self.cache[key] = self._declared(key, where[0] if where else None)
         return self.cache[key]
+
+    def _built_unquantized(self, name: str) -> str | None:
+        """Modules the model file builds without a quant config whatever the config says (rules/modules.toml)."""
+        if self.producer not in ("modelopt", "compressed-tensors"):
+            return None
+        for entry in model_unquantized():
+            if entry.families and self.family.id not in entry.families:
+                continue
+            if entry.producers and self.producer not in entry.producers:
+                continue
+            if entry.when_config and not any(self.ckpt.config_value(k) for k in entry.when_config):
+                continue
+            if entry.pattern.search(name):
+                return f"(built unquantized by vLLM: {entry.reason})"
+        return None
 
     def _declared(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
         if self.producer == "compressed-tensors":

@@ -35,10 +35,25 @@ class Checkpoint:
 
     # ---- tensors -------------------------------------------------------------------------------------------------
     @cached_property
+    def loaded_shards(self) -> tuple[Shard, ...]:
+        """The shards a loader reads. With an index, only the files its `weight_map` names: vLLM drops every other
+        `.safetensors` file (`filter_duplicate_safetensors_files`), so a stray shard's tensors never load."""
+        if self.index is None:
+            return self.shards
+        named = set(self.index.weight_map.values())
+        return tuple(s for s in self.shards if s.name in named)
+
+    @cached_property
+    def stray_shards(self) -> tuple[Shard, ...]:
+        """Readable shards that an index exists for but does not name (loaders skip them)."""
+        loaded = {s.name for s in self.loaded_shards}
+        return tuple(s for s in self.shards if s.name not in loaded)
+
+    @cached_property
     def _tensor_index(self) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
         out: dict[str, TensorInfo] = {}
         dupes: dict[str, list[str]] = {}
-        for shard in self.shards:
+        for shard in self.loaded_shards:
             for t in shard.tensors:
                 first = out.setdefault(t.name, t)
                 if first is not t:
@@ -47,13 +62,23 @@ class Checkpoint:
 
     @property
     def tensors(self) -> Mapping[str, TensorInfo]:
-        """Tensor name -> info. Where a name appears in several shards, the first shard in load order wins."""
+        """Tensor name -> info over the loaded shards. Where a name appears in several, the first in load order
+        wins."""
         return self._tensor_index[0]
 
     @property
     def duplicate_tensors(self) -> Mapping[str, tuple[str, ...]]:
-        """Tensor names stored in more than one shard -> the shards holding them."""
+        """Tensor names stored in more than one loaded shard -> the shards holding them."""
         return self._tensor_index[1]
+
+    @cached_property
+    def unavailable_tensors(self) -> frozenset[str]:
+        """Tensors the index places in shards that are missing, unreadable or invalid. Rules that judge absences
+        treat them as present: their shard's own finding (missing shard, LFS pointer, bad header) is the cause."""
+        if self.index is None:
+            return frozenset()
+        good = {s.name for s in self.shards if s.valid}
+        return frozenset(t for t, shard in self.index.weight_map.items() if shard not in good)
 
     @cached_property
     def modules(self) -> Mapping[str, Module]:

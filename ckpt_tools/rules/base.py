@@ -32,6 +32,8 @@ class Finding:
     count: int = 0
     fix: str | None = None
     details: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Every tensor involved (`tensors` is truncated for display); not serialised. Suppression by tensor glob uses it.
+    all_tensors: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +101,7 @@ class Rule:
             count=len(listed) if count is None else count,
             fix=fix,
             details=MappingProxyType(dict(details or {})),
+            all_tensors=listed,
         )
 
     @classmethod
@@ -142,6 +145,12 @@ def find_rule(code_or_slug: str) -> type[Rule] | None:
         if key.upper() == rule.code or key.lower() == rule.slug:
             return rule
     return None
+
+
+def module_files(ckpt: Checkpoint, modules: Iterable[str]) -> set[str]:
+    """The shards holding any tensor of these modules."""
+    lookup = ckpt.modules
+    return {t.shard for m in modules if m in lookup for t in lookup[m].tensors.values()}
 
 
 def files_of(ckpt: Checkpoint, tensors: Iterable[str]) -> set[str]:

@@ -10,9 +10,10 @@ class IndexTensorMismatch(Rule):
     """Index and shard headers disagree about which tensor lives where.
 
     What it catches
-    Tensors the index maps to a shard whose header lacks them; tensors present in a shard but absent from the index
-    (loaders that follow the index never see them); tensors the index maps to one shard that actually live in
-    another; tensors stored in more than one shard (failure-catalogue.md class 3).
+    Tensors the index maps to a shard whose header lacks them; tensors present in an indexed shard but absent from
+    the index (loaders that follow the index never see them); tensors the index maps to one shard that actually live
+    in another (failure-catalogue.md class 3). Shards the index does not name are stray-shard (CK107); tensors in
+    two loaded shards are duplicate-tensor (CK108).
 
     Why it matters
     Stale indexes cause missing-parameter errors that name tensors rather than the cause, or silently unloaded
@@ -41,18 +42,21 @@ class IndexTensorMismatch(Rule):
         unreadable = {n for n in ckpt.shard_files if n not in readable} | {
             n for n in index.weight_map.values() if n not in ckpt.files
         }
+        # `ckpt.tensors` covers the shards the index names (what vLLM loads); a stray shard and its tensors are
+        # stray-shard's (CK107), and a tensor in two loaded shards is duplicate-tensor's (CK108): nothing twice.
         tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
+        in_stray = {t.name for shard in ckpt.stray_shards for t in shard.tensors}
         absent, misplaced = [], []
         for tensor, shard in index.weight_map.items():
             if shard in unreadable:
                 continue
             info = tensors.get(tensor)
             if info is None:
-                absent.append(tensor)
+                if tensor not in in_stray:
+                    absent.append(tensor)
             elif info.shard != shard and shard not in dupes.get(tensor, ()):
                 misplaced.append(tensor)
         unlisted = sorted(tensors.keys() - index.weight_map.keys())
-        duplicated = sorted(ckpt.duplicate_tensors)
         parts = []
         if absent:
             parts.append(f"{len(absent)} tensor(s) listed in the index are in no shard")
@@ -60,11 +64,9 @@ class IndexTensorMismatch(Rule):
             parts.append(f"{len(misplaced)} tensor(s) are mapped to the wrong shard")
         if unlisted:
             parts.append(f"{len(unlisted)} tensor(s) in shards are missing from the index (loaders skip them)")
-        if duplicated:
-            parts.append(f"{len(duplicated)} tensor(s) are stored in more than one shard")
         if not parts:
             return
-        involved = sorted(set(absent) | set(misplaced) | set(unlisted) | set(duplicated))
+        involved = sorted(set(absent) | set(misplaced) | set(unlisted))
         files = {index.name}
         for t in involved:
             files.update(dupes.get(t) or ([tensors[t].shard] if t in tensors else []))
@@ -78,6 +80,5 @@ class IndexTensorMismatch(Rule):
                 "absent": sorted(absent)[:100],
                 "misplaced": sorted(misplaced)[:100],
                 "unlisted": sorted(unlisted)[:100],
-                "duplicated": {t: list(ckpt.duplicate_tensors[t]) for t in duplicated[:100]},
             },
         )

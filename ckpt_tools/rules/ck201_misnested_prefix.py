@@ -4,9 +4,11 @@ from collections import defaultdict
 from typing import Iterable
 
 from ..knowledge import markers
+from ._memo import once_per
 from .base import Context, Finding, Rule, register
 
 
+@once_per
 def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
     """(old prefix, new prefix) -> tensors, for every tensor nested under a root its component does not belong to.
 

@@ -14,6 +14,10 @@ def _nested(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     return q if isinstance(q, dict) else cfg
 
 
+def _entries(value: Any) -> set[str]:
+    return {e for e in value if isinstance(e, str)} if isinstance(value, list) else set()
+
+
 def _kv_word(value: Any) -> str | None:
     if isinstance(value, dict):
         return f"{value.get('type')}{value.get('num_bits')}".replace("float8", "fp8").replace("float4", "nvfp4")
@@ -25,8 +29,8 @@ class QuantConfigMismatch(Rule):
     """config.json, hf_quant_config.json and the tensors disagree about the quantization.
 
     What it catches
-    - config.json `quantization_config` and hf_quant_config.json naming different algos, KV-cache algos or exclude
-      lists (vLLM reads config.json and ignores the other file: vllm-facts.md 1.1);
+    - config.json `quantization_config` and hf_quant_config.json naming different algos or exclude lists (vLLM
+      reads config.json and ignores the other file: vllm-facts.md 1.1; KV-cache disagreements are CK303);
     - a declared quantization with no quantized tensor at all, or quantized tensors with no declaration;
     - modules whose tensors are a different scheme from the one the config gives them (e.g. FP8 tensors under an
       NVFP4 config), or use the other producer's tensor names (`weight_scale_2` under compressed-tensors,
@@ -70,12 +74,9 @@ class QuantConfigMismatch(Rule):
                 diffs.append(("quant_algo", a or None, b or None, "error"))
         else:
             diffs.append(("quant_method", cfg.get("quant_method"), "modelopt", "error"))
-        kv_a = _kv_word(cfg.get("kv_cache_scheme", cfg.get("kv_cache_quant_algo")))
-        kv_b = _kv_word(nested.get("kv_cache_quant_algo", nested.get("kv_cache_scheme")))
-        if kv_a != kv_b and (kv_a or kv_b):
-            diffs.append(("kv_cache", kv_a, kv_b, "warning"))
-        ex_a = set(cfg.get("ignore") or cfg.get("exclude_modules") or [])
-        ex_b = set(nested.get("exclude_modules") or nested.get("ignore") or [])
+        # KV-cache declarations that disagree are kv-cache-config-mismatch's (CK303).
+        ex_a = _entries(cfg.get("ignore") or cfg.get("exclude_modules"))
+        ex_b = _entries(nested.get("exclude_modules") or nested.get("ignore"))
         if ex_a != ex_b:
             diffs.append(("exclude list", f"{len(ex_a)} entries", f"{len(ex_b)} entries", "warning"))
         for what, x, y, severity in diffs:

@@ -41,5 +41,5 @@ class ProducerSchema(Rule):
             f"{result.package} rejects the quantization config: {shown}.",
             files=[f for f in files if f in ctx.ckpt.files],
             count=len(result.errors),
-            details={"package": result.package, "errors": list(result.errors)},
+            details={"producer": result.producer, "package": result.package, "errors": list(result.errors)},
         )

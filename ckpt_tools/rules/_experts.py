@@ -1,0 +1,76 @@
+"""Per-expert tensor gaps in MoE layers: which experts lack a tensor (`<proj>.<suffix>`) that other experts of the
+same layer have, and which expert ids are absent altogether. Shared by moe-expert-missing-scale (CK402), which
+reports them, and by nvfp4-weight-only (CK401) and scale-shape-mismatch (CK403), which leave them to CK402 so one
+defect is reported once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..model.checkpoint import Checkpoint
+from ._memo import once_per
+
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class LayerGap:
+    layer: str  # the `...experts` prefix
+    experts: int  # experts present in the checkpoint for this layer
+    missing: Mapping[str, tuple[int, ...]]  # "<proj>.<suffix>" -> expert ids lacking it
+    absent: tuple[int, ...]  # expert ids with no tensor at all, below the configured expert count
+
+    def missing_names(self) -> list[str]:
+        out = []
+        for key, ids in sorted(self.missing.items()):
+            proj, suffix = key.split(".", 1)
+            out.extend(f"{self.layer}.{e}.{proj}.{suffix}" for e in ids)
+        return out
+
+
+def configured_experts(ckpt: Checkpoint) -> int | None:
+    for key in EXPERT_COUNT_KEYS:
+        value = ckpt.config_value(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
+    expected = configured_experts(ckpt)
+    out = []
+    for layer, group in sorted(ckpt.experts.items()):
+        have: dict[int, set[str]] = {
+            e: {f"{proj}.{suffix}" for proj, module in projs.items() for suffix in module.tensors}
+            for e, projs in group.experts.items()
+        }
+        union = set().union(*have.values())
+        missing: dict[str, list[int]] = {}
+        for e, keys in sorted(have.items()):
+            for key in union - keys:
+                missing.setdefault(key, []).append(e)
+        absent: tuple[int, ...] = ()
+        if expected is not None and max(have) < expected:
+            absent = tuple(e for e in range(expected) if e not in have)
+        # Tensors held by a missing or broken shard are that shard's finding, not an expert gap.
+        gone = ckpt.unavailable_tensors
+        if gone:
+            missing = {k: [e for e in ids if f"{layer}.{e}.{k}" not in gone] for k, ids in missing.items()}
+            missing = {k: ids for k, ids in missing.items() if ids}
+            absent = tuple(e for e in absent if not any(n.startswith(f"{layer}.{e}.") for n in gone))
+        if missing or absent:
+            out.append(LayerGap(layer, len(have), {k: tuple(v) for k, v in sorted(missing.items())}, absent))
+    return tuple(out)
+
+
+@once_per
+def layer_gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
+    """Every MoE layer whose experts do not all carry the same tensors."""
+    return _gaps(ckpt)
+
+
+@once_per
+def partially_missing(ckpt: Checkpoint) -> frozenset[str]:
+    """`<module>.<suffix>` names that some experts of a layer lack while others have them."""
+    return frozenset(n for gap in layer_gaps(ckpt) for n in gap.missing_names())

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from ..catalogue import ForeignLayout, family_is_explicit, foreign_layouts
+from ..knowledge import markers
+from ._memo import once_per
+from .base import Context, Finding, Rule, register
+
+
+def _foreign(ctx: Context, name: str) -> ForeignLayout | None:
+    arch = ctx.ckpt.architecture or ""
+    for layout in foreign_layouts():
+        if layout.architecture_suffix and not arch.endswith(layout.architecture_suffix):
+            continue
+        if name.startswith(layout.prefixes):
+            return layout
+    return None
+
+
+def _head(name: str, depth: int = 2) -> str:
+    return ".".join(name.split(".")[:depth]) + ".*"
+
+
+@once_per
+def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
+    """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
+    lacks, grouped by prefix)."""
+    family = ctx.det.family
+    explicit = family_is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
+    unrooted: dict[str, list[str]] = defaultdict(list)
+    layouts: dict[str, ForeignLayout] = {}
+    homeless: dict[str, list[str]] = defaultdict(list)
+    own = {r.component for r in family.roots}
+    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+    for name in ctx.ckpt.tensors:
+        hit = family.root_of(name)
+        if hit is None:
+            layout = _foreign(ctx, name)
+            if layout is None and not explicit:
+                continue
+            key = _head(name)
+            unrooted[key].append(name)
+            if layout is not None:
+                layouts[key] = layout
+            continue
+        root, prefix = hit
+        first = name[len(prefix):].split(".", 1)[0]
+        comp = comp_of_marker.get(first)
+        if explicit and comp is not None and comp not in own and root.children is not None:
+            homeless[f"{prefix}{first}.*"].append(name)
+    return unrooted, layouts, homeless
+
+
+def misplaced_names(ctx: Context) -> set[str]:
+    """Tensor names this rule reports: other rules leave them alone, since their names are what is wrong."""
+    unrooted, _layouts, homeless = _misplaced(ctx)
+    return {n for group in (unrooted, homeless) for names in group.values() for n in names}
+
+
+@register
+class NonHfLayout(Rule):
+    """Tensor names in a layout the declared architecture does not load (non-Hugging-Face or another class's).
+
+    What it catches
+    (failure-catalogue.md class 5)
+    - tensors under none of the prefixes the architecture family loads from (rules/architectures.toml), for
+      architectures whose layout is known: e.g. bare `model.layers.*` in a Qwen3.5 / Qwen3-VL ConditionalGeneration
+      checkpoint, which vLLM does not remap (vllm-facts.md 5.1);
+    - for any architecture, trainer namespaces listed in rules/layouts.toml: Megatron / NeMo / verl `decoder.*`,
+      `embedding.word_embeddings.*`, `output_layer.*`, and a multimodal `language_model.*` root under a text-only
+      `...ForCausalLM` class;
+    - (warning) components the architecture has no place for, e.g. `model.visual.*` vision-tower tensors in a
+      checkpoint declared as the text-only `Qwen3_5MoeForCausalLM`.
+    Mis-nested components that do have a canonical place are misnested-prefix (CK201).
+
+    Why it matters
+    vLLM maps checkpoint names through the class's `hf_to_vllm_mapper` and fails on the first name with no module:
+    `ValueError: There is no module or parameter named 'language_model' in Gemma3ForCausalLM` (vllm-project/vllm#15031),
+    after the whole download; older loaders skipped unknown names with a warning and served random weights.
+
+    Anti-pattern
+    Quantizing a checkpoint straight out of a trainer (Megatron, verl FSDP/mcore) without its Hugging Face export;
+    serving a VLM checkpoint with a text-only `architectures` entry.
+
+    Fix
+    Convert to Hugging Face names with the trainer's exporter, or set `architectures` to the class the checkpoint
+    was saved from; for a prefix that is merely one level off, `ckpt fix-prefix TARGET --from OLD --to NEW` renames
+    headers and the index in place.
+    """
+
+    code = "CK202"
+    slug = "non-hf-layout"
+    severity = "error"
+    title = "Tensor names in a layout the architecture does not load"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        family = ctx.det.family
+        arch = ctx.ckpt.architecture or ctx.ckpt.model_type or "this architecture"
+        unrooted, layouts, homeless = _misplaced(ctx)
+        if unrooted:
+            names = sorted(n for ns in unrooted.values() for n in ns)
+            groups = sorted(unrooted, key=lambda k: -len(unrooted[k]))
+            shown = ", ".join(f"`{g}` ({len(unrooted[g])})" for g in groups[:4])
+            layout = next((layouts[g] for g in groups if g in layouts), None)
+            expected = ", ".join(f"`{p}`" for r in family.roots for p in r.prefixes)
+            message = (f"{len(names)} tensor(s) sit under prefixes {arch} does not load from: {shown}. vLLM fails "
+                       f"with \"There is no module or parameter named ...\" (expected roots: {expected}).")
+            if layout is not None:
+                message += f" These are {layout.name}: {layout.fix}."
+            yield self.finding(
+                message,
+                tensors=names,
+                files={ctx.ckpt.tensors[n].shard for n in names},
+                details={"prefixes": {g: len(unrooted[g]) for g in groups},
+                         "layout": layout.id if layout else None, "family": family.id},
+            )
+        if homeless:
+            names = sorted(n for ns in homeless.values() for n in ns)
+            shown = ", ".join(f"`{g}` ({len(v)})" for g, v in sorted(homeless.items()))
+            yield self.finding(
+                f"{len(names)} tensor(s) belong to a component {arch} does not have ({shown}): the text-only class "
+                f"drops them or fails on them. Serve with the multimodal class the checkpoint was saved from, or "
+                f"remove them for a text-only export.",
+                tensors=names,
+                files={ctx.ckpt.tensors[n].shard for n in names},
+                severity="warning",
+                details={"prefixes": {g: len(v) for g, v in homeless.items()}, "family": family.id},
+            )

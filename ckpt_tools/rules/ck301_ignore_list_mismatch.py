@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import defaultdict
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Iterable
+
+from ..catalogue import fused_groups_for
+from ..detect.resolve import ModuleRow
+from .base import Context, Finding, Rule, module_files, register
+from .ck201_misnested_prefix import rename_plan
+from .ck202_non_hf_layout import misplaced_names
+
+
+def _hf_side_entry(ctx: Context, name: str) -> str | None:
+    """An ignore entry that covers the *checkpoint* name with the producer's own matcher, although vLLM's matcher
+    (on vLLM-side names) does not: the naming trap of vllm-facts.md 2.5."""
+    det = ctx.det
+    entries = det.config.get("ignore") or det.config.get("exclude_modules") or []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, str) or not entry:
+            continue
+        if det.producer == "compressed-tensors":
+            if entry.startswith("re:"):
+                try:
+                    if re.match(entry[3:], name):
+                        return entry
+                except re.error:
+                    continue
+            elif entry == name:
+                return entry
+        elif entry == name or entry in name or fnmatch.fnmatchcase(name, entry):
+            return entry
+    return None
+
+
+def _weight_suffix(ctx: Context, row: ModuleRow) -> str:
+    weight = ctx.ckpt.modules[row.name].weight
+    return weight.name.rsplit(".", 1)[-1] if weight is not None else "weight"
+
+
+def _shown(names: list[str], n: int = 3) -> str:
+    return ", ".join(f"`{x}`" for x in names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+@register
+class IgnoreListMismatch(Rule):
+    """The ignore / exclude list disagrees with which modules are actually quantized on disk.
+
+    What it catches
+    Evaluated with vLLM's own matching (vllm-facts.md 2.5 for compressed-tensors `ignore`, 3.3 for ModelOpt
+    `exclude_modules`), on vLLM-side module names:
+    - modules the config leaves unquantized (an ignore / exclude entry covers them, no config group targets them,
+      or the model builds them unquantized) whose tensors are quantized on disk;
+    - modules the config quantizes whose weights are BF16/F16 on disk, with the entry that was meant to cover them
+      when one matches the checkpoint name but not vLLM's name. The classic case is a regex written against
+      checkpoint names: `re:model\\.visual.*` never matches the Qwen3-VL / Qwen3.5 tower, which vLLM names
+      `visual.*`, so the tower is built quantized (failure-catalogue.md class 6);
+    - fused layers (q/k/v, gate/up, Qwen3.5 in_proj_qkv/z) whose shards the config treats differently.
+
+    Why it matters
+    vLLM builds each layer's parameters from the config, then copies checkpoint tensors into them. BF16 weights
+    loaded into FP4-packed parameters fail with `size of tensor a (256) must match ... (512)` or load garbage;
+    quantized tensors on a layer built unquantized fail with "There is no module or parameter named
+    ...weight_packed"; fused layers with mixed shards raise "Found different quantization schemes for the shards"
+    / "Detected some but not all shards of ... are quantized".
+
+    Anti-pattern
+    Writing the ignore list in checkpoint naming for a model whose vLLM class renames prefixes, excluding only
+    some of q/k/v, or quantizing with one ignore list and publishing a config with another.
+
+    Fix
+    Make the list cover exactly the modules stored unquantized, in vLLM's naming: regexes against vLLM names
+    (`re:.*visual.*`), plain entries as full checkpoint module names, all shards of a fused layer together.
+    """
+
+    code = "CK301"
+    slug = "ignore-list-mismatch"
+    severity = "error"
+    title = "Ignore / exclude list does not match the quantized modules"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        det = ctx.det
+        if det.producer not in ("modelopt", "compressed-tensors") or det.rejection or det.config.data is None:
+            return
+        # Modules under a wrong prefix are misnested-prefix's / non-hf-layout's: once renamed, the list may match.
+        wrong = {n for names in rename_plan(ctx).values() for n in names} | misplaced_names(ctx)
+        rows = [r for r in det.rows if f"{r.name}.{_weight_suffix(ctx, r)}" not in wrong]
+        # Nothing declared quantized and nothing quantized on disk: quant-config-mismatch's business, not ours.
+        if not any(r.declared.quantized for r in rows) or not any(r.disk.quantized for r in rows):
+            return
+        key = "ignore" if det.producer == "compressed-tensors" else "exclude_modules / ignore"
+        source = det.config.source or "config.json"
+        # Modules under the family's dropped prefixes (Qwen3.5 `mtp.`) are loaded only by the MTP drafter: a
+        # mismatch there breaks speculative decoding, not the model, so it is reported apart as a warning.
+        dropped = ctx.det.family.dropped_prefixes
+        main = [r for r in rows if not (dropped and r.name.startswith(dropped))]
+        drafter = [r for r in rows if dropped and r.name.startswith(dropped)]
+        for part, scope in ((main, None), (drafter, "drafter")):
+            for finding in (*self._unquantized_but_quantized(ctx, part, key, source),
+                            *self._quantized_but_unquantized(ctx, part, key, source)):
+                if scope is None:
+                    yield finding
+                else:
+                    yield replace(finding, severity="warning", message=(
+                        f"{finding.message} These modules are loaded only by the MTP drafter "
+                        f"(`--speculative-config '{{\"method\": \"mtp\"}}'`); the main model is unaffected."),
+                        details=MappingProxyType({**finding.details, "scope": "mtp-drafter"}))
+        yield from self._fused_disagree(ctx, rows, source)
+
+    def _unquantized_but_quantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
+        bad = [r for r in rows if not r.declared.quantized and r.declared.kind == "unquantized" and r.disk.quantized]
+        if not bad:
+            return
+        by_cause: dict[str, list[ModuleRow]] = defaultdict(list)
+        for r in bad:
+            by_cause[r.covered_by or "(no config group targets it)"].append(r)
+        causes = "; ".join(f"{_shown([r.name for r in rs])} ({c})" for c, rs in sorted(by_cause.items()))
+        yield self.finding(
+            f"{len(bad)} module(s) hold quantized tensors ({bad[0].disk.label}) but vLLM builds them unquantized: "
+            f"{causes}. Loading fails on their packed weights and scales. Remove the entries from `{key}` (or "
+            f"export those modules in BF16).",
+            tensors=[r.name for r in bad],
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
+            details={"direction": "declared-unquantized-disk-quantized",
+                     "modules": {r.name: r.covered_by for r in bad[:200]}},
+        )
+
+    def _quantized_but_unquantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
+        bad = [r for r in rows if r.declared.quantized and r.disk.kind == "unquantized"]
+        if not bad:
+            return
+        traps = {r.name: e for r in bad if (e := _hf_side_entry(ctx, r.name)) is not None}
+        family = ctx.det.family
+        message = (
+            f"{len(bad)} module(s) are stored unquantized ({bad[0].disk.label}) but no `{key}` entry covers them in "
+            f"vLLM's naming, so vLLM builds them {bad[0].declared.label} and loads BF16 weights into quantized "
+            f"parameters (shape-mismatch error or garbage): {_shown([r.name for r in bad])}."
+        )
+        if traps:
+            name, entry = next(iter(traps.items()))
+            vname = family.to_vllm(name)
+            hint = f"`re:{re.escape(vname.split('.', 1)[0])}\\..*`" if entry.startswith("re:") else f"`{name}`"
+            message += (
+                f" `{entry}` matches the checkpoint name `{name}` but vLLM matches against its own name "
+                f"`{vname}`; rewrite the entry for vLLM's names (e.g. {hint})."
+            )
+        else:
+            message += f" Add them to `{key}`."
+        yield self.finding(
+            message,
+            tensors=[r.name for r in bad],
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
+            details={"direction": "declared-quantized-disk-unquantized",
+                     "modules": [r.name for r in bad[:200]],
+                     "vllm_names": {r.name: family.to_vllm(r.name) for r in bad[:20]},
+                     "checkpoint_side_matches": dict(list(traps.items())[:50])},
+        )
+
+    def _fused_disagree(self, ctx: Context, rows, source: str) -> Iterable[Finding]:
+        by_name = {r.name: r for r in rows}
+        mixed: list[tuple[str, list[ModuleRow]]] = []
+        for group in fused_groups_for(ctx.det.family.id):
+            parents: dict[str, list[ModuleRow]] = defaultdict(list)
+            for name, row in by_name.items():
+                parent, _, last = name.rpartition(".")
+                if last in group.shards and not row.is_expert:
+                    parents[parent].append(row)
+            for parent, shard_rows in sorted(parents.items()):
+                if len({r.declared.quantized for r in shard_rows}) > 1:
+                    mixed.append((f"{parent}.{group.fused}", shard_rows))
+        if not mixed:
+            return
+        fused, shard_rows = mixed[0]
+        states = ", ".join(f"{r.name.rsplit('.', 1)[-1]} {'quantized' if r.declared.quantized else 'unquantized'}"
+                           for r in shard_rows)
+        involved = [r for _, rs in mixed for r in rs]
+        yield self.finding(
+            f"{len(mixed)} fused layer(s) have shards the config treats differently (e.g. `{fused}`: {states}); vLLM "
+            f"refuses to load them (\"Found different quantization schemes for the shards\" / \"Detected some but "
+            f"not all shards ... are quantized\"). Ignore or quantize all shards of a fused layer together.",
+            tensors=[r.name for r in involved],
+            files=module_files(ctx.ckpt, (r.name for r in involved)) | {source.split(":")[0]},
+            details={"direction": "fused-shards-disagree", "fused": [f for f, _ in mixed[:100]]},
+        )

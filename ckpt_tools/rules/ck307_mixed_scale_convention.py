@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from ..catalogue import global_scale_conventions
+from ..model.modules import ROLES
+from ._values import scalar
+from .base import Context, Finding, Rule, register
+
+# NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm-facts.md 2.3, 3.1).
+# direct (ModelOpt):  scale = amax / 2688  -> above 1 only if |w| > 2688, which no trained linear has;
+# reciprocal (CT):    scale = 2688 / amax  -> below 1 only in the same impossible case.
+BOUNDARY = 1.0
+
+
+def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
+    """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention."""
+    conventions = global_scale_conventions()
+    out: list[tuple[str, str, float]] = []
+    if not ctx.ckpt.scale_bytes:
+        return out
+    for row in ctx.det.rows:
+        if row.disk.kind != "nvfp4":
+            continue
+        for suffix in ctx.ckpt.modules[row.name].tensors:
+            convention = conventions.get(suffix)
+            if convention is None or ROLES.get(suffix) != "weight_global_scale":
+                continue
+            name = f"{row.name}.{suffix}"
+            value = scalar(ctx.ckpt, name)
+            if value is None or not math.isfinite(value) or value <= 0:
+                continue  # unread, or invalid-scale-value's
+            if (convention == "direct" and value > BOUNDARY) or (convention == "reciprocal" and value < BOUNDARY):
+                out.append((name, convention, value))
+    return out
+
+
+@register
+class MixedScaleConvention(Rule):
+    """NVFP4 global scales stored in the other producer's convention (direct vs reciprocal).
+
+    What it catches
+    ModelOpt stores NVFP4 weight global scales directly (`weight_scale_2 = amax / (6 x 448)`, around 1e-5..1e-3);
+    compressed-tensors stores the reciprocal (`weight_global_scale = (6 x 448) / amax`, around 1e3..1e5;
+    vllm-facts.md 2.3). A `weight_scale_2` above 1, or a `weight_global_scale` below 1, would need a weight whose
+    magnitude exceeds 2688: the value was written in the other convention (failure-catalogue.md class 18). Which
+    tensor names fit which producer is quant-config-mismatch's (CK304); this rule reads the values (a few bytes per
+    module) and is skipped with `--headers-only`.
+
+    Why it matters
+    vLLM dequantizes with the name's convention (ModelOpt: `weight_global_scale = max(weight_scale_2)`;
+    compressed-tensors: `1 / max(weight_global_scale)`). A reciprocal value under a direct name scales every weight
+    of the layer by roughly amax^2 / 2688^2: garbage or near-zero output from a model that loads without a warning.
+
+    Anti-pattern
+    Converting between ModelOpt and compressed-tensors by renaming tensors (`weight_global_scale` ->
+    `weight_scale_2`) without inverting the values, or merging shards from both producers.
+
+    Fix
+    Convert with the producers' own tooling (llm-compressor's `convert_checkpoint` entrypoint), or invert the values
+    together with the rename; then re-check with `ckpt doctor`.
+    """
+
+    code = "CK307"
+    slug = "mixed-scale-convention"
+    severity = "error"
+    title = "Global scales in the other producer's convention"
+    needs_values = True
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        found = misplaced(ctx)
+        if not found:
+            return
+        name, convention, value = found[0]
+        other = "reciprocal (compressed-tensors)" if convention == "direct" else "direct (ModelOpt)"
+        expected = "amax / 2688, far below 1" if convention == "direct" else "2688 / amax, far above 1"
+        yield self.finding(
+            f"{len(found)} NVFP4 weight global scale(s) hold values of the {other} convention under a "
+            f"{convention}-convention name (e.g. `{name}` = {value:.6g}; this name stores {expected}); vLLM "
+            f"dequantizes those layers with a wildly wrong scale. Convert with the producer's tooling or invert the "
+            f"values.",
+            tensors=[n for n, _, _ in found],
+            files={ctx.ckpt.tensors[n].shard for n, _, _ in found},
+            details={"values": {n: v for n, _, v in found[:200]}, "name_convention": convention},
+        )

@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..catalogue import fused_groups_for, parallel, scale_schemes
+from ..detect.resolve import ModuleRow
+from .base import Context, Finding, Rule, register
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One linear vLLM builds: a fused group (q/k/v, gate/up) or a single module, with its shards' output sizes."""
+
+    name: str
+    style: str  # column / row / experts
+    out_sizes: tuple[int, ...]
+    in_features: int
+    is_qkv: bool = False
+
+
+def _pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return value[0], value[1]
+    return None
+
+
+def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
+    groups = (ctx.det.config.data or {}).get("config_groups")
+    if isinstance(groups, dict):
+        for row in rows:
+            g = groups.get(row.group) if row.group else None
+            weights = g.get("weights") if isinstance(g, dict) else None
+            block = _pair(weights.get("block_structure")) if isinstance(weights, dict) else None
+            if block:
+                return block
+    block = _pair(ctx.det.config.get("weight_block_size"))
+    if block:
+        return block
+    if ctx.det.producer == "modelopt":
+        for s in scale_schemes():
+            if s.producer == "modelopt" and s.kind == "fp8" and s.block_size:
+                return s.block_size
+    return None
+
+
+def block_rows(ctx: Context) -> list[ModuleRow]:
+    return [r for r in ctx.det.rows if r.disk.kind == "fp8" and "block" in (r.disk.detail, r.declared.detail)]
+
+
+def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
+    par = parallel()
+    shard_of: dict[str, tuple[str, str]] = {}
+    for g in fused_groups_for(ctx.det.family.id):
+        for s in g.shards:
+            shard_of[s] = (g.fused, g.id)
+    out: list[Layer] = []
+    fused: dict[str, list[tuple[int, ModuleRow]]] = defaultdict(list)
+    experts: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        w = ctx.ckpt.modules[row.name].weight
+        if w is None:
+            continue
+        n, k = w.shape
+        parent, _, last = row.name.rpartition(".")
+        where = ctx.ckpt.modules[row.name].expert
+        if where is not None:
+            experts[where[0]][where[2]] = n if where[2] in par.column else k
+            continue
+        if last in shard_of:
+            fused_name, gid = shard_of[last]
+            group = next(g for g in fused_groups_for(ctx.det.family.id) if g.id == gid)
+            fused[f"{parent}.{fused_name}"].append((group.shards.index(last), row))
+        elif last in par.row:
+            out.append(Layer(row.name, "row", (n,), k))
+        elif last in par.column:
+            out.append(Layer(row.name, "column", (n,), k))
+    for name, members in fused.items():
+        members.sort(key=lambda m: m[0])
+        shapes = [ctx.ckpt.modules[r.name].weight.shape for _, r in members]
+        out.append(Layer(name, "column", tuple(s[0] for s in shapes), shapes[0][1], name.endswith("qkv_proj")))
+    for prefix, sizes in experts.items():
+        inter = next((sizes[p] for p in ("gate_proj", "up_proj", "w1", "w3", "down_proj", "w2") if p in sizes), None)
+        if inter:
+            out.append(Layer(prefix, "experts", (inter,), inter))
+    return out
+
+
+def _heads_ok(ctx: Context, tp: int) -> str | None:
+    heads = ctx.ckpt.config_value("num_attention_heads")
+    kv = ctx.ckpt.config_value("num_key_value_heads") or heads
+    if isinstance(heads, int) and heads % tp:
+        return f"{heads} attention heads are not divisible by {tp}"
+    if isinstance(kv, int) and kv and (kv % tp if kv >= tp else tp % kv):
+        return f"{kv} KV heads do not split evenly over {tp} GPUs"
+    return None
+
+
+def _block_ok(ctx: Context, layer: Layer, tp: int, bn: int, bk: int) -> str | None:
+    """vLLM's validate_fp8_block_shape (linear.py / fp8_utils.py) and the block-FP8 MoE checks, for one TP size."""
+    if layer.style == "experts":
+        inter = layer.out_sizes[0]
+        if inter % tp:
+            return f"{layer.name}: moe intermediate size {inter} is not divisible by {tp}"
+        part = inter // tp
+        if part % bn:
+            return f"{layer.name}: gate/up output {part} per GPU is not divisible by block_n {bn}"
+        if tp > 1 and part % bk:
+            return f"{layer.name}: down input {part} per GPU is not divisible by block_k {bk}"
+        return None
+    if layer.style == "row":
+        k = layer.in_features
+        if k % tp:
+            return f"{layer.name}: input size {k} is not divisible by {tp}"
+        if tp > 1 and (k // tp) % bk:
+            return f"{layer.name}: input_size_per_partition {k // tp} is not divisible by block_k {bk}"
+        return None
+    kv = ctx.ckpt.config_value("num_key_value_heads")
+    parts = []
+    for i, size in enumerate(layer.out_sizes):
+        if layer.is_qkv and i > 0 and isinstance(kv, int) and kv and tp > kv:
+            parts.append(size // kv)  # KV heads replicate: one head per GPU
+        elif size % tp:
+            return f"{layer.name}: output size {size} is not divisible by {tp}"
+        else:
+            parts.append(size // tp)
+    checked = parts if tp > 1 else parts[:-1]  # merged layers may end on a partial block at TP 1
+    for part in checked:
+        if part % bn:
+            return f"{layer.name}: output_partition_size {part} is not divisible by block_n {bn}"
+    return None
+
+
+@register
+class BlockFp8TpSizes(Rule):
+    """Block-FP8 weight shapes that rule out tensor-parallel sizes.
+
+    What it catches
+    Block-quantized FP8 checkpoints (`weight_block_size`, compressed-tensors `block_structure`, ModelOpt
+    FP8_PB_WO) whose layer sizes, split over `--tensor-parallel-size` GPUs, are not multiples of the block: per TP
+    candidate (rules/modules.toml), the checks of vLLM's `validate_fp8_block_shape` (column-parallel and merged
+    q/k/v, gate/up outputs per GPU divisible by block_n; row-parallel inputs per GPU divisible by block_k) and of the
+    block-FP8 MoE (`moe_intermediate_size / tp` divisible by block_n, and by block_k above TP 1), plus the attention
+    head split. Reports the TP sizes that remain valid (failure-catalogue.md class 19).
+
+    Why it matters
+    vLLM refuses to start at a TP size the shapes do not allow (`ValueError: Weight input_size_per_partition = 64 is
+    not divisible by weight quantization block_k = 128`), after loading configs on every GPU; the valid sizes are
+    not documented anywhere.
+
+    Anti-pattern
+    Picking `--tensor-parallel-size 8` for a block-FP8 model whose `moe_intermediate_size / 8` is not a multiple of
+    128; block-quantizing a model whose dimensions are not multiples of the block.
+
+    Fix
+    Serve with one of the valid sizes listed in the finding (`ckpt serve-flags` picks one), use expert parallelism
+    (`--enable-expert-parallel`) when only the MoE split fails, or re-export with a smaller block.
+    """
+
+    code = "CK308"
+    slug = "block-fp8-tp-sizes"
+    severity = "warning"
+    title = "Block-FP8 shapes rule out tensor-parallel sizes"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        rows = block_rows(ctx)
+        if not rows:
+            return
+        block = _block_size(ctx, rows)
+        if block is None:
+            return
+        bn, bk = block
+        built = layers(ctx, rows)
+        valid, by_heads, blocked = [], [], {}
+        for tp in parallel().tp_candidates:
+            heads = _heads_ok(ctx, tp)
+            if heads is not None:
+                by_heads.append(tp)
+                continue
+            reason = next((r for layer in built if (r := _block_ok(ctx, layer, tp, bn, bk))), None)
+            if reason is None:
+                valid.append(tp)
+            else:
+                blocked[tp] = reason
+        if not blocked:
+            return
+        ruled = ", ".join(str(tp) for tp in blocked)
+        first = next(iter(blocked.items()))
+        message = (f"Block-FP8 weights ({bn}x{bk} blocks) rule out --tensor-parallel-size {ruled} (e.g. TP {first[0]}: "
+                   f"{first[1]}); vLLM refuses to start there.")
+        if valid:
+            message += f" Valid sizes: {', '.join(map(str, valid))}."
+        else:
+            message += " No tensor-parallel size works: re-export with a smaller block."
+        if any(layer.style == "experts" for layer in built):
+            message += " With --enable-expert-parallel the MoE layers are not split by TP."
+        yield self.finding(
+            message,
+            files=["config.json"],
+            count=len(blocked),
+            severity="warning" if valid else "error",
+            details={"block_size": [bn, bk], "valid_tp_sizes": valid, "ruled_out": {str(k): v for k, v in
+                                                                                    blocked.items()},
+                     "ruled_out_by_heads": by_heads},
+        )

@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..catalogue import ScaleScheme, TensorSpec, scheme_for
+from ..detect.resolve import ModuleRow
+from ..model.modules import Module
+from ..model.tensors import TensorInfo
+from ._experts import partially_missing
+from .base import Context, Finding, Rule, module_files, register
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Problem:
+    module: str
+    suffix: str
+    kind: str  # missing / dtype / shape / in-features
+    detail: str
+
+
+def _group_args(ctx: Context, row: ModuleRow) -> dict[str, Any]:
+    """The compressed-tensors `weights` args of the config group that quantizes this module, if any."""
+    groups = (ctx.det.config.data or {}).get("config_groups")
+    if ctx.det.producer != "compressed-tensors" or not isinstance(groups, dict) or row.group not in groups:
+        return {}
+    weights = groups[row.group].get("weights") if isinstance(groups[row.group], dict) else None
+    return weights if isinstance(weights, dict) else {}
+
+
+def _block(ctx: Context, row: ModuleRow, scheme: ScaleScheme) -> tuple[int, int] | None:
+    args = _group_args(ctx, row)
+    for value in (args.get("block_structure"), ctx.det.config.get("weight_block_size")):
+        if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+            return value[0], value[1]
+    return scheme.block_size
+
+
+def _strategy(row: ModuleRow) -> str | None:
+    for scheme in (row.declared, row.disk):
+        if scheme.kind == "fp8" and scheme.detail in ("tensor", "channel", "block"):
+            return scheme.detail
+    return None
+
+
+def _in_features(weight: TensorInfo, spec: TensorSpec, bits: int) -> int | None:
+    cols = weight.shape[1]
+    return {"packed4": cols * 2, "logical4": cols, "full": cols, "int-packed": cols * 32 // bits}.get(spec.shape)
+
+
+def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpec, n: int, k: int
+              ) -> list[tuple[int, ...]] | None:
+    """Acceptable shapes for a scale tensor (None: any shape with one element)."""
+    if spec.shape == "scalar":
+        return None
+    if spec.shape == "pair":
+        return [(2,)]
+    if spec.shape == "group":
+        args = _group_args(ctx, row)
+        if args.get("strategy") == "channel":
+            return [(n, 1)]
+        group = args.get("group_size") or ctx.det.config.get("group_size") or scheme.group_size
+        if not isinstance(group, int) or group <= 0:
+            return []
+        return [(n, _ceil(k, group))]
+    if spec.shape == "strategy":
+        strategy = _strategy(row)
+        if strategy == "tensor":
+            return None
+        if strategy == "channel":
+            return [(n, 1), (n,)]
+        if strategy == "block":
+            block = _block(ctx, row, scheme)
+            if block is None:
+                return []
+            bn, bk = block
+            return [(_ceil(n, bn), _ceil(k, bk)), (_ceil(n, bn), 1, _ceil(k, bk), 1)]
+        return []
+    return []
+
+
+def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str],
+                    cache: dict | None = None) -> list[Problem]:
+    """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
+    the same problems, so `cache` shares the work between the thousands of identical expert projections."""
+    weight = module.weight
+    if weight is None:
+        return []
+    cache = {} if cache is None else cache
+    # repr: a hostile config can put unhashable values (lists) into a scheme's detail.
+    key = (tuple(sorted((s, t.dtype, t.shape) for s, t in module.tensors.items())), repr(row.declared),
+           repr(row.disk), repr(row.group))
+    if key not in cache:
+        cache[key] = _layout_problems(ctx, row, module)
+    return [Problem(row.name, *p[:3]) for p in cache[key] if not (p[3] and f"{row.name}.{p[0]}" in skip)]
+
+
+def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
+    """(suffix, kind, detail, skippable) for one module layout; `skippable` marks a missing tensor that another
+    rule may own (per-expert gaps, tensors of a missing shard)."""
+    weight = module.weight
+    assert weight is not None
+    kind = row.disk.kind if row.disk.quantized else row.declared.kind
+    scheme = scheme_for(kind, module.suffixes, weight.dtype, ctx.det.producer)
+    if scheme is None:
+        if row.declared.quantized and row.disk.kind == "unknown":
+            others = sorted(x for x in module.tensors if x not in ("weight", "weight_packed"))
+            return [(weight.name.rsplit(".", 1)[-1], "dtype",
+                     f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
+                     f"{row.declared.label} layout ({row.disk.detail})", False)]
+        return []
+    bits = 8 if kind == "int8" else 4
+    n, k = weight.shape[0], _in_features(weight, scheme.weight, bits)
+    out: list[tuple[str, str, str, bool]] = []
+    if k is None:
+        return out
+    if kind == "nvfp4" and k % (scheme.group_size or 16):
+        out.append((scheme.weight.suffix, "in-features",
+                    f"{k} input features, not a multiple of {scheme.group_size or 16}", False))
+    for spec in scheme.tensors:
+        if spec.role == "weight":
+            continue
+        t = module.tensors.get(spec.suffix)
+        if t is None:
+            if spec.required:
+                out.append((spec.suffix, "missing", f"no `{spec.suffix}`", True))
+            continue
+        if t.dtype not in spec.dtypes:
+            out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}", False))
+        shapes = _expected(ctx, row, scheme, spec, n, k)
+        if shapes is None:
+            if t.numel != 1:
+                out.append((spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value",
+                            False))
+        elif shapes and tuple(t.shape) not in shapes:
+            want = " or ".join(str(list(s)) for s in shapes)
+            out.append((spec.suffix, "shape",
+                        f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
+                        f"{list(weight.shape)} ({n} x {k} {kind.upper()})", False))
+    return out
+
+
+@register
+class ScaleShapeMismatch(Rule):
+    """A quantized tensor's shape or dtype does not fit its scheme.
+
+    What it catches
+    For every quantized linear and expert projection, the tensors beside the weight are checked against the
+    producer's scale table (rules/scales.toml; vllm-facts.md 2.3, 3.1):
+    - NVFP4: packed weight U8 `[out, in/2]` (or F4 `[out, in]`), block scale F8_E4M3 `[out, in/16]`, global and
+      input scales one F32 value each; input features a multiple of 16;
+    - FP8: weight F8_E4M3 `[out, in]`, weight scale per the declared strategy (one value, `[out, 1]`, or
+      `[ceil(out/bn), ceil(in/bk)]` for `weight_block_size` / `block_structure`);
+    - int4/int8 pack-quantized: group scales `[out, ceil(in/group_size)]`, `weight_shape` `[2]`;
+    - required scales that are missing for a whole module (per-expert gaps are moe-expert-missing-scale, CK402;
+      missing input scales are nvfp4-weight-only, CK401), and weights whose dtype fits no scheme the config declares.
+
+    Why it matters
+    vLLM allocates parameters from the config's shapes and copies tensors in: a mismatch fails the load
+    (`Attempted to load weight (...) into parameter (...)`, "Unsupported model when in features size is not multiple
+    of 16"), or, where loaders reshape or broadcast, dequantizes with the wrong scales (cosine 0.756 in
+    NVIDIA/Model-Optimizer#2160). A missing scale stays uninitialised memory.
+
+    Anti-pattern
+    ModelOpt `--low_memory_mode` quantizing meta tensors (half-size `weight_scale`), hand-converting between
+    producers, block FP8 exports whose config `weight_block_size` was edited, truncated exports.
+
+    Fix
+    Re-export the affected modules with the producer; make `weight_block_size` / `group_size` in the config match
+    the scales that were written.
+    """
+
+    code = "CK403"
+    slug = "scale-shape-mismatch"
+    severity = "error"
+    title = "Quantized tensor shape or dtype does not fit its scheme"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        if ctx.det.rejection:
+            return
+        skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
+        problems: list[Problem] = []
+        cache: dict = {}
+        for row in ctx.det.rows:
+            if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
+                continue
+            problems.extend(module_problems(ctx, row, ctx.ckpt.modules[row.name], skip, cache))
+        grouped: dict[tuple[str, str], list[Problem]] = defaultdict(list)
+        for p in problems:
+            grouped[(p.suffix, p.kind)].append(p)
+        for (suffix, kind), items in sorted(grouped.items()):
+            modules = [p.module for p in items]
+            tensors = [f"{m}.{suffix}" for m in modules]
+            files = module_files(ctx.ckpt, modules)
+            what = {"missing": f"lack `{suffix}`", "dtype": f"have a `{suffix}` of the wrong dtype",
+                    "shape": f"have a `{suffix}` of the wrong shape",
+                    "in-features": "have input features NVFP4 cannot group"}[kind]
+            yield self.finding(
+                f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0].detail}); vLLM fails to "
+                f"load them or dequantizes with wrong scales. Re-export these modules with the producer.",
+                tensors=tensors if kind != "missing" else modules,
+                files=files,
+                details={"tensor": suffix, "problem": kind,
+                         "examples": {p.module: p.detail for p in items[:20]}},
+            )

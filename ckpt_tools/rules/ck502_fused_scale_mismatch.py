@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Iterable
+
+from ..catalogue import fused_groups_for
+from ._memo import once_per
+from ._values import scalar
+from .base import Context, Finding, Rule, register
+
+WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
+INPUT_GLOBAL = ("input_scale", "input_global_scale")
+RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
+ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
+
+
+@once_per
+def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
+    """(vLLM fused name, shard module names) for every fused layer with at least two NVFP4 shards on disk,
+    including each expert's gate/up pair (vLLM's w13)."""
+    rows = ctx.det.row_by_name
+    group_of = {shard: g for g in fused_groups_for(ctx.det.family.id) for shard in g.shards}
+    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, row in rows.items():
+        parent, _, last = name.rpartition(".")
+        group = group_of.get(last)
+        if group is not None and row.disk.kind == "nvfp4":
+            found[(parent, group.fused)].append(name)
+    return [(f"{parent}.{fused}", sorted(shards)) for (parent, fused), shards in sorted(found.items())
+            if len(shards) > 1]
+
+
+def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
+    found = []
+    for fused, shards in fused_sets(ctx):
+        for suffix in suffixes:
+            vals = {s: scalar(ctx.ckpt, f"{s}.{suffix}") for s in shards}
+            if any(v is None or not math.isfinite(v) or v <= 0 for v in vals.values()):
+                continue  # absent (other rules) or unusable (invalid-scale-value)
+            lo, hi = min(vals.values()), max(vals.values())
+            ratio = hi / lo
+            if ratio > 1 + RELATIVE_TOLERANCE:
+                found.append({"fused": fused, "suffix": suffix, "ratio": round(ratio, 4),
+                              "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
+                              "tensors": [f"{s}.{suffix}" for s in shards]})
+    found.sort(key=lambda m: -m["ratio"])
+    return found
+
+
+def _example(m: dict) -> str:
+    vals = ", ".join(f"{k} {v:.6g}" for k, v in m["values"].items())
+    return f"`{m['fused']}` {m['suffix']}: {vals} (ratio {m['ratio']:.3g}x)"
+
+
+@register
+class FusedScaleMismatch(Rule):
+    """Global scales of shards vLLM fuses (q/k/v, gate/up) differ.
+
+    What it catches
+    NVFP4 shards that vLLM loads into one fused parameter (q/k/v -> `qkv_proj`, gate/up -> `gate_up_proj` and each
+    expert's `w13`, Qwen3.5 `in_proj_qkv`/`in_proj_z` -> `in_proj_qkvz`; rules/modules.toml) whose scalar weight
+    global scales (`weight_scale_2`, `weight_global_scale`) differ, with the ratio between the largest and the
+    smallest (failure-catalogue.md class 11). Differing input global scales are reported as info. Reads only the
+    scalar F32 scale tensors (a few bytes each); skipped with `--headers-only`.
+
+    Why it matters
+    A fused layer has one global scale. vLLM keeps the maximum (the gate's for MoE experts) and only warns ("the
+    weight global scale is different for parallel layers", "w1_weight_scale_2 must match w3_weight_scale_2.
+    Accuracy may be affected."; vllm-facts.md 2.3, 3.1, 3.2): every other shard's weights dequantize off by its
+    ratio. The model boots and answers worse; ratios of 2-10x have been seen in published checkpoints.
+
+    Anti-pattern
+    Independent per-tensor observers for fused shards (llm-compressor releases that do not know a model's fusion,
+    e.g. Qwen3.5 `in_proj_qkv`/`in_proj_z`), or ModelOpt exports without synchronised amax for fused layers.
+
+    Fix
+    Re-export with the fused shards' global scales synchronised (llm-compressor `update_fused_layer_weight_global_
+    scales`, ModelOpt's fused-amax sync), or requantize the affected shards to a shared global scale.
+    """
+
+    code = "CK502"
+    slug = "fused-scale-mismatch"
+    severity = "warning"
+    title = "Fused shards have different global scales"
+    needs_values = True
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        if not ctx.ckpt.scale_bytes:
+            return
+        for suffixes, what, effect in (
+            (WEIGHT_GLOBAL, "weight global scales",
+             "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
+             "Re-export with synchronised global scales."),
+            (INPUT_GLOBAL, "input global scales",
+             "vLLM quantizes the fused input with one scale (the max), which is correct but coarser for the other "
+             "shards."),
+        ):
+            found = _mismatches(ctx, suffixes)
+            if not found:
+                continue
+            worst = found[0]["ratio"]
+            severity = "info" if suffixes is INPUT_GLOBAL else "error" if worst >= ERROR_RATIO else "warning"
+            yield self.finding(
+                f"{len(found)} fused layer(s) have different {what} across their shards (worst {_example(found[0])}); "
+                + effect.format(ratio=worst),
+                tensors=[t for m in found for t in m["tensors"]],
+                files={ctx.ckpt.tensors[t].shard for m in found for t in m["tensors"]},
+                count=len(found),
+                severity=severity,
+                details={"max_ratio": worst, "layers": [{k: v for k, v in m.items() if k != "tensors"}
+                                                        for m in found[:200]]},
+            )

@@ -1,0 +1,155 @@
+"""The catalogue checks itself: every rule has docs, a failing and a passing case, a unique code and slug; the
+generated docs/rules.md is current; `ckpt rules` / `ckpt explain` show every rule; catalogue data carry sources."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_rule_cases import CASES, CASES_DIR
+
+from ckpt_tools import catalogue, docs
+from ckpt_tools.knowledge import load_toml, rules_dir
+from ckpt_tools.rules.base import SEVERITIES, all_rules, find_rule
+
+RULES = all_rules()
+ROOT = Path(__file__).resolve().parent.parent
+REQUIRED_SLUGS = {  # shared/spec/report.md: these slugs must exist
+    "lfs-pointer", "invalid-header", "index-missing-shard", "index-tensor-mismatch", "misnested-prefix",
+    "nvfp4-weight-only", "moe-expert-missing-scale", "nan-fp8-scale", "quant-config-mismatch",
+    "unsupported-quant-algo", "orphan-scale", "ignore-list-mismatch", "kv-cache-config-mismatch",
+    "tied-embedding-mismatch", "scale-shape-mismatch", "fused-scale-mismatch",
+}
+
+
+def test_codes_and_slugs_are_unique_and_well_formed() -> None:
+    codes = [r.code for r in RULES]
+    slugs = [r.slug for r in RULES]
+    assert len(set(codes)) == len(codes)
+    assert len(set(slugs)) == len(slugs)
+    for r in RULES:
+        assert re.fullmatch(r"CK[1-5]\d\d", r.code), r.code
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.slug), r.slug
+        assert r.severity in SEVERITIES
+        assert r.title and not r.title.endswith(".")
+        module = sys.modules[r.__module__].__name__.rsplit(".", 1)[-1]
+        assert module == f"{r.code.lower()}_{r.slug.replace('-', '_')}", f"{r.code} lives in {module}"
+
+
+def test_required_slugs_exist() -> None:
+    assert REQUIRED_SLUGS <= {r.slug for r in RULES}
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+def test_rule_is_documented(rule) -> None:  # noqa: ANN001
+    doc = rule.doc_sections()
+    assert doc["summary"], f"{rule.code} has no summary line"
+    for heading in docs.SECTIONS:
+        assert len(doc.get(heading, "")) > 20, f"{rule.code} lacks a '{heading}' section"
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+def test_rule_has_failing_and_passing_cases(rule) -> None:  # noqa: ANN001
+    path = CASES_DIR / f"{rule.slug}.toml"
+    assert path.exists(), f"no case file {path.name} for {rule.code}"
+    kinds = [c["kind"] for code, c in CASES if code == rule.code]
+    assert "fail" in kinds, f"{rule.code} has no failing case"
+    assert "pass" in kinds, f"{rule.code} has no passing case"
+    # Failing cases start from genuine producer fixtures; at least one must corrupt it.
+    assert any(c.get("steps") for code, c in CASES if code == rule.code and c["kind"] == "fail"), \
+        f"{rule.code}: every failing case is an untouched fixture; add one built by a corruption recipe"
+
+
+def test_every_case_file_names_a_registered_rule() -> None:
+    for path in CASES_DIR.glob("*.toml"):
+        rule = find_rule(path.stem)
+        assert rule is not None, f"{path.name} names no rule slug"
+        assert all(code == rule.code for code, c in CASES if c["_file"] == path.name), path.name
+    for _code, case in CASES:
+        assert case["kind"] in ("fail", "pass") and case.get("name") and case.get("fixture"), case
+
+
+def test_docs_rules_md_is_current() -> None:
+    committed = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    assert committed == docs.render(), "docs/rules.md is stale: run `python -m ckpt_tools.docs`"
+
+
+def test_docs_check_flag(tmp_path: Path) -> None:
+    stale = tmp_path / "rules.md"
+    stale.write_text("old\n")
+    assert docs.main(["--check", "--path", str(stale)]) == 1
+    assert docs.main(["--path", str(stale)]) == 0
+    assert docs.main(["--check", "--path", str(stale)]) == 0
+
+
+def _ckpt(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True)
+
+
+def test_cli_rules_lists_every_rule() -> None:
+    out = _ckpt("rules")
+    assert out.returncode == 0
+    for r in RULES:
+        assert re.search(rf"^{r.code}\s+{re.escape(r.slug)}\s+{r.severity}", out.stdout, re.M), r.code
+
+
+@pytest.mark.parametrize("key", ["CK402", "ck402", "moe-expert-missing-scale"])
+def test_cli_explain_by_code_or_slug(key: str) -> None:
+    out = _ckpt("explain", key)
+    assert out.returncode == 0
+    assert out.stdout.startswith("CK402 moe-expert-missing-scale (error)")
+    for heading in docs.SECTIONS:
+        assert f"\n{heading}\n" in out.stdout
+
+
+def test_cli_explain_unknown_rule_is_usage_error() -> None:
+    out = _ckpt("explain", "CK999")
+    assert out.returncode == 2
+    assert out.stderr.startswith("ckpt: no rule 'CK999'")
+
+
+# ---- catalogue data -------------------------------------------------------------------------------------------------
+
+DATA_FILES = {
+    "modules.toml": "modules/1", "scales.toml": "scales/1", "kv_scales.toml": "kv-scales/1",
+    "layouts.toml": "layouts/1", "dtypes.toml": "dtypes/1",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_FILES))
+def test_data_file_schema_and_sources(name: str) -> None:
+    data = load_toml(name)
+    assert data["schema"] == DATA_FILES[name]
+    entries = [e for v in data.values() if isinstance(v, list) for e in v if isinstance(e, dict)]
+    entries += [v for v in data.values() if isinstance(v, dict)]
+    assert entries
+    for entry in entries:
+        assert _sourced(entry), f"{name}: entry without a source: {entry}"
+
+
+def _sourced(entry: dict) -> bool:
+    """An entry cites a source itself, or every sub-entry it groups does (dtype readers, per-runtime tables)."""
+    if entry.get("source"):
+        return True
+    children = [c for v in entry.values() for c in (v if isinstance(v, list) else [v]) if isinstance(c, dict)]
+    return bool(children) and all(_sourced(c) for c in children)
+    assert f"`{name}`" in (rules_dir() / "README.md").read_text(), f"rules/README.md does not document {name}"
+
+
+def test_typed_views_load() -> None:
+    assert {g.fused for g in catalogue.fused_groups()} >= {"qkv_proj", "gate_up_proj"}
+    assert catalogue.parallel().tp_candidates[0] == 1
+    assert all(s.weight.required for s in catalogue.scale_schemes())
+    assert catalogue.classify_kv("model.layers.0.self_attn.k_proj.k_scale").id == "modelopt-proj"
+    assert catalogue.classify_kv("model.layers.0.self_attn.k_scale").id == "compressed-tensors-self-attn"
+    assert catalogue.classify_kv("model.layers.0.self_attn.kv_scale").status == "deprecated"
+    assert not catalogue.is_kv_scale_name("model.layers.0.self_attn.o_proj.output_scale")
+    assert catalogue.dtype_support()["F8_E8M0"].report
+    assert catalogue.global_scale_conventions() == {
+        "weight_scale_2": "direct", "input_scale": "direct",
+        "weight_global_scale": "reciprocal", "input_global_scale": "reciprocal",
+    }
