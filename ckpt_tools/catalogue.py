@@ -53,6 +53,7 @@ class ModelUnquantized:
     when_config: tuple[str, ...]
     reason: str
     source: str
+    except_architectures: tuple[str, ...] = ()  # model classes that do pass their quant config to these modules
 
 
 @lru_cache(maxsize=None)
@@ -78,7 +79,7 @@ def model_unquantized() -> tuple[ModelUnquantized, ...]:
     return tuple(
         ModelUnquantized(
             u["id"], re.compile(u["pattern"]), _tuple(u.get("families")), _tuple(u.get("producers")),
-            _tuple(u.get("when_config")), u["reason"], u["source"],
+            _tuple(u.get("when_config")), u["reason"], u["source"], _tuple(u.get("except_architectures")),
         )
         for u in load_toml("modules.toml").get("unquantized", [])
     )

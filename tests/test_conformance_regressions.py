@@ -55,3 +55,26 @@ def serve_flags_blocked(folder):  # noqa: ANN001, ANN201
     from ckpt_tools.serve import serve_flags
 
     return serve_flags(str(folder)).blocked
+
+
+def _routers_not_ignored(fixture_copy, fixture: str):  # noqa: ANN001, ANN202
+    from tests.corrupt import edit_json
+
+    folder = fixture_copy(fixture)
+    edit_json(folder / "config.json", lambda c: c["quantization_config"].__setitem__(
+        "ignore", [e for e in c["quantization_config"]["ignore"] if not e.endswith("mlp.gate")]))
+    det = analyze(str(folder), headers_only=True).detection
+    return [r for r in det.rows if r.name.endswith("mlp.gate")]
+
+
+def test_qwen3_moe_router_follows_the_quant_config(fixture_copy) -> None:
+    """vLLM 0.33.0 qwen3_moe.py: GateLinear(..., quant_config=quant_config). With a "Linear" target and no ignore
+    entry the router is quantized; ckpt used to declare it unquantized (rules/modules.toml moe-router)."""
+    routers = _routers_not_ignored(fixture_copy, "llmc-qwen3moe-nvfp4")
+    assert routers and all((r.declared.kind, r.declared.activation) == ("nvfp4", "A4") for r in routers)
+
+
+def test_qwen3_5_router_is_built_without_a_quant_config(fixture_copy) -> None:
+    """vLLM 0.33.0 qwen3_next.py (used by qwen3_5.py): GateLinear(...) without quant_config."""
+    routers = _routers_not_ignored(fixture_copy, "llmc-qwen35moe-nvfp4")
+    assert routers and all(not r.declared.quantized and "built unquantized" in r.covered_by for r in routers)

@@ -280,10 +280,12 @@ class _Resolver:
 
     def _built_unquantized(self, name: str) -> str | None:
         """Modules the model file builds without a quant config whatever the config says (rules/modules.toml)."""
-        if self.producer not in ("modelopt", "compressed-tensors"):
+        if self.producer not in ("modelopt", "compressed-tensors") and self.method != "fp8":
             return None
         for entry in model_unquantized():
             if entry.families and self.family.id not in entry.families:
+                continue
+            if self.ckpt.architecture in entry.except_architectures:
                 continue
             if entry.producers and self.producer not in entry.producers:
                 continue
