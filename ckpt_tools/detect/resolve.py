@@ -49,6 +49,11 @@ class QuantConfigView:
         q = (self.data or {}).get("quantization")
         return q if isinstance(q, dict) else None
 
+    @property
+    def file(self) -> str:
+        """The file the config was read from (config.json when there is none)."""
+        return (self.source or "config.json").split(":")[0]
+
     def get(self, key: str, default: Any = None) -> Any:
         """A key of the flat layout, falling back to the nested (`quantization: {...}`) layout."""
         data = self.data or {}
