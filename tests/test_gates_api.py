@@ -137,3 +137,30 @@ def test_the_github_actions_example_runs_and_uploads_what_it_wrote(
     (alert,) = log["runs"][0]["results"]
     assert alert["locations"][0]["physicalLocation"]["artifactLocation"] == {
         "uri": "models/llama-nvfp4/model.safetensors", "uriBaseId": "%SRCROOT%"}
+
+
+SERVE_SCHEMA = jsonschema.Draft202012Validator(
+    {"$defs": json.loads((ROOT / "docs" / "report.schema.json").read_text())["$defs"], "$ref": "#/$defs/serve_flags"}
+)
+
+
+def test_serve_flags_api_is_typed_and_follows_the_contract(genuine: str) -> None:
+    hints = typing.get_type_hints(ckpt_tools.serve_flags)
+    assert hints["return"].__name__ == "ServePlan"
+    plan = ckpt_tools.serve_flags(str(GENUINE / genuine), hardware="gb10")
+    errors = sorted(e.message for e in SERVE_SCHEMA.iter_errors(plan.to_dict()))
+    assert errors == []
+    broken = {**plan.to_dict(), "argv": [], "flags": [{"flag": "quantization"}]}
+    assert len(list(SERVE_SCHEMA.iter_errors(broken))) >= 2
+    assert plan.argv[:3] == ("vllm", "serve", str(GENUINE / genuine)) and plan.command == shlex.join(plan.argv)
+
+
+def test_the_readme_serve_api_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    code = _readme_block("<!-- serve-api-example -->")
+    exec(compile(code, "README", "exec"), {"export_dir": str(GENUINE / "llmc-qwen35moe-nvfp4")})
+    out = capsys.readouterr().out
+    assert out.startswith("vllm serve ") and "--quantization compressed-tensors" in out
+    assert "--gpu-memory-utilization 0.85:" in out
+    with pytest.raises(SystemExit) as stopped:
+        exec(compile(code, "README", "exec"), {"export_dir": str(GENUINE / "modelopt-llama-nvfp4-awq")})
+    assert "aeon-v0.26.0" in str(stopped.value.code)

@@ -49,6 +49,11 @@ class QuantConfigView:
         q = (self.data or {}).get("quantization")
         return q if isinstance(q, dict) else None
 
+    @property
+    def file(self) -> str:
+        """The file the config was read from (config.json when there is none)."""
+        return (self.source or "config.json").split(":")[0]
+
     def get(self, key: str, default: Any = None) -> Any:
         """A key of the flat layout, falling back to the nested (`quantization: {...}`) layout."""
         data = self.data or {}
@@ -259,6 +264,7 @@ class _Resolver:
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
         self.method = method  # the checkpoint's quant_method; "fp8" is decided by vLLM's Fp8Config
+        self.forced_unquantized = self._applicable_forced_unquantized()
         if producer == "modelopt":
             base = modelopt_scheme(algo)
             if algo == "NVFP4" and _modelopt_downgraded(view):
@@ -280,8 +286,16 @@ class _Resolver:
 
     def _built_unquantized(self, name: str) -> str | None:
         """Modules the model file builds without a quant config whatever the config says (rules/modules.toml)."""
+        for pattern, reason in self.forced_unquantized:
+            if pattern.search(name):
+                return f"(built unquantized by vLLM: {reason})"
+        return None
+
+    def _applicable_forced_unquantized(self) -> list:
+        """The rules/modules.toml entries that apply to this family, producer and config, decided once."""
         if self.producer not in ("modelopt", "compressed-tensors") and self.method != "fp8":
-            return None
+            return []
+        out = []
         for entry in model_unquantized():
             if entry.families and self.family.id not in entry.families:
                 continue
@@ -291,9 +305,8 @@ class _Resolver:
                 continue
             if entry.when_config and not any(self.ckpt.config_value(k) for k in entry.when_config):
                 continue
-            if entry.pattern.search(name):
-                return f"(built unquantized by vLLM: {entry.reason})"
-        return None
+            out.append((entry.pattern, entry.reason))
+        return out
 
     def _declared(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
         if self.producer == "compressed-tensors":

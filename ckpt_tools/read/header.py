@@ -10,6 +10,7 @@ min(N, file size) bytes.
 from __future__ import annotations
 
 import struct
+from operator import attrgetter
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -20,6 +21,7 @@ from ..model.tensors import LfsPointer, Problem, Shard, TensorInfo
 from .source import Source
 
 MAX_HEADER_SIZE = 100_000_000
+_BY_OFFSETS = attrgetter("begin", "end")
 FIRST_READ = 64 * 1024  # one read covers the length field and most headers
 LFS_MAGIC = b"version https://git-lfs"
 
@@ -133,7 +135,7 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
 
 def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo]) -> list[Problem]:
     expected = 0
-    for t in sorted(tensors, key=lambda t: (t.begin, t.end)):
+    for t in sorted(tensors, key=_BY_OFFSETS):
         if t.begin != expected or t.end < t.begin:
             what = "overlaps the previous tensor" if t.begin < expected else "leaves a gap" if t.begin > expected else "ends before it begins"
             return [Problem(name, "invalid-offset", f"tensor `{t.name}` {what} (data_offsets [{t.begin}, {t.end}], expected begin {expected})", t.name)]

@@ -123,7 +123,7 @@ class IgnoreListMismatch(Rule):
             f"{causes}. Loading fails on their packed weights and scales. Remove the entries from `{key}` (or "
             f"export those modules in BF16).",
             tensors=[r.name for r in bad],
-            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {ctx.det.config.file},
             details={"direction": "declared-unquantized-disk-quantized",
                      "modules": {r.name: r.covered_by for r in bad[:200]}},
         )
@@ -152,7 +152,7 @@ class IgnoreListMismatch(Rule):
         yield self.finding(
             message,
             tensors=[r.name for r in bad],
-            files=module_files(ctx.ckpt, (r.name for r in bad)) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in bad)) | {ctx.det.config.file},
             details={"direction": "declared-quantized-disk-unquantized",
                      "modules": [r.name for r in bad[:200]],
                      "vllm_names": {r.name: family.to_vllm(r.name) for r in bad[:20]},
@@ -182,6 +182,6 @@ class IgnoreListMismatch(Rule):
             f"refuses to load them (\"Found different quantization schemes for the shards\" / \"Detected some but "
             f"not all shards ... are quantized\"). Ignore or quantize all shards of a fused layer together.",
             tensors=[r.name for r in involved],
-            files=module_files(ctx.ckpt, (r.name for r in involved)) | {source.split(":")[0]},
+            files=module_files(ctx.ckpt, (r.name for r in involved)) | {ctx.det.config.file},
             details={"direction": "fused-shards-disagree", "fused": [f for f, _ in mixed[:100]]},
         )

@@ -101,7 +101,7 @@ class KvCacheConfigMismatch(Rule):
                     f"{len(tensors)} KV-cache scale tensor(s) are present but {source} declares no KV-cache "
                     f"quantization: {effect}. Declare the KV scheme they were calibrated for.",
                     tensors=tensors,
-                    files=files | {source.split(":")[0]},
+                    files=files | {ctx.det.config.file},
                     details={"declared": None, "kv_scale_tensors": len(tensors)},
                 )
             return
@@ -115,7 +115,7 @@ class KvCacheConfigMismatch(Rule):
                     f"{source} declares a {det.kv_cache} KV cache but the checkpoint has no k_scale / v_scale "
                     f"tensors: vLLM quantizes K and V with scale 1.0 on all {len(layers)} attention layer(s). "
                     f"Re-export with KV-cache calibration, or drop the declaration.",
-                    files=[source.split(":")[0]],
+                    files=[ctx.det.config.file],
                     count=len(layers),
                     details={"declared": det.kv_cache, "attention_layers": len(layers)},
                 )
@@ -139,7 +139,7 @@ class KvCacheConfigMismatch(Rule):
                 f"a {det.kv_cache} KV cache ({shown}): those layers run with scale 1.0. Re-export with KV-cache "
                 f"calibration over every layer.",
                 tensors=[f"{layer}.{s}" for layer, lacks in missing for s in lacks],
-                files=[source.split(":")[0]],
+                files=[ctx.det.config.file],
                 count=len(missing),
                 details={"declared": det.kv_cache, "layers_without_scales": [m[0] for m in missing[:200]]},
             )
@@ -163,7 +163,7 @@ class KvCacheConfigMismatch(Rule):
                     f"{source} declares kv_cache_scheme with {', '.join(problems)}; {ctx.det.runtime.name} supports "
                     f"only num_bits={rt['ct_kv_num_bits']}, type={rt['ct_kv_type']}, symmetric, strategy "
                     f"{' or '.join(rt['ct_kv_strategies'])}, and refuses to start (NotImplementedError).",
-                    files=[source.split(":")[0]],
+                    files=[ctx.det.config.file],
                     count=1,
                     severity="error",
                     details={"kv_cache_scheme": scheme},
@@ -177,7 +177,7 @@ class KvCacheConfigMismatch(Rule):
                 yield self.finding(
                     f"{source} declares KV-cache algo {word!r}, which {ctx.det.runtime.name} does not map (it knows "
                     f"{', '.join(accepted)}): it logs \"Unknown kv_cache_quant_algo\" and runs an unquantized KV cache.",
-                    files=[source.split(":")[0]],
+                    files=[ctx.det.config.file],
                     count=1,
                     details={"kv_cache_quant_algo": word, "accepted": list(accepted)},
                 )

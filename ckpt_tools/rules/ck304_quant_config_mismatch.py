@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
-from .base import Context, Finding, Rule, files_of, register
+from .base import Context, Finding, Rule, files_of, module_files, register
 
 CT_NVFP4 = {"weight_packed", "weight_global_scale", "input_global_scale"}
 MODELOPT_NVFP4 = {"weight_scale_2", "input_scale"}
@@ -100,7 +100,7 @@ class QuantConfigMismatch(Rule):
                 f"{source} declares {det.quant_method} quantization ({det.quant_algo or 'no algo'}) but no tensor is "
                 f"quantized: every linear weight is {rows[0].disk.label}. Remove the quantization_config or export "
                 f"the quantized weights.",
-                files=[source.split(":")[0]],
+                files=[ctx.det.config.file],
                 count=len(rows),
             )
             return
@@ -125,17 +125,10 @@ class QuantConfigMismatch(Rule):
                 f"{len(names)} module(s) are declared {want} by {source} but their tensors are {have}; vLLM will build "
                 f"{want} parameters and fail or load garbage. Regenerate the quantization_config with the producer.",
                 tensors=names,
-                files=self._files(ctx, names) | {source.split(":")[0]},
+                files=module_files(ctx.ckpt, names) | {ctx.det.config.file},
             )
         yield from self._naming(ctx, declared_q, source)
         yield from self._activation_config(ctx, source)
-
-    def _files(self, ctx: Context, modules: Iterable[str]) -> set[str]:
-        out = set()
-        for m in modules:
-            for t in ctx.ckpt.modules[m].tensors.values():
-                out.add(t.shard)
-        return out
 
     def _naming(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
         producer = ctx.det.producer
@@ -155,7 +148,7 @@ class QuantConfigMismatch(Rule):
                 f"{', '.join(sorted(ctx.ckpt.modules[wrong[0]].tensors))}); vLLM has no parameter for them. Convert "
                 f"the checkpoint with the producer's own tooling instead of renaming tensors.",
                 tensors=sorted(wrong),
-                files=self._files(ctx, wrong) | {source.split(":")[0]},
+                files=module_files(ctx.ckpt, wrong) | {ctx.det.config.file},
             )
 
     def _activation_config(self, ctx: Context, source: str) -> Iterable[Finding]:
@@ -172,7 +165,7 @@ class QuantConfigMismatch(Rule):
                     f"`input_global_scale`; vLLM's weight-only NVFP4 layer has no such parameter. Either declare NVFP4 "
                     f"input activations (W4A4, faster on Blackwell) or drop the tensors.",
                     tensors=extra,
-                    files=self._files(ctx, extra) | {source.split(":")[0]},
+                    files=module_files(ctx.ckpt, extra) | {ctx.det.config.file},
                 )
         elif det.producer == "modelopt":
             downgraded = [r.name for r in det.rows if r.declared.kind == "nvfp4" and r.declared.detail
@@ -183,6 +176,6 @@ class QuantConfigMismatch(Rule):
                     f"serves it as W4A16_NVFP4 although {len(downgraded)} module(s) carry input scales. Restore the "
                     f"input_activations in {source} to run W4A4.",
                     tensors=downgraded,
-                    files={source.split(":")[0]},
+                    files={ctx.det.config.file},
                     severity="warning",
                 )

@@ -41,7 +41,7 @@ class UnsupportedQuantAlgo(Rule):
             message = f"{det.runtime.name} refuses this checkpoint: {det.rejection}"
             if hint:
                 message += f" Fix: {hint}."
-            yield self.finding(message, files=[source.split(":")[0]] if source else [], count=1,
+            yield self.finding(message, files=[ctx.det.config.file] if source else [], count=1,
                                details={"runtime": det.runtime.id, "quant_algo": det.quant_algo})
             return
         if det.runtime.modelopt.get("loads_pre_quant_scale", True):
