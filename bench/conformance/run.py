@@ -106,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ckpt-conformance-") as tmp:
         rows = [judge(c, Path(tmp)) for c in cases]
     line, clean = score(rows)
-    body = table(rows)
+    # Corrupted copies live in a fresh temporary folder: name it once, so reports of two runs compare line by line.
+    body = [ln.replace(tmp, "<copies>") for ln in table(rows)]
     print("\n".join(body))
     print()
     print(line)
-    diffs = details(rows)
+    diffs = [ln.replace(tmp, "<copies>") for ln in details(rows)]
     if diffs:
         print("\n".join(["", "Disagreements and notes:", *diffs]))
     md = [
