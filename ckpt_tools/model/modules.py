@@ -100,6 +100,11 @@ def split_name(name: str) -> tuple[str, str]:
     return prefix, suffix
 
 
+def join_name(prefix: str, suffix: str) -> str:
+    """The tensor name of `suffix` on module `prefix`: the inverse of `split_name` (a top-level tensor has no dot)."""
+    return f"{prefix}.{suffix}" if prefix else suffix
+
+
 def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
     buckets: dict[str, dict[str, TensorInfo]] = {}
     for t in tensors:

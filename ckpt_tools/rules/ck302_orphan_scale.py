@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..dtypes import FLOAT_HIGH_PRECISION
-from ..model.modules import ROLES, Module
+from ..model.modules import ROLES, Module, join_name
 from .base import Context, Finding, Rule, register
 
 # Roles of the tensors that only mean something beside a quantized weight. KV-cache scales are excluded: they sit on
@@ -16,7 +16,7 @@ def orphans_of(module: Module) -> list[str]:
     weight = module.weight
     if weight is not None and weight.dtype not in FLOAT_HIGH_PRECISION:
         return []
-    return sorted(f"{module.name}.{s}" for s in module.tensors if ROLES.get(s) in QUANT_ROLES)
+    return sorted(t.name for s, t in module.tensors.items() if ROLES.get(s) in QUANT_ROLES)
 
 
 @register
@@ -55,7 +55,7 @@ class OrphanScale(Rule):
         modules: dict[str, str] = {}
         gone = ctx.ckpt.unavailable_tensors
         for module in ctx.ckpt.modules.values():
-            if module.weight is None and {f"{module.name}.weight", f"{module.name}.weight_packed"} & gone:
+            if module.weight is None and {join_name(module.name, "weight"), join_name(module.name, "weight_packed")} & gone:
                 continue  # the weight is in a missing or broken shard: that shard's finding
             found = orphans_of(module)
             if not found:

@@ -4,7 +4,7 @@ import math
 from typing import Iterable
 
 from ..catalogue import global_scale_conventions
-from ..model.modules import ROLES
+from ..model.modules import ROLES, join_name
 from ._values import scalar
 from .base import Context, Finding, Rule, register
 
@@ -27,7 +27,7 @@ def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
             convention = conventions.get(suffix)
             if convention is None or ROLES.get(suffix) != "weight_global_scale":
                 continue
-            name = f"{row.name}.{suffix}"
+            name = join_name(row.name, suffix)
             value = scalar(ctx.ckpt, name)
             if value is None or not math.isfinite(value) or value <= 0:
                 continue  # unread, or invalid-scale-value's

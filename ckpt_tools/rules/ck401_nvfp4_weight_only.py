@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..knowledge import Hardware
+from ..model.modules import join_name
 from ._experts import partially_missing
 from .base import Context, Finding, Rule, register
 
@@ -26,7 +27,7 @@ def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
 def missing_input_scale(module) -> str:  # noqa: ANN001 - Module
     """The tensor name vLLM would load the input global scale from, in the producer's own naming."""
     suffix = "input_global_scale" if "weight_global_scale" in module.tensors else "input_scale"
-    return f"{module.name}.{suffix}"
+    return join_name(module.name, suffix)
 
 
 def summarize_modules(names: list[str]) -> str:
@@ -84,7 +85,7 @@ class Nvfp4WeightOnly(Rule):
         # input scales, so one defect is reported once.
         partial = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
         total = len(rows)
-        rows = [r for r in rows if not any(f"{r.name}.{s}" in partial for s in INPUT_SUFFIXES)]
+        rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in INPUT_SUFFIXES)]
         lacking = sorted(r.name for r in rows if r.disk.activation == "A16")
         if not lacking:
             return
