@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import ckpt_tools
 from ckpt_tools.write.header import build_file
+from tests.corrupt import edit_json
 
 
 def codes(report) -> list[str]:  # noqa: ANN001 - Report
@@ -22,3 +25,53 @@ def test_top_level_scale_without_dot_is_an_orphan_not_a_crash(tmp_path: Path) ->
     report = ckpt_tools.doctor(tmp_path)
     orphan = next(f for f in report.findings if f.code == "CK302")
     assert list(orphan.tensors) == ["weight_scale"]
+
+
+@pytest.mark.parametrize("groups, why", [({}, "`config_groups` is empty"), ([1], "`config_groups` is not an object")])
+def test_compressed_tensors_config_that_quantizes_nothing_on_quantized_tensors(fixture_copy, groups, why) -> None:
+    # An FP8 checkpoint whose config_groups were emptied (or written as a list) once got "No findings": CK301 stands
+    # aside when nothing is declared quantized and CK304 only looked at a missing config.
+    folder = fixture_copy("llmc-llama-fp8-dynamic")
+    edit_json(folder / "config.json", lambda c: c["quantization_config"].__setitem__("config_groups", groups))
+    report = ckpt_tools.doctor(folder)
+    finding = next(f for f in report.findings if f.code == "CK304")
+    assert finding.severity == "error" and why in finding.message
+    assert "model.layers.0.self_attn.q_proj" in finding.tensors
+    assert report.exit_code("error") == 1
+
+
+def test_modelopt_exclude_everything_on_quantized_tensors(fixture_copy) -> None:
+    folder = fixture_copy("modelopt-llama-fp8")
+    for name in ("config.json", "hf_quant_config.json"):
+        def exclude_all(c: dict) -> None:
+            q = c.get("quantization_config") or c.get("quantization") or c
+            q["exclude_modules"] = ["*"]
+            q.pop("ignore", None)
+        if (folder / name).exists():
+            edit_json(folder / name, exclude_all)
+    finding = next(f for f in ckpt_tools.doctor(folder).findings if f.code == "CK304")
+    assert "covered by `*`" in finding.message
+
+
+def test_gptq_style_checkpoint_is_not_reported_as_quantizing_nothing(fixture_copy) -> None:
+    # The new CK304 branch is for producers whose layers ckpt resolves; other methods (gptq, awq) are not judged.
+    folder = fixture_copy("llmc-llama-w4a16")
+    edit_json(folder / "config.json", lambda c: c.__setitem__("quantization_config", {"quant_method": "gptq", "bits": 4}))
+    assert not [f for f in ckpt_tools.doctor(folder).findings if "quantizes none" in f.message]
+
+
+@pytest.mark.parametrize("entry, name, excluded", [
+    ("*", "model.layers.0.mlp.down_proj", True),  # vLLM keeps a bare `*` (len < 2): fnmatch excludes everything
+    ("", "model.layers.0.mlp.down_proj", True),  # `"" in prefix` is true for every module
+    ("model.layers.0*", "model.layers.0", True),  # split into `model.layers.0` and `model.layers.0.*`
+    ("model.layers.0*", "model.layers.0.mlp.down_proj", True),
+    ("lm_head", "model.layers.0.mlp.down_proj", False),
+])
+def test_modelopt_exclude_matching_follows_vllm_mapper(entry: str, name: str, excluded: bool) -> None:
+    # A bare `*` was split into `` and `.*` (vLLM only splits entries of two or more characters) and empty entries
+    # were skipped, so `exclude_modules: ["*"]` excluded nothing here and everything in vLLM.
+    from ckpt_tools.detect.matching import modelopt_excluded_by, modelopt_patterns
+    from ckpt_tools.knowledge import family_for
+
+    patterns = modelopt_patterns([entry], family_for("LlamaForCausalLM", "llama"))
+    assert (modelopt_excluded_by(patterns, name) is not None) is excluded

@@ -5,9 +5,10 @@ compressed-tensors (vllm-facts.md 2.5, `is_equal_or_regex_match`): `re:` entries
 a dot are first translated from checkpoint (HF) names to vLLM names; regexes are not, and are matched against
 vLLM-side names (the naming trap: `re:model\\.visual.*` never matches the Qwen3-VL tower, which is `visual.*` in vLLM).
 
-ModelOpt (vllm-facts.md 3.3, `is_layer_excluded` / `apply_vllm_mapper`): a pattern ending in `*` not preceded by
-`.` is split into `X` and `X.*`; patterns are renamed HF->vLLM; then a module is excluded on an exact match, a
-substring match (also with a leading `language_model.` removed from the module name), or an fnmatch match.
+ModelOpt (vllm-facts.md 3.3, `is_layer_excluded` / `apply_vllm_mapper`): a pattern of two or more characters ending
+in `*` not preceded by `.` is split into `X` and `X.*`; patterns are renamed HF->vLLM; then a module is excluded on an
+exact match, a substring match (also with a leading `language_model.` removed from the module name), or an fnmatch
+match.
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str,
     """(original entry, vLLM-side pattern) pairs after `apply_vllm_mapper`'s `*` split and prefix rename."""
     out: list[tuple[str, str]] = []
     for entry in entries:
-        if not isinstance(entry, str) or not entry:
+        if not isinstance(entry, str):
             continue
         variants = [entry]
-        if entry.endswith("*") and not entry.endswith(".*"):
+        # `len >= 2` as in vLLM: a bare `*` stays `*` (fnmatch excludes everything); an empty entry is kept too,
+        # because `"" in prefix` holds for every module (vllm-facts.md 3.3, substring rule).
+        if len(entry) >= 2 and entry.endswith("*") and entry[-2] != ".":
             variants = [entry[:-1], entry[:-1] + ".*"]
         for v in variants:
             out.append((entry, family.to_vllm(v)))
@@ -65,7 +68,7 @@ def modelopt_excluded_by(patterns: list[tuple[str, str]], vllm_name: str) -> str
     for original, pattern in patterns:
         if pattern == vllm_name:
             return original
-        if pattern and (pattern in vllm_name or (stripped is not None and pattern in stripped)):
+        if pattern in vllm_name or (stripped is not None and pattern in stripped):
             return original
         if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(vllm_name, pattern):
             return original

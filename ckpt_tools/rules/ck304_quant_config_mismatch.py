@@ -114,6 +114,27 @@ class QuantConfigMismatch(Rule):
                 files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors)) | {"config.json"},
             )
             return
+        if disk_q and not declared_q and det.rejection is None and (
+            det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8"
+        ):
+            # A config is present but quantizes nothing: empty or malformed `config_groups`, or an ignore / exclude
+            # list that covers every module. ignore-list-mismatch (CK301) stands aside when nothing is declared.
+            names = [r.name for r in disk_q]
+            groups = (det.config.data or {}).get("config_groups")
+            if det.producer == "compressed-tensors" and not (isinstance(groups, dict) and groups):
+                why = f"`config_groups` is {'empty' if not groups else 'not an object'}"
+            else:
+                covered = sorted({r.covered_by for r in disk_q if r.covered_by})
+                why = f"covered by {', '.join(f'`{c}`' for c in covered[:3])}" if covered else "no config group quantizes them"
+            yield self.finding(
+                f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
+                f"of them ({why}): vLLM builds every layer unquantized and fails on the first quantized tensor "
+                f"(\"There is no module or parameter named ...\"). Regenerate the quantization_config with the "
+                f"producer.",
+                tensors=names,
+                files=module_files(ctx.ckpt, names) | {ctx.det.config.file},
+            )
+            return
         kinds: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in declared_q:
             if r.disk.quantized and r.disk.kind != r.declared.kind and not (
