@@ -75,3 +75,21 @@ def test_modelopt_exclude_matching_follows_vllm_mapper(entry: str, name: str, ex
 
     patterns = modelopt_patterns([entry], family_for("LlamaForCausalLM", "llama"))
     assert (modelopt_excluded_by(patterns, name) is not None) is excluded
+
+
+def test_exclude_lists_of_equal_length_name_the_entries_that_differ(fixture_copy) -> None:
+    # Two different exclude lists of the same length once read "exclude list = 2 entries, ... says 2 entries".
+    folder = fixture_copy("modelopt-llama-nvfp4")
+    edit_json(folder / "hf_quant_config.json",
+              lambda c: c["quantization"].__setitem__("exclude_modules", ["lm_head", "model.layers.0.mlp*"]))
+    finding = next(f for f in ckpt_tools.doctor(folder).findings if f.details.get("field") == "exclude list")
+    assert "only in hf_quant_config.json: `model.layers.0.mlp*`" in finding.message
+    assert "2 entries" not in finding.message
+    assert finding.details["hf_quant_config.json"] == ["lm_head", "model.layers.0.mlp*"]
+
+
+def test_missing_quant_algo_in_hf_quant_config_reads_none_not_python_none(fixture_copy) -> None:
+    folder = fixture_copy("modelopt-llama-nvfp4")
+    edit_json(folder / "hf_quant_config.json", lambda c: c.__setitem__("quantization", "NVFP4"))
+    finding = next(f for f in ckpt_tools.doctor(folder).findings if f.details.get("field") == "quant_algo")
+    assert "hf_quant_config.json says (none)" in finding.message and "None" not in finding.message

@@ -24,6 +24,13 @@ def _kv_word(value: Any) -> str | None:
     return value.lower() if isinstance(value, str) else None
 
 
+def _listed(entries: set[str]) -> str:
+    extra = sorted(entries)
+    if not extra:
+        return "nothing of its own"
+    return ", ".join(f"`{e}`" for e in extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+
+
 @register
 class QuantConfigMismatch(Rule):
     """config.json, hf_quant_config.json and the tensors disagree about the quantization.
@@ -74,19 +81,28 @@ class QuantConfigMismatch(Rule):
                 diffs.append(("quant_algo", a or None, b or None, "error"))
         else:
             diffs.append(("quant_method", cfg.get("quant_method"), "modelopt", "error"))
-        # KV-cache declarations that disagree are kv-cache-config-mismatch's (CK303).
-        ex_a = _entries(cfg.get("ignore") or cfg.get("exclude_modules"))
-        ex_b = _entries(nested.get("exclude_modules") or nested.get("ignore"))
-        if ex_a != ex_b:
-            diffs.append(("exclude list", f"{len(ex_a)} entries", f"{len(ex_b)} entries", "warning"))
         for what, x, y, severity in diffs:
             yield self.finding(
-                f"config.json says {what} = {x}, hf_quant_config.json says {y}; vLLM uses config.json and ignores "
-                f"hf_quant_config.json. Make them agree.",
+                f"config.json says {what} = {x or '(none)'}, hf_quant_config.json says {y or '(none)'}; vLLM uses "
+                f"config.json and ignores hf_quant_config.json. Make them agree.",
                 files=["config.json", "hf_quant_config.json"],
                 count=1,
                 severity=severity,
                 details={"field": what, "config.json": x, "hf_quant_config.json": y},
+            )
+        # KV-cache declarations that disagree are kv-cache-config-mismatch's (CK303).
+        ex_a = _entries(cfg.get("ignore") or cfg.get("exclude_modules"))
+        ex_b = _entries(nested.get("exclude_modules") or nested.get("ignore"))
+        if ex_a != ex_b:
+            # Name the entries that differ: two lists of the same length are the common case.
+            yield self.finding(
+                f"config.json and hf_quant_config.json have different exclude lists (only in config.json: "
+                f"{_listed(ex_a - ex_b)}; only in hf_quant_config.json: {_listed(ex_b - ex_a)}); vLLM uses config.json "
+                f"and ignores hf_quant_config.json. Make them agree.",
+                files=["config.json", "hf_quant_config.json"],
+                count=1,
+                severity="warning",
+                details={"field": "exclude list", "config.json": sorted(ex_a), "hf_quant_config.json": sorted(ex_b)},
             )
 
     def _declared_vs_disk(self, ctx: Context) -> Iterable[Finding]:
