@@ -93,3 +93,28 @@ def test_missing_quant_algo_in_hf_quant_config_reads_none_not_python_none(fixtur
     edit_json(folder / "hf_quant_config.json", lambda c: c.__setitem__("quantization", "NVFP4"))
     finding = next(f for f in ckpt_tools.doctor(folder).findings if f.details.get("field") == "quant_algo")
     assert "hf_quant_config.json says (none)" in finding.message and "None" not in finding.message
+
+
+def test_dangling_shard_symlink_is_reported_unreadable_not_missing(fixture_copy, tmp_path: Path) -> None:
+    # An HF cache snapshot whose blob is gone: the shard link dangles. It was skipped as "not a file", so a sharded
+    # checkpoint got "the index names a shard that does not exist" and a single-file one "no .safetensors file".
+    folder = fixture_copy("llmc-qwen3moe-nvfp4-sharded")
+    (folder / "model-00002-of-00003.safetensors").unlink()
+    (folder / "model-00002-of-00003.safetensors").symlink_to(tmp_path / "blobs" / "gone")
+    report = ckpt_tools.doctor(folder)
+    assert codes(report) == ["CK104"]
+    assert "broken symbolic link" in report.findings[0].message
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "model.safetensors").symlink_to(tmp_path / "blobs" / "gone")
+    assert codes(ckpt_tools.doctor(single)) == ["CK104"]
+
+
+def test_symlink_loop_names_the_file_instead_of_failing_to_list_the_folder(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(build_file([("model.norm.weight", "BF16", [2], b"\0" * 4)]))
+    (tmp_path / "a.safetensors").symlink_to("b.safetensors")
+    (tmp_path / "b.safetensors").symlink_to("a.safetensors")
+    report = ckpt_tools.doctor(tmp_path)
+    broken = sorted(f.files[0] for f in report.findings if f.code == "CK104")
+    assert broken == ["a.safetensors", "b.safetensors"]
+    assert report.checkpoint["tensors"] == 1

@@ -24,10 +24,7 @@ R = TypeVar("R")
 def load_checkpoint(source: Source) -> Checkpoint:
     """Read headers and configs (never weight bytes). Raises `TargetError` when there is nothing to inspect."""
     names = list(source.list_files())
-    try:
-        sizes = {name: source.size(name) for name in names}
-    except OSError as exc:
-        raise TargetError(f"{source.label}: cannot stat files ({exc.strerror or exc})") from None
+    sizes = {name: _size_or_zero(source, name) for name in names}
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
     # The index and the configs are independent small files: a remote source fetches them together.
@@ -62,6 +59,14 @@ def load_checkpoint(source: Source) -> Checkpoint:
         config=config,
         hf_quant_config=hf_quant,
     )
+
+
+def _size_or_zero(source: Source, name: str) -> int:
+    """A file that cannot be stat'ed (a broken symlink) counts as empty here; reading it reports why."""
+    try:
+        return source.size(name)
+    except OSError:
+        return 0
 
 
 PROGRESS_SHARDS = 8  # remote header reads show a bar from this many shards on (on a terminal)

@@ -46,12 +46,19 @@ class LocalSource:
         if self._only is not None:
             return [self._only]
         try:
-            return sorted(entry.name for entry in os.scandir(self.root) if entry.is_file())
+            entries = list(os.scandir(self.root))
         except OSError as exc:
             raise TargetError(f"{self._label}: cannot list folder ({exc.strerror})") from None
+        return sorted(entry.name for entry in entries if _is_file(entry) or _broken_checkpoint_link(entry))
 
     def size(self, name: str) -> int:
-        return (self.root / name).stat().st_size
+        path = self.root / name
+        try:
+            return path.stat().st_size
+        except OSError as exc:
+            if path.is_symlink():  # say what is wrong with the link, not just ENOENT / ELOOP
+                raise OSError(exc.errno, f"broken symbolic link to {os.readlink(path)} ({exc.strerror})") from None
+            raise
 
     def read_range(self, name: str, start: int, length: int) -> bytes:
         with open(self.root / name, "rb") as fh:
@@ -67,3 +74,16 @@ class LocalSource:
         if path.stat().st_size > limit:
             raise ValueError(f"{name} is larger than {limit} bytes")
         return path.read_bytes()
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:  # a symlink loop (ELOOP)
+        return False
+
+
+def _broken_checkpoint_link(entry: os.DirEntry) -> bool:
+    """A shard or JSON file that is a dangling or looping symlink (an HF cache snapshot whose blob is gone). It is
+    listed so that it is reported as unreadable, not as missing or absent."""
+    return entry.is_symlink() and entry.name.endswith((".safetensors", ".json")) and not os.path.exists(entry.path)
