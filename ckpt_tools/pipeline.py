@@ -8,8 +8,10 @@ from typing import Sequence
 
 from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
-from .model.checkpoint import Checkpoint
+from .errors import TargetError
+from .model.checkpoint import INDEX_NAME, Checkpoint
 from .read import open_source
+from .read.configs import read_index
 from .read.loader import load_checkpoint, read_tensor_bytes
 from .report.model import Report
 from .rules.base import Context, Finding, all_rules
@@ -41,9 +43,16 @@ def analyze(
     revision: str | None = None,
     progress: bool | None = None,
     producer_schema: bool = False,
+    lone_shard: bool = False,
 ) -> Analysis:
-    """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect."""
+    """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
+
+    A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
+    whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
+    """
     source = open_source(target, revision)
+    if not lone_shard:
+        _refuse_lone_shard(source)
     if not source.is_remote:
         from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
 
@@ -89,6 +98,18 @@ def analyze(
         extra={"hub": provenance} if provenance else {},
     )
     return Analysis(ckpt, det, report)
+
+
+def _refuse_lone_shard(source) -> None:  # noqa: ANN001 - Source
+    name = getattr(source, "single_file", None)
+    if name is None:
+        return
+    index, _problem = read_index(source, INDEX_NAME) if (source.root / INDEX_NAME).is_file() else (None, None)
+    shards = set(index.weight_map.values()) if index is not None else set()
+    if name in shards and len(shards) > 1:
+        raise TargetError(f"{source.label} is one shard of the sharded checkpoint in {source.root} ({INDEX_NAME} "
+                          f"names {len(shards)} shards); check or repair the folder: a shard alone would be judged "
+                          f"as a whole model")
 
 
 def doctor(

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import ckpt_tools
 from ckpt_tools.write.header import build_file
-from tests.corrupt import edit_json
+from tests.corrupt import GENUINE, edit_json
+from tests.test_cli import assert_one_line_error, ckpt
 
 
 def codes(report) -> list[str]:  # noqa: ANN001 - Report
@@ -118,3 +120,23 @@ def test_symlink_loop_names_the_file_instead_of_failing_to_list_the_folder(tmp_p
     broken = sorted(f.files[0] for f in report.findings if f.code == "CK104")
     assert broken == ["a.safetensors", "b.safetensors"]
     assert report.checkpoint["tensors"] == 1
+
+
+def test_single_file_target_reads_the_configs_beside_it() -> None:
+    # `ckpt doctor folder/model.safetensors` once ignored config.json and reported a genuine checkpoint as
+    # "quantized tensors but neither config.json nor hf_quant_config.json declares a quantization".
+    report = ckpt_tools.doctor(GENUINE / "modelopt-llama-nvfp4" / "model.safetensors")
+    assert report.findings == ()
+    assert report.checkpoint["architecture"] == "LlamaForCausalLM"
+    assert report.checkpoint["vllm_quantization"] == "modelopt_fp4"
+
+
+def test_one_shard_of_a_sharded_checkpoint_is_refused_by_doctor_and_serve_flags_but_inspected() -> None:
+    shard = GENUINE / "llmc-qwen3moe-nvfp4-sharded" / "model-00001-of-00003.safetensors"
+    for args in (["doctor"], ["serve-flags"], ["fix", "--dry-run"]):
+        proc = ckpt(*args, str(shard))
+        assert_one_line_error(proc)
+        assert "one shard of the sharded checkpoint" in proc.stderr and "names 3 shards" in proc.stderr
+    proc = ckpt("inspect", str(shard), "-f", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["checkpoint"]["architecture"] == "Qwen3MoeForCausalLM"

@@ -21,7 +21,8 @@ def inspect_command(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
 ) -> None:
     """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
-    result = analyze(target, runtime=runtime, headers_only=True, revision=revision)
+    # A census of one shard is a fair question; its verdict lines describe that shard only.
+    result = analyze(target, runtime=runtime, headers_only=True, revision=revision, lone_shard=True)
     target = result.report.target  # a Hub repo is named with the revision asked for
     ckpt, det = result.checkpoint, result.detection
     from ..detect.resolve import component_of

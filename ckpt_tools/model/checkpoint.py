@@ -15,6 +15,7 @@ from .modules import ExpertGroup, Module, group_experts, group_modules
 from .tensors import Index, LfsPointer, Problem, Shard, TensorInfo
 
 INDEX_NAME = "model.safetensors.index.json"
+CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
 
 
 @dataclass(frozen=True)

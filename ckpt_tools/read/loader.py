@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, TypeVar
 
 from ..errors import TargetError
-from ..model.checkpoint import INDEX_NAME, Checkpoint
+from ..model.checkpoint import CONFIG_NAMES, INDEX_NAME, Checkpoint
 from ..model.tensors import Index, LfsPointer, Problem, Shard, TensorInfo
 from .configs import read_config, read_index
 from .header import ShardRead, read_shard
@@ -28,7 +28,7 @@ def load_checkpoint(source: Source) -> Checkpoint:
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
     # The index and the configs are independent small files: a remote source fetches them together.
-    readers = {INDEX_NAME: read_index, "config.json": read_config, "hf_quant_config.json": read_config}
+    readers = {INDEX_NAME: read_index, **{name: read_config for name in CONFIG_NAMES}}
     present = [name for name in readers if name in sizes]
     loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
     problems: list[Problem] = [problem for _, problem in loaded.values() if problem]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import TargetError
+from ..model.checkpoint import CONFIG_NAMES
 
 
 class LocalSource:
@@ -44,7 +45,8 @@ class LocalSource:
 
     def list_files(self) -> Sequence[str]:
         if self._only is not None:
-            return [self._only]
+            # The configs beside the file describe the model it belongs to; the index and other shards do not count.
+            return [self._only, *(n for n in CONFIG_NAMES if n != self._only and (self.root / n).is_file())]
         try:
             entries = list(os.scandir(self.root))
         except OSError as exc:
