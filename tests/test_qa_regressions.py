@@ -140,3 +140,14 @@ def test_one_shard_of_a_sharded_checkpoint_is_refused_by_doctor_and_serve_flags_
     proc = ckpt("inspect", str(shard), "-f", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["checkpoint"]["architecture"] == "Qwen3MoeForCausalLM"
+
+
+def test_enum_options_accept_any_case_and_inspect_refuses_report_only_formats() -> None:
+    target = str(GENUINE / "llmc-llama-nvfp4a16")  # one warning: weight-only by design
+    proc = ckpt("doctor", target, "--format", "JSON", "--fail-on", "Warning")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["schema_version"] == 1
+    assert ckpt("serve-flags", target, "--emit", "Docker", "-f", "TEXT").stdout.startswith("docker run")
+    assert json.loads(ckpt("inspect", target, "-f", "Json").stdout)["census"]
+    # inspect once accepted markdown / sarif and printed text: a format it cannot render is a usage error now.
+    proc = ckpt("inspect", target, "-f", "sarif")
+    assert proc.returncode == 2 and not proc.stdout

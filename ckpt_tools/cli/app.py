@@ -25,6 +25,13 @@ class Format(str, Enum):
     sarif = "sarif"
 
 
+class TextOrJson(str, Enum):
+    """Commands whose output is a plan or a census, not a report: no markdown or SARIF rendering."""
+
+    text = "text"
+    json = "json"
+
+
 class FailOn(str, Enum):
     error = "error"
     warning = "warning"

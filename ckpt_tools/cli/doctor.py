@@ -17,8 +17,9 @@ def doctor(
         ..., metavar="TARGET", help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
         "hf://org/name); with --pre-commit, the files to check."
     ),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format."),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
+                                    case_sensitive=False),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
     hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile(s) for kernel notes (default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),

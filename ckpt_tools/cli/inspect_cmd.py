@@ -9,14 +9,14 @@ import typer
 
 from ..pipeline import analyze
 from ..report.text import _size, checkpoint_lines, hub_lines
-from .app import Format, app, emit
+from .app import TextOrJson, app, emit
 
 
 @app.command("inspect")
 def inspect_command(
     target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, hf://org/name)."),
     tensors: Optional[str] = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="text or json."),
+    format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
 ) -> None:
@@ -35,7 +35,7 @@ def inspect_command(
         census_bytes[key] += t.nbytes
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]
     layers = _layer_table(det)
-    if format == Format.json:
+    if format == TextOrJson.json:
         data = {
             "target": target,
             "checkpoint": dict(result.report.checkpoint),

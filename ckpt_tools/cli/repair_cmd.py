@@ -1,36 +1,30 @@
 from __future__ import annotations
 
-from enum import Enum
 from typing import List, Optional
 
 import orjson
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, app, emit
+from .app import FailOn, TextOrJson, app, emit
 
 DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); "
                                                       "change nothing.")
 FAIL_ON = typer.Option(FailOn.none, "--fail-on", help="Exit 1 when doctor, run after the repair, finds something at "
-                                                      "or above this (default: never).")
+                                                      "or above this (default: never).", case_sensitive=False)
 RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33).")
 PROGRESS = typer.Option(None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a "
                                                                "terminal).")
 TARGET = typer.Argument(..., help="Local checkpoint folder or .safetensors file.")
 
 
-class OutFormat(str, Enum):
-    text = "text"
-    json = "json"
+FORMAT = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False)
 
 
-FORMAT = typer.Option(OutFormat.text, "--format", "-f", help="text or json.")
-
-
-def _finish(result, format: OutFormat, fail_on: FailOn) -> None:  # noqa: ANN001 - RepairResult
+def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:  # noqa: ANN001 - RepairResult
     from ..repair.render import render_result
 
-    emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == OutFormat.json
+    emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == TextOrJson.json
          else render_result(result))
     report = result.after or result.before
     raise typer.Exit(report.exit_code(fail_on.value))
@@ -42,7 +36,7 @@ def fix_prefix_command(
     old: Optional[List[str]] = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
     new: Optional[List[str]] = typer.Option(None, "--to", help="Prefix to rename to; empty removes the prefix."),
     dry_run: bool = DRY_RUN,
-    format: OutFormat = FORMAT,
+    format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
     progress: Optional[bool] = PROGRESS,
@@ -65,7 +59,7 @@ def scrub_nan_command(
                                                      "what current ModelOpt clamps to) or `zero` (silences the "
                                                      "block)."),
     dry_run: bool = DRY_RUN,
-    format: OutFormat = FORMAT,
+    format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
 ) -> None:
@@ -83,7 +77,7 @@ def drop_orphans_command(
     tensor: Optional[List[str]] = typer.Option(None, "--tensor", "-t", help="Drop this scale tensor (repeatable) "
                                                                             "instead of the orphan-scale finding's."),
     dry_run: bool = DRY_RUN,
-    format: OutFormat = FORMAT,
+    format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
     progress: Optional[bool] = PROGRESS,
@@ -99,7 +93,7 @@ def drop_orphans_command(
 def fix_command(
     target: str = TARGET,
     dry_run: bool = DRY_RUN,
-    format: OutFormat = FORMAT,
+    format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
     progress: Optional[bool] = PROGRESS,
@@ -110,7 +104,7 @@ def fix_command(
     from ..repair.render import render_fix_all
 
     results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime)
-    if format == OutFormat.json:
+    if format == TextOrJson.json:
         data = {"target": target, "dry_run": dry_run, "repairs": [r.to_dict() for r in results],
                 "not_repaired": [f.to_dict() for f in others]}
         emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..report.formats import render
-from .app import FailOn, Format, app, emit, use_color
+from .app import FailOn, Format, TextOrJson, app, emit, use_color
 
 
 class Emit(str, Enum):
@@ -16,11 +16,6 @@ class Emit(str, Enum):
     docker = "docker"
     compose = "compose"
     model_card = "model-card"
-
-
-class PlanFormat(str, Enum):
-    text = "text"
-    json = "json"
 
 
 @app.command("serve-flags")
@@ -32,8 +27,9 @@ def serve_flags_command(
     speculative_method: Optional[str] = typer.Option(None, "--speculative-method", help="Override the drafter's detected method."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the checkpoint's)."),
     colocated: bool = typer.Option(False, "--colocated", help="Leave GPU memory for sidecars (ASR/TTS/embeddings)."),
-    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="argv, docker, compose or model-card."),
-    format: PlanFormat = typer.Option(PlanFormat.text, "--format", "-f", help="text or json."),
+    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="argv, docker, compose or model-card.",
+                                   case_sensitive=False),
+    format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="The reason and source of every flag."),
 ) -> None:
     """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. Exit 1 if the runtime refuses it."""
@@ -42,7 +38,7 @@ def serve_flags_command(
     container = emit_as != Emit.argv
     plan = serve_flags(target, runtime=runtime, hardware=hardware, drafter=drafter, max_model_len=max_model_len,
                        colocated=colocated, container=container, speculative_method=speculative_method)
-    if format == PlanFormat.json:
+    if format == TextOrJson.json:
         emit(emitters.json_report(plan))
     elif emit_as == Emit.argv:
         emit(emitters.text(plan, explain=explain) if explain or plan.warnings else emitters.argv_line(plan))
@@ -59,8 +55,9 @@ def check_serve_command(
     command: List[str] = typer.Argument(None, help="The command, after `--` (or one quoted string)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile the command runs on."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format."),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this."),
+    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
+                                    case_sensitive=False),
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles."""
     from ..serve import check_serve
