@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +154,53 @@ def test_enum_options_accept_any_case_and_inspect_refuses_report_only_formats() 
     # inspect once accepted markdown / sarif and printed text: a format it cannot render is a usage error now.
     proc = ckpt("inspect", target, "-f", "sarif")
     assert proc.returncode == 2 and not proc.stdout
+
+
+@pytest.mark.parametrize("args, verdict", [
+    (["doctor", str(GENUINE / "base-llama-bf16")], 0),
+    (["doctor", str(GENUINE.parent / "defective" / "llama-nvfp4-missing-input-scales")], 1),
+    (["serve-flags", str(GENUINE / "base-llama-bf16")], 0),
+    (["rules"], 0),
+])
+def test_reader_gone_keeps_the_verdict_exit_code(args: list[str], verdict: int) -> None:
+    # `ckpt doctor X | head -1` on a clean checkpoint exited 1: typer turns EPIPE into exit 1 whatever the verdict.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == verdict and proc.stderr == ""
+
+
+def test_closed_stdout_is_not_an_internal_error() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(GENUINE / "base-llama-bf16")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+@pytest.mark.parametrize("env, coloured", [({}, True), ({"TERM": "dumb"}, False), ({"NO_COLOR": "1"}, False)])
+def test_colour_only_on_a_capable_terminal(env: dict, coloured: bool) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
+    target = str(GENUINE.parent / "defective" / "llama-nvfp4-missing-input-scales")
+    try:
+        subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", target, "--hardware", "h100"],
+                       stdout=follower, stderr=subprocess.DEVNULL, env={**clean, "TERM": "xterm", **env}, timeout=120)
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO once the follower side is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(leader)
+    assert b"CK401" in out and (b"\x1b[" in out) is coloured

@@ -41,9 +41,20 @@ class FailOn(str, Enum):
 
 def use_color(stream=None) -> bool:  # noqa: ANN001
     stream = stream or sys.stdout
-    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+    return (bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
+            and os.environ.get("TERM") != "dumb")
 
 
 def emit(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    """Write the command's output. A reader that went away (`| head -1`) or a closed stdout is not an error of the
+    command: the rest is discarded and the command still exits with its verdict (typer would exit 1 on EPIPE)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
