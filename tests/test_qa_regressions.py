@@ -204,3 +204,20 @@ def test_colour_only_on_a_capable_terminal(env: dict, coloured: bool) -> None:
     finally:
         os.close(leader)
     assert b"CK401" in out and (b"\x1b[" in out) is coloured
+
+
+def test_serve_flags_explanations_never_print_python_none() -> None:
+    # aeon-v0.26.0 records no gpu_memory_utilization default: the gb10 reason read "the runtime's default is None".
+    proc = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--runtime", "aeon-v0.26.0", "--hardware", "gb10",
+                "--explain")
+    assert proc.returncode == 0 and "--gpu-memory-utilization" in proc.stdout
+    assert "None" not in proc.stdout
+
+
+def test_unknown_env_var_message_reads_as_english() -> None:
+    from ckpt_tools.serve import check_serve
+
+    target = str(GENUINE / "base-llama-bf16")
+    finding = next(f for f in check_serve(target, ["VLLM_USE_V1=0", "vllm", "serve", target]).findings
+                   if f.slug == "unknown-env-var")
+    assert finding.message.startswith("VLLM_USE_V1 is not an environment variable of upstream vLLM")

@@ -157,7 +157,7 @@ def _env(ctx: _Ctx) -> Iterable[Finding]:
             yield _f("env-trap", f"{name}={value}: {hit['message']} ({hit['source']})", fix=hit["fix"],
                      severity=hit.get("severity"), variable=name)
         elif name.startswith("VLLM_") and ctx.rt.env_known and name not in ctx.rt.env_known:
-            yield _f("unknown-env-var", f"{name} is not a {ctx.rt.name} environment variable: vLLM logs 'Unknown "
+            yield _f("unknown-env-var", f"{name} is not an environment variable of {ctx.rt.name}: vLLM logs 'Unknown "
                      f"vLLM environment variable detected' and ignores it", fix=f"remove {name}", variable=name)
 
 

@@ -198,9 +198,10 @@ def _hardware_limits(b: _Builder, hw: ServeHardware | None, rt: ServeRuntime, op
     key = "gpu_memory_utilization_colocated" if options.colocated else "gpu_memory_utilization"
     util = hw.get(key)
     if util is not None:
+        default = rt.serve.get("gpu_memory_utilization_default")  # not every image profile records one
         why = ("leaves unified memory to the sidecars sharing the GPU" if options.colocated else
                f"{hw.id} shares its memory between CPU and GPU; above {hw.get('gpu_memory_utilization_max')} it "
-               f"page-thrashes (the runtime's default is {rt.serve.get('gpu_memory_utilization_default')})")
+               f"page-thrashes" + (f" (the runtime's default is {default})" if default is not None else ""))
         b.add("--gpu-memory-utilization", f"{util:.2f}", why, hw.source)
     elif options.colocated:
         b.warnings.append(f"{hw.id} has no measured memory share for sidecars: set --gpu-memory-utilization to "
