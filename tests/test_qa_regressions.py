@@ -221,3 +221,24 @@ def test_unknown_env_var_message_reads_as_english() -> None:
     finding = next(f for f in check_serve(target, ["VLLM_USE_V1=0", "vllm", "serve", target]).findings
                    if f.slug == "unknown-env-var")
     assert finding.message.startswith("VLLM_USE_V1 is not an environment variable of upstream vLLM")
+
+
+def test_ignore_list_finding_names_the_covering_entry_and_the_key_the_config_uses(fixture_copy) -> None:
+    # Read "`q_proj` (q_proj). Remove the entries from `exclude_modules / ignore`": the entry looked like a repeat of
+    # the module name and the key was a guess. ModelOpt's config.json writes `ignore`.
+    folder = fixture_copy("modelopt-llama-nvfp4")
+    edit_json(folder / "config.json", lambda c: c["quantization_config"]["ignore"].append("model.layers.1.mlp.down_proj"))
+    finding = next(f for f in ckpt_tools.doctor(folder).findings
+                   if f.code == "CK301" and f.details.get("direction") == "declared-unquantized-disk-quantized")
+    assert "`model.layers.1.mlp.down_proj` (covered by `model.layers.1.mlp.down_proj`)" in finding.message
+    assert "Remove those entries from `ignore`" in finding.message and "exclude_modules / ignore" not in finding.message
+
+
+def test_kv_and_component_messages_use_plain_words_and_json_values(fixture_copy) -> None:
+    folder = fixture_copy("modelopt-llama-nvfp4-fp8kv")
+    edit_json(folder / "config.json", lambda c: c["quantization_config"].pop("kv_cache_scheme", None))
+    edit_json(folder / "config.json", lambda c: c.__setitem__("attention_bias", True))
+    messages = [f.message for f in ckpt_tools.doctor(folder).findings]
+    kv = next(m for m in messages if "hf_quant_config.json declares" in m)
+    assert kv.startswith("config.json declares no KV-cache quantization, hf_quant_config.json declares fp8 KV-cache")
+    assert any("(`attention_bias` = true)" in m for m in messages)

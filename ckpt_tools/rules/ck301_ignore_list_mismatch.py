@@ -91,7 +91,9 @@ class IgnoreListMismatch(Rule):
         # Nothing declared quantized and nothing quantized on disk: quant-config-mismatch's business, not ours.
         if not any(r.declared.quantized for r in rows) or not any(r.disk.quantized for r in rows):
             return
-        key = "ignore" if det.producer == "compressed-tensors" else "exclude_modules / ignore"
+        # Name the key the config actually uses (ModelOpt writes `ignore` in config.json, `exclude_modules` in
+        # hf_quant_config.json); the detector reads `ignore` first.
+        key = "ignore" if det.producer == "compressed-tensors" or det.config.get("ignore") else "exclude_modules"
         source = det.config.source or "config.json"
         # Modules under the family's dropped prefixes (Qwen3.5 `mtp.`) are loaded only by the MTP drafter: a
         # mismatch there breaks speculative decoding, not the model, so it is reported apart as a warning.
@@ -117,11 +119,15 @@ class IgnoreListMismatch(Rule):
         by_cause: dict[str, list[ModuleRow]] = defaultdict(list)
         for r in bad:
             by_cause[r.covered_by or "(no config group targets it)"].append(r)
-        causes = "; ".join(f"{_shown([r.name for r in rs])} ({c})" for c, rs in sorted(by_cause.items()))
+        # A cause is an ignore entry, or a parenthesised reason (no group targets it, the model builds it unquantized).
+        causes = "; ".join(f"{_shown([r.name for r in rs])} {c if c.startswith('(') else f'(covered by `{c}`)'}"
+                           for c, rs in sorted(by_cause.items()))
+        entries = any(not c.startswith("(") for c in by_cause)
+        remedy = (f"Remove those entries from `{key}` (or export those modules in BF16)" if entries
+                  else "Export those modules in BF16, or make a config group target them")
         yield self.finding(
             f"{len(bad)} module(s) hold quantized tensors ({bad[0].disk.label}) but vLLM builds them unquantized: "
-            f"{causes}. Loading fails on their packed weights and scales. Remove the entries from `{key}` (or "
-            f"export those modules in BF16).",
+            f"{causes}. Loading fails on their packed weights and scales. {remedy}.",
             tensors=[r.name for r in bad],
             files=module_files(ctx.ckpt, (r.name for r in bad)) | {ctx.det.config.file},
             details={"direction": "declared-unquantized-disk-quantized",

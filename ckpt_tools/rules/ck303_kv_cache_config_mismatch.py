@@ -45,6 +45,11 @@ def _is_dynamic(scheme: Any) -> bool:
     return isinstance(scheme, dict) and scheme.get("dynamic") is True
 
 
+def _kv_phrase(kv: str | None) -> str:
+    """`fp8` -> "fp8 KV-cache quantization"; None -> "no KV-cache quantization" (no article to get wrong)."""
+    return f"{kv} KV-cache quantization" if kv else "no KV-cache quantization"
+
+
 @register
 class KvCacheConfigMismatch(Rule):
     """KV-cache scales and the declared KV-cache quantization disagree.
@@ -112,7 +117,7 @@ class KvCacheConfigMismatch(Rule):
         if not tensors:
             if layers:
                 yield self.finding(
-                    f"{source} declares a {det.kv_cache} KV cache but the checkpoint has no k_scale / v_scale "
+                    f"{source} declares {_kv_phrase(det.kv_cache)} but the checkpoint has no k_scale / v_scale "
                     f"tensors: vLLM quantizes K and V with scale 1.0 on all {len(layers)} attention layer(s). "
                     f"Re-export with KV-cache calibration, or drop the declaration.",
                     files=[ctx.det.config.file],
@@ -192,7 +197,7 @@ class KvCacheConfigMismatch(Rule):
         kv_b = _kv_word(nested.get("kv_cache_quant_algo", nested.get("kv_cache_scheme")))
         if kv_a != kv_b and (kv_a or kv_b):
             yield self.finding(
-                f"config.json declares KV cache {kv_a or 'none'}, hf_quant_config.json declares {kv_b or 'none'}; "
+                f"config.json declares {_kv_phrase(kv_a)}, hf_quant_config.json declares {_kv_phrase(kv_b)}; "
                 f"vLLM reads config.json and ignores hf_quant_config.json, so the KV cache runs "
                 f"{'as ' + kv_a if kv_a else 'unquantized'}. Make them agree.",
                 files=["config.json", "hf_quant_config.json"],

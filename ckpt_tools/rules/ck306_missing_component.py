@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 from typing import Any, Iterable
 
 from ..catalogue import ComponentExpectation, component_expectations, family_is_explicit
@@ -84,7 +86,8 @@ class MissingComponent(Rule):
             if _present(ctx, entry):
                 continue
             key, value = declared
-            shown = value if not isinstance(value, dict) else "{...}"
+            # JSON spelling (`true`, not Python's `True`): the user compares it with config.json.
+            shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
             where = (", ".join(f"`{p}*`" for p in _prefixes(ctx, entry)) if entry.expect_prefixes
                      else f"the {entry.expect_component} component" if entry.expect_component
                      else f"`{entry.expect_pattern.pattern if entry.expect_pattern else ''}`")
