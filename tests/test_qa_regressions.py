@@ -242,3 +242,15 @@ def test_kv_and_component_messages_use_plain_words_and_json_values(fixture_copy)
     kv = next(m for m in messages if "hf_quant_config.json declares" in m)
     assert kv.startswith("config.json declares no KV-cache quantization, hf_quant_config.json declares fp8 KV-cache")
     assert any("(`attention_bias` = true)" in m for m in messages)
+
+
+@pytest.mark.parametrize("algo, says", [(7, "(quant_algo 7)"), (None, "Missing 'quant_algo' in quantization config")])
+def test_modelopt_rejection_quotes_the_algo_as_vllm_does(fixture_copy, algo, says) -> None:
+    # A non-string quant_algo read "(quant_algo None)"; vLLM does str(algo).upper(), and a missing one has its own
+    # error (ModelOptQuantConfigBase.from_config).
+    folder = fixture_copy("modelopt-llama-fp8")
+    (folder / "hf_quant_config.json").unlink()
+    edit_json(folder / "config.json", lambda c: c["quantization_config"].__setitem__("quant_algo", algo))
+    report = ckpt_tools.doctor(folder)
+    assert says in report.checkpoint["rejection"] and "None" not in report.checkpoint["rejection"]
+    assert "CK310" in codes(report)

@@ -121,8 +121,9 @@ def _is_modelopt(view: QuantConfigView) -> bool:
 
 
 def modelopt_algo(view: QuantConfigView) -> str | None:
+    # vLLM ModelOptQuantConfigBase.from_config: `str(quant_algo).upper()` after a falsy check, so 7 reads "7".
     algo = view.get("quant_algo")
-    return algo.upper() if isinstance(algo, str) else None
+    return str(algo).upper() if algo else None
 
 
 def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str | None, str | None]:
@@ -146,6 +147,8 @@ def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str
             method = "modelopt_mxfp8"
         elif algo == "MIXED_PRECISION":
             method = "modelopt_mixed"
+        if algo is None:
+            return "modelopt", None, "Missing 'quant_algo' in quantization config"
         if algo not in rt.modelopt_algos:
             supported = list(rt.modelopt_algos)
             return "modelopt", None, (
