@@ -65,6 +65,18 @@ class Runtime:
     def source(self) -> str:
         return str(self.data.get("source", ""))
 
+    @property
+    def architectures(self) -> frozenset[str] | None:
+        """Architectures the runtime serves natively, or None when the profile does not list them."""
+        table = self.data.get("architectures")
+        return frozenset(table["supported"]) if isinstance(table, dict) and "supported" in table else None
+
+    @property
+    def previously_supported(self) -> Mapping[str, str]:
+        """Architectures the runtime dropped -> the last vLLM release that served them."""
+        table = self.data.get("architectures")
+        return table.get("previously_supported", {}) if isinstance(table, dict) else {}
+
 
 @lru_cache(maxsize=None)
 def _runtime_files() -> Mapping[str, str]:

@@ -143,6 +143,10 @@ def plan(
         b.warnings.append(blocked + (f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives
                                      else ""))
 
+    for finding in analysis.report.findings:
+        if finding.slug == "unsupported-architecture" and finding.severity == "warning":
+            b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
+
     _quantization(b, facts, rt)
     _max_model_len(b, facts, rt, options)
     _hardware_limits(b, hw, rt, options)
