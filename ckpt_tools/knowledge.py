@@ -229,3 +229,20 @@ def family_for(architecture: str | None, model_type: str | None) -> Family:
         if raw.get("fallback"):
             return fam
     raise LookupError("rules/architectures.toml has no fallback family")
+
+
+# ---- transformers model classes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformersClasses:
+    version: str
+    classes: frozenset[str]
+    base_model: Mapping[str, str]  # model_type -> base class (what vLLM uses when `architectures` is missing)
+    causal_lm: Mapping[str, str]  # model_type -> causal LM class
+
+
+@lru_cache(maxsize=None)
+def transformers_classes() -> TransformersClasses:
+    data = load_toml("transformers.toml")
+    return TransformersClasses(data["version"], frozenset(data["classes"]), data["base_model"], data["causal_lm"])

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..knowledge import transformers_classes
 from .base import Context, Finding, Rule, register
 
 
@@ -10,11 +11,14 @@ class UnsupportedArchitecture(Rule):
     """config.json names no architecture, or one the runtime has no model class for.
 
     What it catches
-    - no config.json, or one without a non-empty `architectures` list: vLLM stops with "No model architectures are
-      specified" before it reads a tensor;
+    - no config.json: vLLM cannot build a model config;
+    - a config.json without `architectures`: vLLM falls back to transformers' base class for the `model_type`
+      (`LlamaModel` for `llama`: no LM head, so embeddings/pooling instead of generation), or stops with "No model
+      architectures are specified" when transformers has none (rules/transformers.toml);
     - an `architectures[0]` that is not in the runtime's model registry (the profile's `[architectures]` table,
       generated from the release's `vllm/model_executor/models/registry.py`), including architectures the release
-      dropped (`_PREVIOUSLY_SUPPORTED_MODELS`).
+      dropped: an error when neither transformers nor the repo's `auto_map` provides the class (vLLM refuses), a
+      warning when only the Transformers modeling backend can serve it.
 
     Why it matters
     vLLM resolves the model class from `architectures` (`ModelRegistry.inspect_model_cls`). An architecture it has no
@@ -46,35 +50,55 @@ class UnsupportedArchitecture(Rule):
                     count=1,
                 )
             return  # an unreadable config.json is reported by invalid-header
-        arch = ckpt.architecture
-        if arch is None:
-            yield self.finding(
-                "config.json has no `architectures` list: vLLM stops with \"No model architectures are specified\". "
-                "Add the model class, e.g. \"architectures\": [\"LlamaForCausalLM\"].",
-                files=["config.json"],
-                count=1,
-            )
+        if ckpt.architecture is None:
+            yield from self._no_architectures(ctx)
             return
+        yield from self._unknown_architecture(ctx, ckpt.architecture)
+
+    def _no_architectures(self, ctx: Context) -> Iterable[Finding]:
+        tf = transformers_classes()
+        model_type = ctx.ckpt.model_type
+        base = tf.base_model.get(model_type or "")
+        causal = tf.causal_lm.get(model_type or "")
+        hint = f'"architectures": ["{causal}"]' if causal else '"architectures": ["<the model class>"]'
+        if base is None:
+            message = (f"config.json has no `architectures`, and transformers {tf.version} has no base class for "
+                       f"model_type {model_type!r}: vLLM stops with \"No model architectures are specified\". Add "
+                       f"{hint}.")
+        else:
+            message = (f"config.json has no `architectures`: vLLM falls back to transformers' base class for "
+                       f"model_type {model_type!r}, `{base}`, which has no LM head (embeddings or pooling, not "
+                       f"generation). Add {hint}, or serve with --hf-overrides '{{{hint}}}'.")
+        yield self.finding(message, files=["config.json"], count=1,
+                           details={"model_type": model_type, "fallback_class": base, "suggested": causal})
+
+    def _unknown_architecture(self, ctx: Context, arch: str) -> Iterable[Finding]:
+        rt = ctx.det.runtime
         supported = rt.architectures
         if supported is None or arch in supported:
             return
+        tf = transformers_classes()
         until = rt.previously_supported.get(arch)
-        custom = bool((ckpt.config or {}).get("auto_map"))
-        if until:
-            why = f"{rt.name} dropped `{arch}`; it was served natively until vLLM v{until}"
-        else:
-            why = f"{rt.name} has no model class for `{arch}`"
-        fallback = (
-            "vLLM falls back to the Transformers modeling backend with the repo's auto_map code "
-            "(--trust-remote-code), without vLLM's fused kernels"
-            if custom
-            else "vLLM serves it only if transformers itself has that class (Transformers modeling backend, without "
-            "vLLM's fused kernels); otherwise it refuses the checkpoint"
-        )
+        custom = bool((ctx.ckpt.config or {}).get("auto_map"))
+        why = (f"{rt.name} dropped `{arch}` (served natively until vLLM v{until})" if until
+               else f"{rt.name} has no model class for `{arch}`")
+        details = {"architecture": arch, "runtime": rt.id, "last_supported": until, "auto_map": custom,
+                   "in_transformers": arch in tf.classes}
+        if arch in tf.classes or custom:
+            source = "the repo's auto_map code (--trust-remote-code)" if custom and arch not in tf.classes else (
+                f"transformers' own `{arch}`")
+            yield self.finding(
+                f"{why}: it runs only through the Transformers modeling backend with {source}, without vLLM's "
+                f"fused kernels, and only if that class supports the backend. Use a runtime with native support for "
+                f"speed.",
+                files=["config.json"], count=1, severity="warning", details=details,
+            )
+            return
+        refusal = (f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore"
+                   if until else f"Model architectures ['{arch}'] are not supported for now")
         yield self.finding(
-            f"{why}: {fallback}. Use the architecture vLLM lists for this model family or a runtime that supports it.",
-            files=["config.json"],
-            count=1,
-            severity="warning",
-            details={"architecture": arch, "runtime": rt.id, "last_supported": until, "auto_map": custom},
+            f"{why}, and neither transformers {tf.version} nor an auto_map provides it: vLLM refuses the checkpoint "
+            f"(\"{refusal}\"). Set `architectures` to the class vLLM lists for this model family, or use a runtime "
+            f"that supports it (--runtime).",
+            files=["config.json"], count=1, details=details,
         )

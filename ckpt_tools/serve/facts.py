@@ -68,8 +68,6 @@ def config_refusal(ckpt: Checkpoint) -> str | None:
     problem = next((p for p in ckpt.problems if p.file == "config.json" and p.kind == "invalid-config"), None)
     if problem is not None:
         return f"config.json cannot be read ({problem.message}), so vLLM cannot build the model config"
-    if ckpt.config is not None and ckpt.architecture is None:
-        return "config.json names no architecture (vLLM: \"No model architectures are specified\")"
     return None
 
 
