@@ -84,13 +84,23 @@ class UnsupportedArchitecture(Rule):
                else f"{rt.name} has no model class for `{arch}`")
         details = {"architecture": arch, "runtime": rt.id, "last_supported": until, "auto_map": custom,
                    "in_transformers": arch in tf.classes}
+        missing_code = _missing_auto_map_files(ctx.ckpt) if custom and arch not in tf.classes else []
+        if missing_code:
+            details["missing_files"] = missing_code
+            yield self.finding(
+                f"{why}, and the config's auto_map names remote code that is not in the checkpoint "
+                f"({', '.join(missing_code)}): vLLM cannot import the model class and refuses the checkpoint. Add "
+                f"the modeling file(s), or set `architectures` to a class vLLM lists.",
+                files=["config.json"], count=1, details=details,
+            )
+            return
         if arch in tf.classes or custom:
             source = "the repo's auto_map code (--trust-remote-code)" if custom and arch not in tf.classes else (
                 f"transformers' own `{arch}`")
             yield self.finding(
                 f"{why}: it runs only through the Transformers modeling backend with {source}, without vLLM's "
-                f"fused kernels, and only if that class supports the backend. Use a runtime with native support for "
-                f"speed.",
+                f"fused kernels, and only if vLLM finds that class backend-compatible (otherwise it refuses the "
+                f"checkpoint). Use a runtime with native support.",
                 files=["config.json"], count=1, severity="warning", details=details,
             )
             return
@@ -102,3 +112,21 @@ class UnsupportedArchitecture(Rule):
             f"that supports it (--runtime).",
             files=["config.json"], count=1, details=details,
         )
+
+
+def _missing_auto_map_files(ckpt) -> list[str]:  # noqa: ANN001 - Checkpoint
+    """Local modeling files the auto_map's AutoModel entries import that the checkpoint lacks. Entries of the form
+    `org/repo--module.Class` live in another repo and are not checked."""
+    auto_map = (ckpt.config or {}).get("auto_map")
+    if not isinstance(auto_map, dict):
+        return []
+    missing = []
+    for key, ref in auto_map.items():
+        refs = ref if isinstance(ref, list) else [ref]
+        for item in refs:
+            if not key.startswith("AutoModel") or not isinstance(item, str) or "--" in item or "." not in item:
+                continue
+            module_file = item.rsplit(".", 1)[0].replace(".", "/") + ".py"
+            if module_file not in ckpt.files and module_file not in missing:
+                missing.append(module_file)
+    return missing
