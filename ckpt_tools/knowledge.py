@@ -65,6 +65,18 @@ class Runtime:
     def source(self) -> str:
         return str(self.data.get("source", ""))
 
+    @property
+    def architectures(self) -> frozenset[str] | None:
+        """Architectures the runtime serves natively, or None when the profile does not list them."""
+        table = self.data.get("architectures")
+        return frozenset(table["supported"]) if isinstance(table, dict) and "supported" in table else None
+
+    @property
+    def previously_supported(self) -> Mapping[str, str]:
+        """Architectures the runtime dropped -> the last vLLM release that served them."""
+        table = self.data.get("architectures")
+        return table.get("previously_supported", {}) if isinstance(table, dict) else {}
+
 
 @lru_cache(maxsize=None)
 def _runtime_files() -> Mapping[str, str]:
@@ -217,3 +229,20 @@ def family_for(architecture: str | None, model_type: str | None) -> Family:
         if raw.get("fallback"):
             return fam
     raise LookupError("rules/architectures.toml has no fallback family")
+
+
+# ---- transformers model classes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformersClasses:
+    version: str
+    classes: frozenset[str]
+    base_model: Mapping[str, str]  # model_type -> base class (what vLLM uses when `architectures` is missing)
+    causal_lm: Mapping[str, str]  # model_type -> causal LM class
+
+
+@lru_cache(maxsize=None)
+def transformers_classes() -> TransformersClasses:
+    data = load_toml("transformers.toml")
+    return TransformersClasses(data["version"], frozenset(data["classes"]), data["base_model"], data["causal_lm"])

@@ -40,14 +40,17 @@ def ckpt_view(folder: Path):  # noqa: ANN201 - Analysis | str
 
 def ckpt_refusal(result, layer: str | None = None) -> str | None:  # noqa: ANN001
     """ckpt's statement that vLLM refuses the checkpoint: the detection's rejection, an unreadable config (CK104
-    invalid-config), a target ckpt cannot open at all, or, when vLLM raised while building `layer`, an error finding
-    that names that layer."""
+    invalid-config), a missing config.json or an architecture vLLM has no class for (CK312 errors), a target ckpt
+    cannot open at all, or, when vLLM raised while building `layer`, an error finding that names that layer."""
     if isinstance(result, str):
         return result
     if result.detection.rejection:
         return result.detection.rejection
     for f in result.report.findings:
         if f.code == "CK104" and (f.details or {}).get("kind") == "invalid-config":
+            return f.message
+        # CK312 at error: no config.json, or an architecture neither vLLM nor transformers provides.
+        if f.code == "CK312" and f.severity == "error" and "fallback_class" not in (f.details or {}):
             return f.message
     if layer is not None:
         finding = naming_error(result, layer)

@@ -138,10 +138,20 @@ def plan(
     if mismatch:
         b.warnings.append(f"{mismatch}: use --runtime vllm-0.33 or another profile built for this GPU")
     blocked = None
+    refused_arch = next((f for f in analysis.report.findings
+                         if f.slug == "unsupported-architecture" and f.severity == "error"
+                         and f.details.get("architecture")), None)
+    if refused_arch is not None and not facts.rejection:
+        blocked = f"{rt.name} refuses this checkpoint: {refused_arch.message}"
+        b.warnings.append(blocked)
     if facts.rejection:
         blocked = f"{rt.name} refuses this checkpoint: {facts.rejection}"
         b.warnings.append(blocked + (f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives
                                      else ""))
+
+    for finding in analysis.report.findings:
+        if finding.slug == "unsupported-architecture" and finding is not refused_arch:
+            b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)
     _max_model_len(b, facts, rt, options)
