@@ -112,7 +112,8 @@ def test_dangling_shard_symlink_is_reported_unreadable_not_missing(fixture_copy,
     single = tmp_path / "single"
     single.mkdir()
     (single / "model.safetensors").symlink_to(tmp_path / "blobs" / "gone")
-    assert codes(ckpt_tools.doctor(single)) == ["CK104"]
+    found = codes(ckpt_tools.doctor(single))  # plus unsupported-architecture: the folder has no config.json
+    assert "CK104" in found and "CK102" not in found
 
 
 def test_symlink_loop_names_the_file_instead_of_failing_to_list_the_folder(tmp_path: Path) -> None:
