@@ -4,7 +4,7 @@ from collections import Counter
 from typing import Iterable
 
 from ..catalogue import dtype_support
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 @register
@@ -55,6 +55,6 @@ class ReaderDtypeSupport(Rule):
         yield self.finding(
             "vLLM reads these dtypes, other readers may not. " + " | ".join(parts) + ".",
             tensors=tensors,
-            files={ctx.ckpt.tensors[n].shard for n in tensors},
+            files=files_of(ctx.ckpt, tensors),
             details={"dtypes": {d: census[d] for d in reported}, "readers": readers},
         )

@@ -5,7 +5,7 @@ from typing import Iterable
 
 from ..knowledge import markers
 from ._memo import once_per
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 @once_per
@@ -87,7 +87,7 @@ class MisnestedPrefix(Rule):
         if collisions:
             message += f" {len(collisions)} renamed name(s) would collide with existing tensors; resolve by hand."
             fix = None
-        files = {ctx.ckpt.tensors[t].shard for t in tensors}
+        files = files_of(ctx.ckpt, tensors)
         if ctx.ckpt.index is not None:
             files.add(ctx.ckpt.index.name)
         yield self.finding(

@@ -6,7 +6,7 @@ from typing import Iterable
 from ..catalogue import ForeignLayout, family_is_explicit, foreign_layouts
 from ..knowledge import markers
 from ._memo import once_per
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 def _foreign(ctx: Context, name: str) -> ForeignLayout | None:
@@ -112,7 +112,7 @@ class NonHfLayout(Rule):
             yield self.finding(
                 message,
                 tensors=names,
-                files={ctx.ckpt.tensors[n].shard for n in names},
+                files=files_of(ctx.ckpt, names),
                 details={"prefixes": {g: len(unrooted[g]) for g in groups},
                          "layout": layout.id if layout else None, "family": family.id},
             )
@@ -124,7 +124,7 @@ class NonHfLayout(Rule):
                 f"drops them or fails on them. Serve with the multimodal class the checkpoint was saved from, or "
                 f"remove them for a text-only export.",
                 tensors=names,
-                files={ctx.ckpt.tensors[n].shard for n in names},
+                files=files_of(ctx.ckpt, names),
                 severity="warning",
                 details={"prefixes": {g: len(v) for g, v in homeless.items()}, "family": family.id},
             )

@@ -4,7 +4,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from ..catalogue import classify_kv
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 from .ck303_kv_cache_config_mismatch import kv_tensors
 
 
@@ -63,6 +63,6 @@ class KvScaleNaming(Rule):
             yield self.finding(
                 f"{head}: {s.consequence}. Rename them to the producer's k_scale / v_scale spelling.",
                 tensors=names,
-                files={ctx.ckpt.tensors[n].shard for n in names},
+                files=files_of(ctx.ckpt, names),
                 details={"spelling": sid, "writer": s.writer, "status": s.status, "source": s.source},
             )

@@ -4,7 +4,7 @@ from typing import Iterable
 
 from ..dtypes import FLOAT_HIGH_PRECISION
 from ..model.modules import ROLES, Module, join_name
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 # Roles of the tensors that only mean something beside a quantized weight. KV-cache scales are excluded: they sit on
 # attention projections (or on `self_attn`) whatever the projections' own precision.
@@ -74,7 +74,7 @@ class OrphanScale(Rule):
         orphans.sort()
         shown = "; ".join(f"`{m}` ({why})" for m, why in sorted(modules.items())[:3])
         more = f" and {len(modules) - 3} more module(s)" if len(modules) > 3 else ""
-        files = {ctx.ckpt.tensors[n].shard for n in orphans}
+        files = files_of(ctx.ckpt, orphans)
         if ctx.ckpt.index is not None:
             files.add(ctx.ckpt.index.name)
         yield self.finding(

@@ -6,7 +6,7 @@ from typing import Any, Iterable
 from ..catalogue import is_kv_scale_name, kv_runtime
 from ..detect.resolve import component_of
 from ._memo import once_per
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 from .ck304_quant_config_mismatch import _kv_word, _nested
 
 ATTENTION_PROJ = ("q_proj", "k_proj", "qkv_proj")
@@ -96,7 +96,7 @@ class KvCacheConfigMismatch(Rule):
         if det.kv_cache is None:
             # Declared only in hf_quant_config.json: the disagreement above already says the cache runs unquantized.
             if tensors and not disagree:
-                files = {ctx.ckpt.tensors[n].shard for n in tensors}
+                files = files_of(ctx.ckpt, tensors)
                 if det.producer == "compressed-tensors":
                     effect = ("compressed-tensors without a kv_cache_scheme ignores them silently, so even "
                               "`--kv-cache-dtype fp8` runs with scale 1.0")

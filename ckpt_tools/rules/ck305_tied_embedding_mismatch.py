@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..dtypes import FLOAT_HIGH_PRECISION
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 def tie_flag(ctx: Context) -> tuple[bool | None, str]:
@@ -80,7 +80,7 @@ class TiedEmbeddingMismatch(Rule):
         elif tied and heads:
             quantized = [h for h in heads if _quantized(ctx, h)]
             tensors = sorted(f"{h}.{s}" for h in heads for s in ctx.ckpt.modules[h].tensors)
-            files = {ctx.ckpt.tensors[t].shard for t in tensors} | {"config.json"}
+            files = files_of(ctx.ckpt, tensors) | {"config.json"}
             details: dict[str, Any] = {"tie_word_embeddings": True, "where": where, "lm_head": heads}
             if quantized:
                 yield self.finding(

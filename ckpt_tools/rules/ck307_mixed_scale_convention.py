@@ -6,7 +6,7 @@ from typing import Iterable
 from ..catalogue import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ._values import scalar
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 # NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm-facts.md 2.3, 3.1).
 # direct (ModelOpt):  scale = amax / 2688  -> above 1 only if |w| > 2688, which no trained linear has;
@@ -81,6 +81,6 @@ class MixedScaleConvention(Rule):
             f"dequantizes those layers with a wildly wrong scale. Convert with the producer's tooling or invert the "
             f"values.",
             tensors=[n for n, _, _ in found],
-            files={ctx.ckpt.tensors[n].shard for n, _, _ in found},
+            files=files_of(ctx.ckpt, (n for n, _, _ in found)),
             details={"values": {n: v for n, _, v in found[:200]}, "name_convention": convention},
         )

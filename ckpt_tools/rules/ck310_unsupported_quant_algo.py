@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 @register
@@ -48,7 +48,7 @@ class UnsupportedQuantAlgo(Rule):
             return
         pqs = sorted(n for n in ctx.ckpt.tensors if n.endswith(".pre_quant_scale"))
         if pqs:
-            files = {ctx.ckpt.tensors[n].shard for n in pqs}
+            files = files_of(ctx.ckpt, pqs)
             yield self.finding(
                 f"{len(pqs)} AWQ `pre_quant_scale` tensor(s) are present but {det.runtime.name} has no parameter for "
                 f"them: loading fails with \"There is no module or parameter named ...pre_quant_scale\". Re-export "

@@ -41,7 +41,7 @@ class UnsupportedArchitecture(Rule):
     title = "Architecture the runtime has no model class for"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
-        ckpt, rt = ctx.ckpt, ctx.det.runtime
+        ckpt = ctx.ckpt
         if ckpt.config is None:
             if "config.json" not in ckpt.files:
                 yield self.finding(

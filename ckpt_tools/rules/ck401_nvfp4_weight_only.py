@@ -5,7 +5,7 @@ from typing import Iterable
 from ..knowledge import Hardware
 from ..model.modules import join_name
 from ._experts import partially_missing
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 INPUT_SUFFIXES = ("input_scale", "input_global_scale")
 
@@ -90,7 +90,7 @@ class Nvfp4WeightOnly(Rule):
         if not lacking:
             return
         consequence = kernel_consequence(ctx.hardware)
-        files = {t.shard for n in lacking for t in ctx.ckpt.modules[n].tensors.values()}
+        files = module_files(ctx.ckpt, lacking)
         declared_a4 = [r for r in rows if r.declared.activation == "A4" and r.disk.activation == "A16"]
         if declared_a4:
             names = sorted(r.name for r in declared_a4)

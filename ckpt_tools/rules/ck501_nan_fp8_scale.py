@@ -4,7 +4,7 @@ from typing import Iterable
 
 from ..dtypes import NAN_BYTES
 from ..model.modules import ROLES, SCALE_ROLES
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 
 def is_scanned(name: str, dtype: str) -> bool:
@@ -63,7 +63,7 @@ class NanFp8Scale(Rule):
             return
         names = sorted(counts)
         total = sum(counts.values())
-        files = {ctx.ckpt.tensors[n].shard for n in names}
+        files = files_of(ctx.ckpt, names)
         worst = max(names, key=lambda n: counts[n])
         yield self.finding(
             f"{total} NaN byte(s) in {len(names)} FP8 scale tensor(s) (most in `{worst}`: {counts[worst]}); the "

@@ -7,7 +7,7 @@ from typing import Iterable
 from ..catalogue import fused_groups_for
 from ._memo import once_per
 from ._values import scalar
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
 INPUT_GLOBAL = ("input_scale", "input_global_scale")
@@ -105,7 +105,7 @@ class FusedScaleMismatch(Rule):
                 f"{len(found)} fused layer(s) have different {what} across their shards (worst {_example(found[0])}); "
                 + effect.format(ratio=worst),
                 tensors=[t for m in found for t in m["tensors"]],
-                files={ctx.ckpt.tensors[t].shard for m in found for t in m["tensors"]},
+                files=files_of(ctx.ckpt, (t for m in found for t in m["tensors"])),
                 count=len(found),
                 severity=severity,
                 details={"max_ratio": worst, "layers": [{k: v for k, v in m.items() if k != "tensors"}

@@ -5,7 +5,7 @@ from typing import Iterable
 
 from ..model.modules import ROLES
 from ._values import values
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, files_of, register
 
 # Scales vLLM divides by or inverts: one value per module (global / input / per-tensor) or per attention layer.
 DIVISOR_ROLES = frozenset({"weight_global_scale", "input_scale", "kv_scale"})
@@ -74,6 +74,6 @@ class InvalidScaleValue(Rule):
             f"{len(names)} scale tensor(s) hold invalid values (e.g. `{first}`: {found[first]}); vLLM inverts or "
             f"divides by them and the affected layers produce NaN / `!!!!` output. Re-calibrate those modules.",
             tensors=names,
-            files={ctx.ckpt.tensors[n].shard for n in names},
+            files=files_of(ctx.ckpt, names),
             details={"problems": {n: found[n] for n in names[:200]}},
         )
