@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
 from ..model.checkpoint import Checkpoint
-from ..model.modules import Module
+from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
 from .matching import ct_entry_matches, ct_first_match, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
@@ -433,7 +433,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:
     suffixes = {name.rsplit(".", 1)[-1] for name in ckpt.tensors}
-    if suffixes & {"weight_packed", "weight_global_scale", "input_global_scale"}:
+    if suffixes & COMPRESSED_TENSORS_SUFFIXES:
         return "compressed-tensors"
     if suffixes & {"weight_scale_2", "pre_quant_scale"}:
         return "modelopt"

@@ -46,6 +46,9 @@ ROLES: Mapping[str, str] = MappingProxyType(
     }
 )
 
+# Suffixes only compressed-tensors writes (its NVFP4 / pack-quantized naming; vllm-facts.md 2.3).
+COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale", "input_global_scale"})
+
 SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale"})
 
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")

@@ -3,9 +3,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
+from ..model.modules import COMPRESSED_TENSORS_SUFFIXES
 from .base import Context, Finding, Rule, files_of, module_files, register
 
-CT_NVFP4 = {"weight_packed", "weight_global_scale", "input_global_scale"}
 MODELOPT_NVFP4 = {"weight_scale_2", "input_scale"}
 
 
@@ -176,7 +176,7 @@ class QuantConfigMismatch(Rule):
             suffixes = set(ctx.ckpt.modules[r.name].tensors)
             if producer == "compressed-tensors" and (suffixes & MODELOPT_NVFP4 or "weight" in suffixes):
                 wrong.append(r.name)
-            elif producer == "modelopt" and suffixes & CT_NVFP4:
+            elif producer == "modelopt" and suffixes & COMPRESSED_TENSORS_SUFFIXES:
                 wrong.append(r.name)
         if wrong:
             other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"
