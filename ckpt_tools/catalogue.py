@@ -142,10 +142,6 @@ def scheme_for(kind: str, suffixes: frozenset[str], dtype: str, producer: str | 
     return fits[0] if fits else None
 
 
-def float_scale_dtypes() -> tuple[str, ...]:
-    return tuple(load_toml("scales.toml")["float_scale_dtypes"])
-
-
 def global_scale_conventions() -> dict[str, str]:
     """Suffix -> `direct` / `reciprocal`, over every scheme that declares a convention."""
     return {t.suffix: t.convention for s in scale_schemes() for t in s.tensors if t.convention}

@@ -52,10 +52,6 @@ MAX_FINITE_BYTE: dict[str, int] = {"F8_E4M3": E4M3_MAX_BYTE, "F8_E4M3FNUZ": 0x7F
 ZERO_BYTE: dict[str, int] = {"F8_E4M3": 0x00, "F8_E4M3FNUZ": 0x00, "F8_E5M2": 0x00}
 
 
-def is_known(dtype: str) -> bool:
-    return dtype in BITS
-
-
 def byte_size(dtype: str, shape: tuple[int, ...]) -> int | None:
     """Bytes a tensor of this dtype and shape occupies, or None when the bit count is not a whole byte."""
     bits = prod(shape) * BITS[dtype]

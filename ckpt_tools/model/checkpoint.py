@@ -105,11 +105,6 @@ class Checkpoint:
         return text if isinstance(text, dict) else cfg
 
     @property
-    def vision_config(self) -> Mapping[str, Any] | None:
-        vis = (self.config or {}).get("vision_config")
-        return vis if isinstance(vis, dict) else None
-
-    @property
     def architecture(self) -> str | None:
         archs = (self.config or {}).get("architectures")
         return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None

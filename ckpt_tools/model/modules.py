@@ -61,15 +61,6 @@ class Module:
     name: str
     tensors: Mapping[str, TensorInfo]
 
-    def role(self, role: str) -> TensorInfo | None:
-        for suffix, t in self.tensors.items():
-            if ROLES.get(suffix) == role:
-                return t
-        return None
-
-    def has_role(self, role: str) -> bool:
-        return self.role(role) is not None
-
     @property
     def weight(self) -> TensorInfo | None:
         return self.tensors.get("weight_packed") or self.tensors.get("weight")

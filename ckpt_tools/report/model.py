@@ -10,7 +10,6 @@ from .. import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
 
 SCHEMA_VERSION = 1
-FAIL_ON_CHOICES = ("error", "warning", "info", "none")
 
 
 @dataclass(frozen=True)

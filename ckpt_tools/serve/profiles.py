@@ -126,10 +126,6 @@ class ServeRuntime:
     def env_traps(self) -> tuple[Mapping[str, Any], ...]:
         return tuple(self.data.get("env", {}).get("trap", ()))
 
-    @property
-    def env_baked(self) -> Mapping[str, str]:
-        return dict(self.data.get("env", {}).get("baked", {}))
-
     def source_of(self, flag: str) -> str:
         spec = self.data.get("flags", {}).get(flag, {})
         return f"rules/runtimes ({self.id}): {spec.get('source') or self.data.get('cli', {}).get('source', '')}"
@@ -146,11 +142,6 @@ def runtime_for_image(image: str) -> ServeRuntime | None:
         if "image" in rt.serve and rt.image == image:
             return rt
     return None
-
-
-def image_repository(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    return image[: len(image) - len(last)] + last.split(":", 1)[0].split("@", 1)[0]
 
 
 # ---- hardware ----------------------------------------------------------------------------------------------------

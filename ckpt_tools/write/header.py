@@ -4,7 +4,7 @@ first, padded with spaces so the data starts on an 8-byte boundary."""
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import orjson
 
@@ -47,8 +47,3 @@ def build_file(tensors: Sequence[tuple[str, str, Sequence[int], bytes]],
         chunks.append(data)
     header = encode_header(entries, metadata)
     return struct.pack("<Q", len(header)) + header + b"".join(chunks)
-
-
-def header_entries(tensors: Iterable[tuple[str, str, Sequence[int], int, int]]) -> dict[str, dict[str, object]]:
-    """Header entries from (name, dtype, shape, begin, end)."""
-    return {n: {"dtype": d, "shape": list(s), "data_offsets": [b, e]} for n, d, s, b, e in tensors}
