@@ -173,7 +173,8 @@ def test_api_returns_a_report_or_raises_ckpt_error(tmp_path: Path, case: str) ->
 @pytest.mark.parametrize("command", [["doctor"], ["inspect"], ["serve-flags"], ["fix-prefix"], ["scrub-nan"],
                                      ["fix"], ["drop-orphans", "--tensor", "a"]])
 def test_no_command_fails_internally_on_a_hostile_header(tmp_path: Path, capsys, command: list[str]) -> None:
-    for case in ("depth-1010-with-dup-name", "15000-dims-of-2", "dup-metadata", "overflow-before-zero"):
+    for case in ("depth-1010-with-dup-name", "15000-dims-of-2", "dup-metadata", "overflow-before-zero", "array-entry",
+                 "enum-map-dtype", "dup-name-last-wins"):
         folder = tmp_path / case
         folder.mkdir()
         write_shard(folder, CASES[case][0])

@@ -152,7 +152,7 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     """
     if type(obj) is not dict and type(obj) is not JObject:
         raise _Invalid("invalid-schema", f"header is a JSON {_json_type(obj)}, not an object")
-    pairs = obj.pairs if raw is None and type(obj) is JObject else None
+    pairs = obj.pairs if type(obj) is JObject else None
     keys = len(obj)
     metadata = obj.pop("__metadata__", None)
     if pairs is not None:
@@ -162,8 +162,8 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     else:
         items = obj.items()
     if metadata is not None:
-        meta_values = metadata.pairs if type(metadata) is JObject and metadata.pairs else metadata.items() \
-            if type(metadata) in (dict, JObject) else None
+        meta_values = metadata.pairs if type(metadata) is JObject else metadata.items() \
+            if type(metadata) is dict else None
         if meta_values is None or not all(type(v) is str for _, v in meta_values):
             raise _Invalid("invalid-schema", "__metadata__ must map strings to strings")
         keys += len(metadata)
@@ -180,7 +180,7 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     unusual_keys = 0  # keys beyond three per entry (an enum-map dtype), or fewer (an array entry)
     for tname, info in items:
         kind = type(info)
-        if (kind is dict or (kind is JObject and info.pairs is None)) and len(info) == 3:
+        if kind is dict and len(info) == 3:
             try:
                 dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
             except (KeyError, TypeError, ValueError):

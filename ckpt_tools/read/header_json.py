@@ -29,10 +29,11 @@ class HeaderJsonError(ValueError):
 
 
 class JObject(dict):  # type: ignore[type-arg]
-    """A JSON object; `pairs` holds every (key, value) in document order when some key repeats, else None."""
+    """A JSON object in which some key repeats (the dict keeps the last value); `pairs` holds every (key, value) in
+    document order. Objects without a repeated key stay plain dicts."""
 
     __slots__ = ("pairs",)
-    pairs: list[tuple[str, Any]] | None
+    pairs: list[tuple[str, Any]]
 
 
 def _constant(name: str) -> Any:
@@ -150,7 +151,7 @@ def check_depth(value: Any, depth: int) -> None:
         value, depth = pop()
         if depth >= MAX_DEPTH:
             raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep (the reader's limit)")
-        if type(value) is JObject and value.pairs:
+        if type(value) is JObject:
             children: Any = [v for _, v in value.pairs]  # repeated keys' earlier values are parsed too
         elif isinstance(value, dict):
             children = value.values()
@@ -181,7 +182,8 @@ def _risky_numbers(raw: bytes) -> bool:
 
 
 def parse_exact(raw: bytes, text: str) -> Any:
-    """Parse header text (`raw` decoded) as serde_json does; objects are `JObject`s. Raises `HeaderJsonError`.
+    """Parse header text (`raw` decoded) as serde_json does, objects with a repeated key as `JObject`s. Raises
+    `HeaderJsonError`.
 
     Nesting is the caller's to check where it matters (`check_depth`), except past the standard library's own
     recursion limit, which is far beyond the reader's and raises here.
@@ -191,14 +193,14 @@ def parse_exact(raw: bytes, text: str) -> Any:
     numbers = serde_number if _risky_numbers(raw) else None
     repeated: list[JObject] = []
 
-    def make_object(pairs: list[tuple[str, Any]]) -> JObject:
-        obj = JObject(pairs)
-        if len(obj) != len(pairs):
-            obj.pairs = pairs
-            repeated.append(obj)
-        else:
-            obj.pairs = None
-        return obj
+    def make_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        repeated_obj = JObject(obj)
+        repeated_obj.pairs = pairs
+        repeated.append(repeated_obj)
+        return repeated_obj
 
     try:
         value = json.loads(text, object_pairs_hook=make_object, parse_int=numbers, parse_float=numbers,
