@@ -138,7 +138,7 @@ def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[T
     try:
         obj = parse_exact(raw, text)
     except HeaderJsonError as exc:
-        kind = "nesting-too-deep" if "nested" in str(exc) else "invalid-json"
+        kind = "nesting-too-deep" if exc.too_deep else "invalid-json"
         detail = fast_error if isinstance(fast_error, orjson.JSONDecodeError) and kind == "invalid-json" else exc
         raise _Invalid(kind, f"header is not valid JSON: {_clip(str(detail))}") from None
     return _entries(name, obj, None)

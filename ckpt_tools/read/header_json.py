@@ -3,9 +3,10 @@
 orjson is fast but forgets what the reader rejects on: a repeated key (orjson keeps the last one, serde rejects a
 repeated struct field), `-0` (orjson: the integer 0; serde: the float -0.0, which is no `usize`), where a huge
 number stops being finite, and how deep the nesting is. `parse_exact` re-reads the text with the standard library's
-C scanner, keeping every repeated key (`JObject.pairs`) and classifying every number token the way serde_json does
-(`serde_number`), then checks the reader's nesting limit and lone surrogates. Everything is linear in the text:
-no big integer is ever built from a digit string, and no step recurses on the nesting.
+C scanner, keeping every repeated key (`JObject.pairs`), classifying number tokens the way serde_json does
+(`serde_number`, used only when a byte scan finds a token where the standard library's reading could differ), and
+rejecting lone surrogates; `check_depth` applies the nesting limit where a valid header may nest. Everything is
+linear in the text: no big integer is ever built from a long digit string, and no step recurses on the nesting.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ _POW10 = tuple(float(f"1e{i}") for i in range(309))  # serde_json's POW10 table,
 
 
 class HeaderJsonError(ValueError):
-    """The reader's JSON parser rejects the text; the message says why in one line."""
+    """The reader's JSON parser rejects the text; the message says why in one line. `too_deep`: for nesting."""
+
+    def __init__(self, message: str, too_deep: bool = False) -> None:
+        super().__init__(message)
+        self.too_deep = too_deep
 
 
 class JObject(dict):  # type: ignore[type-arg]
@@ -150,7 +155,7 @@ def check_depth(value: Any, depth: int) -> None:
     while stack:
         value, depth = pop()
         if depth >= MAX_DEPTH:
-            raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep (the reader's limit)")
+            raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep (the reader's limit)", too_deep=True)
         if type(value) is JObject:
             children: Any = [v for _, v in value.pairs]  # repeated keys' earlier values are parsed too
         elif isinstance(value, dict):
@@ -206,7 +211,8 @@ def parse_exact(raw: bytes, text: str) -> Any:
         value = json.loads(text, object_pairs_hook=make_object, parse_int=numbers, parse_float=numbers,
                            parse_constant=_constant)
     except RecursionError:
-        raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)") from None
+        raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)",
+                              too_deep=True) from None
     except json.JSONDecodeError as exc:
         raise HeaderJsonError(f"{exc.msg} at character {exc.pos}") from None
     if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
@@ -215,6 +221,8 @@ def parse_exact(raw: bytes, text: str) -> Any:
         try:
             orjson.dumps([value, [obj.pairs for obj in repeated]])
         except orjson.JSONEncodeError as exc:
-            what = "nested too deep" if "ecursion" in str(exc) else "a string holds a lone UTF-16 surrogate escape"
-            raise HeaderJsonError(what) from None
+            if "ecursion" in str(exc):  # orjson encodes 254 levels at most: far past the reader's limit
+                raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)",
+                                      too_deep=True) from None
+            raise HeaderJsonError("a string holds a lone UTF-16 surrogate escape") from None
     return value
