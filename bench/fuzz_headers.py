@@ -480,6 +480,8 @@ BIG_SHAPES = {
                                   + b'"b":{"dtype":"U8","shape":[],"data_offsets":[1,2]}}',
     "100MB-zero-fraction": lambda: b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":0.'
                                    + b"0" * 99_999_000 + b"1}}",
+    "100MB-small-ints-exact": lambda: (b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":[-0,'
+                                       + b"2," * 49_999_000 + b'18446744073709551616]}}'),
     "100MB-name": lambda: b'{"' + b"n" * 99_999_000 + b'":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}',
     "escaped-800k-tensors": lambda: _many_tensors(800_000, escaped=True),
 }

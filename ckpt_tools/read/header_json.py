@@ -141,6 +141,7 @@ def serde_number(token: str) -> int | float:
 
 
 _CONTAINERS = (dict, list)
+_CONTAINER_TYPES = frozenset({dict, list, JObject})
 
 
 def check_depth(value: Any, depth: int) -> None:
@@ -162,12 +163,11 @@ def check_depth(value: Any, depth: int) -> None:
             children = value.values()
         else:
             children = value
-        for child in filter(_is_container, children):  # the filter runs in C: wide arrays of numbers cost little
-            push((child, depth + 1))
-
-
-def _is_container(value: Any) -> bool:
-    return isinstance(value, _CONTAINERS)
+        if _CONTAINER_TYPES.isdisjoint(map(type, children)):  # in C: a wide array of numbers costs little
+            continue
+        for child in children:
+            if type(child) in _CONTAINER_TYPES:
+                push((child, depth + 1))
 
 
 # Number tokens whose serde_json reading the standard library's int / float cannot stand in for: 20 digits or more
@@ -179,11 +179,30 @@ NEG_ZERO = re.compile(rb"-0(?![0-9.eE])")  # `-0` as a whole token (or inside a 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _risky_numbers(raw: bytes) -> bool:
-    if b"-0" in raw and NEG_ZERO.search(raw):
-        return True
+def _serde_int(token: str) -> int | float:
+    """An integer token as serde_json reads it; under 19 characters it is an i64 / u64 exactly as `int` reads it."""
+    if len(token) < 19 and token != "-0":
+        return int(token)
+    return serde_number(token)
+
+
+def _serde_float(token: str) -> int | float:
+    """A fraction / exponent token as serde_json reads it; a short one without an exponent cannot leave f64's range,
+    and only the range matters (the reader takes no float anywhere)."""
+    if len(token) < 19 and "e" not in token and "E" not in token:
+        return float(token)
+    return serde_number(token)
+
+
+def _number_hooks(raw: bytes) -> tuple[Any, Any]:
+    """(parse_int, parse_float) for `json.loads`: None (the standard library's own, in C) unless a token needs
+    serde_json's reading."""
+    negative_zero = b"-0" in raw and NEG_ZERO.search(raw) is not None
     digits = raw.translate(_DIGITS)
-    return any(token in digits for token in _LONG_TOKENS)
+    long_run = _LONG_TOKENS[0] in digits
+    long_exponent = any(token in digits for token in _LONG_TOKENS[1:])
+    return (_serde_int if negative_zero or long_run else None,
+            _serde_float if long_run or long_exponent else None)
 
 
 def parse_exact(raw: bytes, text: str) -> Any:
@@ -195,7 +214,7 @@ def parse_exact(raw: bytes, text: str) -> Any:
     """
     # Plain number tokens parse natively (the same verdict: an int is a u64 / i64 exactly when serde_json says so);
     # only a text with a risky token pays for the per-token emulation.
-    numbers = serde_number if _risky_numbers(raw) else None
+    parse_int, parse_float = _number_hooks(raw)
     repeated: list[JObject] = []
 
     def make_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -208,7 +227,7 @@ def parse_exact(raw: bytes, text: str) -> Any:
         return repeated_obj
 
     try:
-        value = json.loads(text, object_pairs_hook=make_object, parse_int=numbers, parse_float=numbers,
+        value = json.loads(text, object_pairs_hook=make_object, parse_int=parse_int, parse_float=parse_float,
                            parse_constant=_constant)
     except RecursionError:
         raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)",
