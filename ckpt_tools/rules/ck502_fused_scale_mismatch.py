@@ -5,6 +5,8 @@ from collections import defaultdict
 from typing import Iterable
 
 from ..catalogue import fused_groups_for
+from ..model.tensors import TensorInfo
+from ..model.values import WIDE_FLOAT_DTYPES
 from ._memo import once_per
 from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
@@ -85,8 +87,14 @@ class FusedScaleMismatch(Rule):
     title = "Fused shards have different global scales"
     needs_values = True
 
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """One-element float weight / input global scales (a few bytes each)."""
+        return (tensor.numel == 1 and tensor.dtype in WIDE_FLOAT_DTYPES
+                and tensor.name.rsplit(".", 1)[-1] in WEIGHT_GLOBAL + INPUT_GLOBAL)
+
     def check(self, ctx: Context) -> Iterable[Finding]:
-        if not ctx.ckpt.scale_bytes:
+        if not ctx.ckpt.values:
             return
         for suffixes, what, effect in (
             (WEIGHT_GLOBAL, "weight global scales",
