@@ -10,10 +10,10 @@ from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
 from .errors import TargetError
 from .model.checkpoint import INDEX_NAME, Checkpoint
-from .read import open_source
-from .read.configs import read_index
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES
+from .read import open_source
+from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
 from .report.model import Report
 from .rules.base import Context, Finding, Rule, all_rules
@@ -48,7 +48,12 @@ def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
     asks = [rule.wants_values for rule in rules]
 
     def wanted(t: TensorInfo) -> bool:
-        return t.dtype in STATS_DTYPES and any(ask(t) for ask in asks)
+        if t.dtype not in STATS_DTYPES:
+            return False
+        for ask in asks:
+            if ask(t):
+                return True
+        return False
 
     return wanted
 
@@ -85,9 +90,9 @@ def analyze(
         skipped_reason = "--headers-only: scale values were not read"
     elif source.is_remote and not deep:
         skipped_reason = "remote target: scale values are read only with --deep"
-    if skipped_reason:
-        ckpt = replace(ckpt, values_skipped=skipped_reason)
-    elif run_values:
+    if skipped_reason or not run_values:
+        ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
+    else:
         ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = (

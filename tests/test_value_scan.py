@@ -312,3 +312,37 @@ def test_stats_carry_over_a_rename() -> None:
     assert dict(moved.items()) == {"model.a.weight_scale": TensorStats("F8_E4M3", 4, nan=1)}
     assert stats.renamed({}).tensors == stats.tensors
 
+
+
+def test_scrub_nan_plans_from_statistics_and_refuses_bytes_that_changed(tmp_path: Path) -> None:
+    from ckpt_tools.errors import TargetError
+    from ckpt_tools.repair import scrub_nan
+
+    folder = copy_fixture("modelopt-llama-nvfp4", tmp_path / "m")
+    patch_tensor_bytes(folder, BLOCK, {0: 0x7F, 700: 0xFF})
+    analysis = analyze(str(folder))
+    plan = scrub_nan.plan(analysis, str(folder), "max")
+    [edit] = plan.edits.values()
+    assert [(p.tensor, p.position, p.old, p.new) for p in edit.patches] == [(BLOCK, 0, 0x7F, 0x7E),
+                                                                            (BLOCK, 700, 0xFF, 0x7E)]
+    patch_tensor_bytes(folder, BLOCK, {5: 0x7F})  # the file moves on after the scan: the plan must not guess
+    with pytest.raises(TargetError, match="changed while it was being read"):
+        scrub_nan.plan(analysis, str(folder), "max")
+
+
+def test_a_shard_cut_short_after_its_header_was_read_is_a_clear_error(tmp_path: Path) -> None:
+    from ckpt_tools.errors import TargetError
+
+    path = write_shard(tmp_path, "model.safetensors", [("x.weight_scale", "F8_E4M3", [4096], bytes(4096))])
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(TargetError, match="cannot read the scale values of model.safetensors"):
+        scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+
+
+def test_the_checkpoint_says_why_values_were_not_read() -> None:
+    ckpt = analyze(str(GENUINE / "modelopt-llama-nvfp4"), headers_only=True).checkpoint
+    assert ckpt.values is None and "--headers-only" in (ckpt.values_skipped or "")
+    scanned = analyze(str(GENUINE / "modelopt-llama-nvfp4")).checkpoint
+    assert scanned.values is not None and scanned.values_skipped is None

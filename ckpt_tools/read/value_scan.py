@@ -3,7 +3,7 @@
 Per shard, the wanted tensors' ranges are coalesced (through gaps smaller than the gap limit) and cut into reads of
 at most `chunk` bytes, on element boundaries; a tensor may span many reads and a read many tensors, and each piece
 is fed to its tensor's accumulator in order, so statistics are exact whatever the cut. At most one read per worker
-is held at a time: memory is `workers x chunk` (plus one translate output per piece), whatever the checkpoint size.
+is held at a time (plus the pieces cut from it): memory is a few `chunk`s per worker, whatever the checkpoint size.
 
 Local files are read with `os.pread` and `posix_fadvise`: SEQUENTIAL where the wanted bytes are dense (safetensors
 writers group tensors by dtype, so a shard's 8-bit block scales are usually one contiguous region), RANDOM where they
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
 from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, ValueStats
 from .source import Source
@@ -179,7 +180,7 @@ def _fetch(reader: _LocalReader | _SourceReader, plan: ShardPlan, read: Read, co
     if counters is not None:
         counters.add(len(blob))
     if len(blob) < read.length:
-        raise OSError(f"{plan.shard}: file ended {read.length - len(blob)} bytes before the tensors its header lists")
+        raise OSError(f"the file ended {read.length - len(blob)} bytes before the tensors its header lists")
     return blob
 
 
@@ -215,8 +216,9 @@ def scan_values(
     progress: bool | None = None,
     counters: ScanCounters | None = None,
 ) -> ValueStats:
-    """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; memory
-    bounded by `workers x chunk`."""
+    """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
+    worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
+    changed or vanished since its header was read) is a `TargetError`."""
     counters = counters if counters is not None else ScanCounters()
     by_shard: dict[str, list[TensorInfo]] = {}
     for t in tensors:
@@ -236,7 +238,11 @@ def scan_values(
         disable = True
     with tqdm(total=total, unit="B", unit_scale=True, desc="value scan", disable=disable, leave=False) as bar:
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
-            return scan_shard(plan, open_reader(source, plan), counters, bar.update)
+            try:
+                return scan_shard(plan, open_reader(source, plan), counters, bar.update)
+            except OSError as exc:
+                raise TargetError(f"{source.label}: cannot read the scale values of {plan.shard} "
+                                  f"({exc.strerror or exc})") from None
 
         if workers == 1:
             results = [one(plan) for plan in plans]

@@ -1,8 +1,8 @@
 """`scrub-nan`: overwrite NaN bytes of 8-bit float scale tensors in place, and nothing else.
 
-The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`, from the value scan's
-statistics: E4M3 0x7F / 0xFF,
-E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; vllm-facts.md 6.1). Replacement values (`--value`):
+The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`, from the value
+scan's statistics: E4M3 0x7F / 0xFF, E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; vllm-facts.md 6.1).
+Replacement values (`--value`):
 
 - `max` (default): the format's largest finite value, E4M3 0x7E = 448. The NaN came from an unclamped cast of a
   value above 448 (NVIDIA/Model-Optimizer#1633), so saturating is the closest representable value; it is what
@@ -22,6 +22,7 @@ from types import MappingProxyType
 from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES, ZERO_BYTE
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
+from ..model.tensors import TensorInfo
 from ..pipeline import Analysis
 from ..read import open_source
 from ..read.value_scan import read_pieces
@@ -59,7 +60,7 @@ def _patches(target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[
              ) -> dict[str, list[BytePatch]]:
     """Shard -> one patch per NaN byte of the flagged tensors, found by re-reading just those tensors."""
     source = open_source(target)
-    by_shard: dict[str, list] = {}
+    by_shard: dict[str, list[TensorInfo]] = {}
     for name in sorted(counts):
         t = ckpt.tensors[name]
         by_shard.setdefault(t.shard, []).append(t)

@@ -11,7 +11,7 @@ from ..model.values import ITEM_SIZE, WIDE_FLOAT_DTYPES, TensorStats, decode_val
 
 def role(name: str) -> str | None:
     """The role of a tensor's suffix (`ROLES`), or None."""
-    return ROLES.get(name.rsplit(".", 1)[-1])
+    return ROLES.get(name.rpartition(".")[2])
 
 
 def is_scale(tensor: TensorInfo) -> bool:

@@ -8,7 +8,7 @@ from ..catalogue import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
-from ._values import role, scalar
+from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
 # NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm-facts.md 2.3, 3.1).
@@ -79,8 +79,9 @@ class MixedScaleConvention(Rule):
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """One-element float weight global scales whose name has a convention (rules/ scale tables)."""
-        return (tensor.numel == 1 and tensor.dtype in WIDE_FLOAT_DTYPES and role(tensor.name) == "weight_global_scale"
-                and tensor.name.rsplit(".", 1)[-1] in _convention_suffixes())
+        suffix = tensor.name.rpartition(".")[2]
+        return (tensor.dtype in WIDE_FLOAT_DTYPES and suffix in _convention_suffixes()
+                and ROLES.get(suffix) == "weight_global_scale" and tensor.numel == 1)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = misplaced(ctx)

@@ -13,6 +13,7 @@ from .base import Context, Finding, Rule, files_of, register
 
 WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
 INPUT_GLOBAL = ("input_scale", "input_global_scale")
+_GLOBAL_SUFFIXES = frozenset(WEIGHT_GLOBAL + INPUT_GLOBAL)
 RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
 ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
 
@@ -90,8 +91,8 @@ class FusedScaleMismatch(Rule):
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """One-element float weight / input global scales (a few bytes each)."""
-        return (tensor.numel == 1 and tensor.dtype in WIDE_FLOAT_DTYPES
-                and tensor.name.rsplit(".", 1)[-1] in WEIGHT_GLOBAL + INPUT_GLOBAL)
+        return (tensor.dtype in WIDE_FLOAT_DTYPES and tensor.name.rpartition(".")[2] in _GLOBAL_SUFFIXES
+                and tensor.numel == 1)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         if not ctx.ckpt.values:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from ..model.modules import ROLES
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
 from ._values import role
@@ -14,8 +15,8 @@ CHECKED_ROLES = DIVISOR_ROLES | {"weight_scale"}
 
 
 def _checked(name: str) -> bool:
-    suffix = name.rsplit(".", 1)[-1]
-    return role(name) in CHECKED_ROLES and not suffix.endswith("zero_point") and not suffix.endswith("_bias")
+    suffix = name.rpartition(".")[2]
+    return ROLES.get(suffix) in CHECKED_ROLES and not suffix.endswith(("zero_point", "_bias"))
 
 
 def _problem(name: str, s: TensorStats) -> str | None:
