@@ -346,3 +346,17 @@ def test_the_checkpoint_says_why_values_were_not_read() -> None:
     assert ckpt.values is None and "--headers-only" in (ckpt.values_skipped or "")
     scanned = analyze(str(GENUINE / "modelopt-llama-nvfp4")).checkpoint
     assert scanned.values is not None and scanned.values_skipped is None
+
+
+@pytest.mark.parametrize("dtype", ["F32", "BF16", "F16"])
+def test_wide_floats_are_decoded_a_bounded_step_at_a_time(dtype: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import ckpt_tools.model.values as values
+
+    monkeypatch.setattr(values, "WIDE_STEP", 12)  # a multiple of every item size, far below the piece
+    tensors = crafted(dtype, random.Random(7))
+    write_shard(tmp_path, "model.safetensors", tensors)
+    ckpt = load_checkpoint(LocalSource(tmp_path))
+    result = scan_values(LocalSource(tmp_path), list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    for name, _d, _s, blob in tensors:
+        assert_matches(result.get(name), dtype, blob)
