@@ -167,7 +167,7 @@ def doctor(
         runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
         hardware: hardware profile ids for kernel notes (default: every profile in `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
-        deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
+        deep: on a remote target, also run the value scan (ranged reads of the scale tensors only).
         revision: Hub revision (branch, tag or commit) for a repo id.
         progress: show a progress bar for long scale scans (None: only when the scan is large).
         producer_schema: also validate the quantization config with the producer's own code (rule CK311; needs the
