@@ -360,3 +360,32 @@ def test_wide_floats_are_decoded_a_bounded_step_at_a_time(dtype: str, tmp_path: 
     result = scan_values(LocalSource(tmp_path), list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
     for name, _d, _s, blob in tensors:
         assert_matches(result.get(name), dtype, blob)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "posix_fadvise"), reason="no posix_fadvise here")
+def test_local_reads_are_hinted_and_work_where_hints_are_refused(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    data = bytes([0x38]) * 10_000
+    write_shard(tmp_path, "model.safetensors", [("x.weight_scale", "F8_E4M3", [10_000], data)])
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    args = (source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    hints: list[int] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, start: int, length: int, advice: int) -> None:
+        hints.append(advice)
+        real(fd, start, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+    assert hints[0] == os.POSIX_FADV_SEQUENTIAL  # one dense region
+    assert hints.count(os.POSIX_FADV_WILLNEED) == hints.count(os.POSIX_FADV_DONTNEED) == 3  # 3 reads of <= 4 KiB
+
+    def refuse(*_args: object) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refuse)
+    assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000

@@ -90,24 +90,31 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
 
 
 class _LocalReader:
-    """pread with fadvise hints, on one file descriptor per shard."""
+    """pread with fadvise hints, on one file descriptor per shard. Hints are advice: a file system that refuses them
+    (EINVAL, ESPIPE) is read without."""
 
     def __init__(self, path: str, dense: bool) -> None:
         self.fd = os.open(path, os.O_RDONLY)
-        self.advise = hasattr(os, "posix_fadvise")
+        self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
         if self.advise:
-            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL if dense else os.POSIX_FADV_RANDOM)
+            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if dense else os.POSIX_FADV_RANDOM)
+
+    def _hint(self, start: int, length: int, advice: int) -> None:
+        try:
+            os.posix_fadvise(self.fd, start, length, advice)
+        except OSError:
+            self.advise = False
 
     def prefetch(self, read: Read) -> None:
         if self.advise:
-            os.posix_fadvise(self.fd, read.start, read.length, os.POSIX_FADV_WILLNEED)
+            self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
 
     def read(self, read: Read) -> bytes:
         return os.pread(self.fd, read.length, read.start)
 
     def done(self, read: Read) -> None:
         if self.advise:
-            os.posix_fadvise(self.fd, read.start, read.length, os.POSIX_FADV_DONTNEED)
+            self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
         os.close(self.fd)
