@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, replace
+from functools import cache
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
@@ -91,7 +92,9 @@ class Float8Table:
     ascii_first: bool
 
 
-def _table(dtype: str) -> Float8Table:
+@cache
+def float8_table(dtype: str) -> Float8Table:
+    """The table of one 8-bit float dtype, built on first use (the header path never pays for it)."""
     classes = bytes(_class_of(dtype, c) for c in range(256))
     special = bytes(c for c in range(256) if classes[c] != PLAIN)
     ascii_first = len(special) > FEW_SPECIAL
@@ -99,9 +102,6 @@ def _table(dtype: str) -> Float8Table:
     return Float8Table(plain=bytes(c for c in range(256) if classes[c] == PLAIN), classes=classes,
                        values=tuple(decode_code(dtype, c) for c in range(256)), probe=probe,
                        ascii_first=ascii_first)
-
-
-FLOAT8_TABLES: Mapping[str, Float8Table] = MappingProxyType({d: _table(d) for d in sorted(FLOAT8_DTYPES)})
 
 
 # ---- statistics ---------------------------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ class Accumulator:
                 self._feed_wide(piece[i : i + WIDE_STEP])
 
     def _feed_float8(self, piece: bytes) -> None:
-        table = FLOAT8_TABLES[self.dtype]
+        table = float8_table(self.dtype)
         self.count += len(piece)
         if _all_zero(piece):  # holes of sparse files, zero-filled tensors
             self._add_class(table.classes[0], len(piece))
@@ -329,6 +329,6 @@ def _decode_wide(dtype: str, blob: bytes) -> memoryview | list[float]:
 def decode_values(dtype: str, blob: bytes) -> list[float]:
     """Every value of a tensor's bytes in a dtype the scan measures."""
     if dtype in FLOAT8_DTYPES:
-        table = FLOAT8_TABLES[dtype].values
+        table = float8_table(dtype).values
         return [table[b] for b in blob]
     return list(_decode_wide(dtype, blob))
