@@ -28,6 +28,7 @@ from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, Va
 from .source import Source
 
 CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
+PREFETCH = 2 * CHUNK  # bytes asked of the disk ahead of the read being measured (page cache, not memory we hold)
 LOCAL_GAP = 64 * 1024  # read through smaller gaps between wanted ranges rather than issue another read
 REMOTE_GAP = 256 * 1024  # a round trip costs more than this many bytes
 DENSE = 0.5  # wanted bytes / bytes spanned above which a shard is read as one sequential stream
@@ -196,12 +197,18 @@ def scan_shard(plan: ShardPlan, reader: _LocalReader | _SourceReader, counters: 
     """The statistics of one shard's planned tensors."""
     accs = [Accumulator(t.dtype, t.numel) for t in plan.tensors]
     reads = plan.reads
+    ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
     try:
-        if reads:
-            reader.prefetch(reads[0])
         for i, read in enumerate(reads):
-            if i + 1 < len(reads):
-                reader.prefetch(reads[i + 1])
+            if ahead <= i:
+                reader.prefetch(read)
+                ahead = i + 1
+            else:
+                pending -= read.length
+            while ahead < len(reads) and pending < PREFETCH:
+                reader.prefetch(reads[ahead])
+                pending += reads[ahead].length
+                ahead += 1
             blob = _fetch(reader, plan, read, counters)
             for index, offset, length in read.pieces:
                 accs[index].feed(blob[offset : offset + length] if length != len(blob) else blob)
