@@ -92,7 +92,8 @@ def device(hw: Hardware) -> Device:
     if not isinstance(gb, (int, float)):
         raise UsageError(f"hardware profile {hw.id!r} records no memory size")
     return Device(hw.id, int(round(float(gb) * GIB)), "nominal",
-                  f"nominal {gb} GB read as GiB; the runtime sees slightly less", str(hw.data.get("source", "")))
+                  f"nominal {gb} GB read as GiB; the runtime sees slightly less",
+                  f"rules/hardware.toml memory_gb of {hw.id} (nominal)")
 
 
 def serve_defaults(hw: Hardware, device_bytes: int) -> ServeDefaults:

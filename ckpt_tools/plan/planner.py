@@ -175,13 +175,16 @@ class MemoryPlan:
 # ---- building a plan --------------------------------------------------------------------------------------------------
 
 
-def model_context(ckpt: Checkpoint) -> int:
-    """The context vLLM derives when --max-model-len is not given: the text config's max_position_embeddings."""
-    cfg = ckpt.text_config
-    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
-        v = cfg.get(key)
-        if isinstance(v, int) and v > 0:
-            return v
+def model_context(ckpt: Checkpoint, asked: int | None = None) -> int:
+    """The context vLLM derives when --max-model-len is not given (the smallest of the config's length keys, RoPE
+    scaling applied: the same derivation serve-flags emits)."""
+    from ..serve.facts import derived_max_model_len
+
+    length, _key = derived_max_model_len(ckpt.text_config)
+    if length and length > 0:
+        return length
+    if asked:
+        return asked
     raise UsageError("the config gives no max_position_embeddings: pass --max-model-len")
 
 
@@ -261,7 +264,7 @@ def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_metho
         or defaults.max_num_batched_tokens
     p = pages(cache, max_num_batched_tokens=batched, prefix_caching=settings.prefix_caching)
     reserve = _reserve(cfg, tp)
-    context = model_context(ckpt)
+    context = model_context(ckpt, settings.max_model_len)
     budget = int(device.bytes * util) - w.per_device_bytes - reserve.bytes
     ans = answer(p, budget, context=context, max_model_len=settings.max_model_len,
                  max_num_seqs=settings.max_num_seqs, seq_counts=SEQ_COUNTS)

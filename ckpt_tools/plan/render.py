@@ -109,6 +109,7 @@ def arithmetic(plan: MemoryPlan) -> list[str]:
     if a.planned_len:
         per_req = plan.request_bytes(a.planned_len)
         out.append(f"one request of {a.planned_len:,} tokens holds {per_req:,} B; "
-                   f"{plan.kv_budget_bytes - p.null_block_bytes:,} // {per_req:,} = {a.max_num_seqs:,} sequences")
+                   f"{plan.kv_budget_bytes - p.null_block_bytes:,} // {per_req:,} = {a.max_num_seqs:,} "
+                   f"sequence{'s' if a.max_num_seqs != 1 else ''}")
     out.append(f"largest --max-model-len at one sequence (binary search, <= {plan.context:,}): {a.max_model_len:,}")
     return out
