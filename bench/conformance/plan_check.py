@@ -111,8 +111,8 @@ def run() -> list[PlanRow]:
 def score(rows: list[PlanRow]) -> tuple[str, bool]:
     judged = [r for r in rows if r.status != "n/a"]
     ok = sum(1 for r in judged if r.status == "ok")
-    return (f"plan {ok}/{len(judged)} (per-layer KV bytes/token and state bytes/sequence, {len(rows) - len(judged)} "
-            f"n/a on the CPU platform)"), ok == len(judged)
+    return (f"plan {ok}/{len(judged)} (per-layer KV bytes/token and state bytes/sequence; {len(rows) - len(judged)} "
+            f"n/a: vLLM cannot build the case)"), ok == len(judged)
 
 
 def section(rows: list[PlanRow]) -> list[str]:

@@ -22,7 +22,7 @@ def _layers(n: int, what: str) -> str:
 
 def summary_lines(plan: MemoryPlan) -> list[str]:
     """Weights, KV per token, state per sequence, budget and the answers: what inspect and serve-flags quote."""
-    w, a, tp = plan.weights, plan.answers, plan.tp
+    w, tp = plan.weights, plan.tp
     comps = ", ".join(f"{k} {size(v)}" for k, v in w.by_component.items())
     out = [f"weights      {size(w.bytes)} ({comps})" + (f"; {size(w.per_device_bytes)} per device" if tp > 1 else "")]
     kv = f"KV cache     {plan.cache.kv_dtype} ({plan.cache.kv_dtype_reason}): "
