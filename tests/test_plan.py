@@ -287,3 +287,21 @@ def test_hub_target_plans_like_the_local_folder(tmp_path: Path) -> None:
     assert remote["target"] == "acme/hybrid"
     for key in ("weights", "kv_cache", "state", "memory", "max_model_len", "max_num_seqs", "fits"):
         assert remote[key] == local[key], key
+
+
+def test_missing_shard_is_noted_not_counted(fixture_copy) -> None:  # noqa: ANN001
+    folder = fixture_copy(MOE)
+    shards = sorted(folder.glob("*.safetensors"))
+    gone = data_bytes(folder) - sum(_tensor_bytes_of(s) for s in shards[1:])
+    shards[0].unlink()
+    p = memory_plan(str(folder), Settings(hardware="gb10"))
+    assert p.weights.bytes == data_bytes(GENUINE / MOE) - gone
+    assert any(n.startswith("weights are incomplete:") and "missing or unreadable shards" in n for n in p.notes)
+    assert not any("incomplete" in n for n in plan(MOE).notes)
+
+
+def _tensor_bytes_of(shard: Path) -> int:
+    raw = shard.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")

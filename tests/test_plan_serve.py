@@ -138,3 +138,12 @@ def test_inspect_shows_weight_and_kv_figures_and_doctor_stays_a_defect_check(den
     # A checkpoint too big for any GPU profile is still a clean checkpoint: doctor judges defects, not fit.
     doctor = ckpt("doctor", str(dense), "--headers-only", "-f", "json")
     assert all("memory" not in f["slug"] for f in json.loads(doctor.stdout)["findings"])
+
+
+def test_a_length_above_the_context_is_not_a_memory_finding(dense: Path) -> None:
+    """--max-model-len past the model's context is the context check's business; memory is judged at that length."""
+    out = ckpt("check-serve", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "-f", "json", "--", "vllm",
+               "serve", "x", "--max-model-len", "8192")
+    assert not [f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit"]
+    flags = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "--max-model-len", "8192")
+    assert flags.returncode == 0 and "--max-model-len 8192" in flags.stdout

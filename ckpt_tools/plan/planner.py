@@ -244,6 +244,11 @@ def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_metho
                         kv_word=kv_word)
     w = weights(ckpt.tensors.values(), family, tp)
     notes = list(cache.notes)
+    missing = len(ckpt.unavailable_tensors) + len(ckpt.lfs_pointers)
+    if missing:
+        notes.append(f"weights are incomplete: {len(ckpt.unavailable_tensors)} tensors sit in missing or unreadable "
+                     f"shards and {len(ckpt.lfs_pointers)} files are Git LFS pointers (ckpt doctor names them); their "
+                     f"bytes are not counted")
     label = None
     if drafter is not None:
         d_ckpt, d_family, label = drafter

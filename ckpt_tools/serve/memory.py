@@ -44,9 +44,9 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
     flags = list(sp.flags)
     blocked = None
     if a.max_model_len == 0:
-        blocked = f"does not fit on {mem.hardware_name}: {a.reason}"
+        blocked = f"does not fit on {mem.hardware_name}: {_memory_reason(mem) or a.reason}"
     elif asked_len is not None and a.max_num_seqs < 1:
-        blocked = f"--max-model-len {asked_len:,} does not fit on {mem.hardware_name}: {a.reason}"
+        blocked = f"--max-model-len {asked_len:,} does not fit on {mem.hardware_name}: {_memory_reason(mem)}"
     elif asked_len is None:
         for i, f in enumerate(flags):
             if f.flag == "--max-model-len" and f.value is not None and a.max_model_len < int(f.value):
@@ -105,12 +105,26 @@ def memory_findings(cmd: ParsedCommand, rt: ServeRuntime, hw: ServeHardware | No
         mem = plan_for(analysis, settings, drafter_analysis=drafter)
     except CkptError:
         return  # a --kv-cache-dtype or -tp the plan cannot size: the flag checks report the value itself
-    if mem.fits:
-        return
-    yield _finding(mem)
+    reason = _memory_reason(mem)
+    if reason:
+        yield _finding(mem, reason)
 
 
-def _finding(mem: MemoryPlan) -> Finding:
+def _memory_reason(mem: MemoryPlan) -> str:
+    """Why the command's length x sequences do not fit the KV budget ("" when they do). A length above the model's
+    context is the context check's finding, not this one: memory is judged at the length asked."""
+    a, s = mem.answers, mem.settings
+    length, need = s.max_model_len or mem.context, s.max_num_seqs or 1
+    if mem.kv_budget_bytes <= 0:
+        return "the weights and the reserve leave no memory for the KV cache"
+    if a.max_num_seqs < 1:
+        return f"one sequence of {length:,} tokens does not fit (largest: {a.max_model_len:,})"
+    if a.max_num_seqs < need:
+        return f"{need} sequences of {length:,} tokens do not fit (at most {a.max_num_seqs})"
+    return ""
+
+
+def _finding(mem: MemoryPlan, reason: str) -> Finding:
     a, s = mem.answers, mem.settings
     length = s.max_model_len or mem.context
     numbers = (f"weights {size(mem.weights.per_device_bytes)} + reserve {size(mem.reserve.bytes)} of "
@@ -131,7 +145,7 @@ def _finding(mem: MemoryPlan) -> Finding:
         fix = " or ".join(fixes) if fixes else f"--max-model-len {a.max_model_len}"
     c = check("memory-does-not-fit")
     return Finding(code=c.code, slug=c.slug, severity=c.severity, message=f"the settings do not fit on "
-                   f"{mem.hardware_name}: {a.reason} ({numbers})", count=1, fix=fix,
+                   f"{mem.hardware_name}: {reason} ({numbers})", count=1, fix=fix,
                    details={"max_model_len": a.max_model_len, "max_num_seqs": a.max_num_seqs,
                             "kv_budget_bytes": mem.kv_budget_bytes, "weights_bytes": mem.weights.per_device_bytes,
                             "bytes_per_token": mem.token_bytes_per_device * mem.tp})
