@@ -177,8 +177,8 @@ class ValueStats:
 
 # ---- measuring ----------------------------------------------------------------------------------------------------
 
-_NEG_SIGN = bytes(range(0x80))
-WIDE_STEP = 64 * 1024  # bytes of F32 / BF16 / F16 decoded at a time (a multiple of every item size)  # translate(None, this) keeps the bytes whose top bit (a float's sign) is set
+_NEG_SIGN = bytes(range(0x80))  # translate(None, this) keeps the bytes whose top bit (a float's sign) is set
+WIDE_STEP = 64 * 1024  # bytes of F32 / BF16 / F16 decoded at a time (a multiple of every item size)
 
 
 class Accumulator:

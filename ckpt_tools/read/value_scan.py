@@ -9,8 +9,8 @@ Local files are read with `os.pread` and `posix_fadvise`: SEQUENTIAL where the w
 writers group tensors by dtype, so a shard's 8-bit block scales are usually one contiguous region), RANDOM where they
 are scattered (so the kernel's readahead does not pull in the weights between them), WILLNEED on the next
 `PREFETCH` bytes of reads so the disk works while the current one is measured, and DONTNEED once a read is consumed
-so the scan does not fill the page cache (which container memory limits count). Any other `Source` (the Hub, with `--deep`) is read through
-`Source.read_ranges`, one ranged request per read, shards in parallel threads.
+so the scan does not fill the page cache (which container memory limits count). Any other `Source` (the Hub, with
+`--deep`) is read through `Source.read_ranges`, one ranged request per read, shards in parallel threads.
 """
 
 from __future__ import annotations
