@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .detect.resolve import Detection, detect
@@ -13,6 +13,7 @@ from .model.checkpoint import INDEX_NAME, Checkpoint
 from .read import open_source
 from .read.configs import read_index
 from .read.loader import load_checkpoint, read_tensor_bytes
+from .read.repair_state import pending_repair
 from .report.model import Report
 from .rules.base import Context, Finding, all_rules
 from .model.modules import ROLES, SCALE_ROLES
@@ -53,12 +54,12 @@ def analyze(
     source = open_source(target, revision)
     if not lone_shard:
         _refuse_lone_shard(source)
-    if not source.is_remote:
-        from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
-
-        finish_interrupted(getattr(source, "root", None))
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
+    if not source.is_remote:
+        # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
+        ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
+
     skipped_reason = None
     if headers_only:
         skipped_reason = "--headers-only: scale values were not read"

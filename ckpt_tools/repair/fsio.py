@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import TargetError
+from ..read.repair_state import TMP_SUFFIX, is_temp_name, kind_of, temp_name
+
+__all__ = ["TMP_SUFFIX", "Folder", "Writer", "atomic_write", "crashpoint", "is_temp_name", "kind_of", "symlink_refusal",
+           "temp_name"]
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
-TMP_SUFFIX = ".ckpt-tmp"
 COPY_CHUNK = 64 * 1024 * 1024  # one progress update (and one crash point) per chunk
 _NO_ZERO_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
 
@@ -112,25 +115,6 @@ _ZERO_COPY: dict[str, Callable[[int, int, int, int, int], int]] = {
     "sendfile": _sendfile,
 }
 _NEXT = {"copy_file_range": "sendfile", "sendfile": "read/write"}
-
-
-def temp_name(file: str) -> str:
-    """The temporary file built beside `file` before it is renamed over it: hidden, and not ending in .safetensors
-    or .json, so no loader ever picks it up."""
-    return f".{file}{TMP_SUFFIX}"
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".") and name.endswith(TMP_SUFFIX) and len(name) > len(TMP_SUFFIX) + 1
-
-
-_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def kind_of(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
 
 
 def symlink_refusal(folder: Path, name: str) -> TargetError:
