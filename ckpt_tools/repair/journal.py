@@ -24,7 +24,8 @@ import struct
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
+
 
 import orjson
 
@@ -33,6 +34,8 @@ from ..model.checkpoint import INDEX_NAME
 from ..read.repair_state import JOURNAL_MAGIC, JOURNAL_NAME
 from .execute import apply_steps
 from .fsio import Folder, Writer, atomic_write, crashpoint, is_temp_name
+from .space import check_free_space
+
 from .steps import STEP_TYPES, HeaderStep, IndexStep, PatchStep, RewriteStep, Run, Step, sha256
 
 MAGIC = JOURNAL_MAGIC
@@ -151,13 +154,52 @@ def _checkpoint_file(name: object) -> bool:
 
 
 def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
-    """Carry out `steps` under the journal protocol. The caller holds the lock."""
+    """Carry out `steps` under the journal protocol. The caller holds the lock.
+
+    A write that fails (a full disk, a quota, an I/O error) leaves the folder as it was: before the journal exists,
+    the partial temporary file is removed; after, the steps already applied are undone from the journal and the
+    journal is removed. Only when that cannot be done (a shard was already rebuilt) is the journal kept, and the
+    refusal says to complete it with `ckpt repair --resume` once the cause is gone."""
     with Folder(root) as folder:
         refuse_foreign_temps(folder)
-        atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644, crash="journal")
-        apply_steps(folder, steps, writer)
+        journal = encode_journal(job, root, steps)
+        check_free_space(folder, steps, len(journal))
+        try:
+            atomic_write(folder, JOURNAL_NAME, journal, writer, mode=0o644, crash="journal")
+        except OSError as exc:
+            _remove_stale_temps(folder)
+            raise TargetError(f"{root}: the `{job}` repair could not write its journal ({_why(exc)}); nothing was "
+                              f"changed") from None
+        try:
+            apply_steps(folder, steps, writer)
+        except OSError as exc:
+            _undo(folder, job, steps, exc)
         crashpoint("done")
         _remove_journal(folder)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _undo(folder: Folder, job: str, steps: tuple[Step, ...], exc: OSError) -> NoReturn:
+    """After a failed write: put back the old bytes of the steps already applied (in place: a full disk does not
+    stop it), remove the journal and temporaries, and refuse. The journal stays in place until the old bytes are
+    back, so a kill meanwhile still leaves a folder `--resume` completes."""
+    why = f"{folder.path}: the `{job}` repair failed while writing ({_why(exc)})"
+    _remove_stale_temps(folder)
+    try:
+        inverse = tuple(inverse_steps(folder, job, steps))
+    except TargetError:
+        raise TargetError(f"{why}; a shard was already rebuilt, so it cannot be undone: the journal is kept, and "
+                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+    try:
+        apply_steps(folder, inverse, Writer())
+        _remove_journal(folder)
+    except OSError as again:
+        raise TargetError(f"{why}, and undoing it failed too ({_why(again)}): the journal is kept; "
+                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+    raise TargetError(f"{why}; it was undone and nothing changed") from None
 
 
 def _remove_journal(folder: Folder) -> None:
@@ -207,8 +249,13 @@ def rollback(root: Path, writer: Writer) -> str | None:
             if not job.endswith(ROLLBACK):  # a rollback killed in turn is carried on, not undone
                 steps = tuple(inverse_steps(folder, job, steps))
                 job += ROLLBACK
-                atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644,
-                             crash="rollback")
+                try:
+                    atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644,
+                                 crash="rollback")
+                except OSError as exc:
+                    _remove_stale_temps(folder)
+                    raise TargetError(f"{root}: the rollback could not write its journal ({_why(exc)}); nothing was "
+                                      f"changed") from None
             _replay(folder, job, steps, writer, "rolled back")
         _remove_stale_temps(folder)
         return job.removesuffix(ROLLBACK) if job else None
@@ -270,6 +317,7 @@ def _replay(folder: Folder, job: str, steps: tuple[Step, ...], writer: Writer, d
         raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be {done}: restore the file, or delete "
                           f"{folder.path / JOURNAL_NAME} to abandon it") from None
     except OSError as exc:
+        _remove_stale_temps(folder)
         raise TargetError(f"{folder.path}: the interrupted `{job}` repair cannot be {done} ({exc.strerror or exc}); "
                           f"its journal is kept: make the folder and its files writable and run "
                           f"`ckpt repair --resume` again") from None
