@@ -198,7 +198,8 @@ def assert_reported_not_acted_on(folder: Path, pending: bool) -> None:
     assert any(f.code == "CK109" and f.severity == "error" for f in report.findings) == pending
 
 
-def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, old: dict[str, bytes]) -> str:
+def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, old: dict[str, bytes],
+             pending: bool) -> str:
     """The next writing run: `ckpt repair --resume` as its own process, or in this process `--resume`, `--rollback`
     or the same repair. Returns which ran."""
     if subprocess_resume:
@@ -208,7 +209,7 @@ def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, 
         assert "completed the interrupted" in proc.stdout
         return "resume"
     action = ("resume", "rollback", "repair")[k % 3]
-    if action == "rollback":
+    if action == "rollback" and pending:
         before = file_bytes(folder)
         try:
             resume(str(folder), rollback=True)
@@ -219,8 +220,8 @@ def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, 
             return "resume"
         assert file_bytes(folder) == old, "the rollback did not restore the old bytes"
         return "rollback"
-    if action == "resume":
-        resume(str(folder))
+    if action != "repair":
+        resume(str(folder))  # with no journal: only removes a killed repair's temporary files
         return "resume"
     run(str(folder), scenario.job())
     return "repair"
@@ -253,7 +254,7 @@ def test_kill_anywhere_then_next_run_completes(tmp_path, scenario):
         state["pending"] += pending
         assert_reported_not_acted_on(folder, pending)
         # One resume per scenario runs as its own process, on a pending journal; the others run in this process.
-        ran = next_run(folder, scenario, k, pending and state["pending"] == 1, old)
+        ran = next_run(folder, scenario, k, pending and state["pending"] == 1, old, pending)
         state[ran] = state.get(ran, 0) + pending
         after = file_bytes(folder)
         if ran == "repair" or (pending and ran == "resume"):
