@@ -100,11 +100,15 @@ def enospc_on_write(monkeypatch, n: int) -> None:  # noqa: ANN001
     monkeypatch.setattr(fsio.Writer, "_pwrite_all", failing)
 
 
-def test_enospc_at_the_index_undoes_the_header_already_written(tmp_path, capsys, monkeypatch):
-    # fix-prefix on shards: the journal (write 1), the shard header in place (write 2), the new index (write 3).
+@pytest.mark.parametrize("copies_first", [True, False], ids=["copies first", "one copy at a time"])
+def test_enospc_at_the_index_leaves_the_folder_as_it_was(tmp_path, capsys, monkeypatch, copies_first):
+    # fix-prefix on shards. Copies first (the default): the journal (write 1), the new index under its temporary name
+    # (write 2, fails: nothing visible has changed yet). One copy at a time (a disk with little room): the journal,
+    # the shard header in place, then the index (write 3, fails): the header already written is undone.
     folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path))
     before = file_bytes(folder)
-    enospc_on_write(monkeypatch, 3)
+    monkeypatch.setattr(journal, "COPIES_FIRST", copies_first)
+    enospc_on_write(monkeypatch, 2 if copies_first else 3)
     code, _out, err = run_cli(["fix-prefix", folder], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "No space left on device" in err and "undone and nothing changed" in err
@@ -120,11 +124,11 @@ def test_enospc_while_resuming_keeps_the_journal_and_says_so(tmp_path, capsys, m
     steps = run(str(folder), fix_prefix.job(), dry_run=True).steps
     (folder / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", folder, steps))
     before = file_bytes(folder)
-    enospc_on_write(monkeypatch, 2)  # the header (1), then the index
+    enospc_on_write(monkeypatch, 1)  # the new index, written first under its temporary name
     code, _out, err = run_cli(["repair", folder, "--resume"], capsys)
     assert code == 2 and err.count("\n") == 1 and "internal error" not in err, err
     assert "cannot be completed (No space left on device); its journal is kept" in err
-    assert (folder / JOURNAL_NAME).exists() and leftovers(folder) == [JOURNAL_NAME]
+    assert file_bytes(folder) == before and leftovers(folder) == [JOURNAL_NAME]  # no partial temporary
     monkeypatch.undo()
-    assert file_bytes(folder) != before  # the header was written; the journal still covers it
     assert run_cli(["repair", folder, "--resume"], capsys)[0] == 0 and leftovers(folder) == []
+    assert file_bytes(folder) != before

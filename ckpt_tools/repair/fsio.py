@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -19,7 +20,7 @@ from ..errors import TargetError
 from ..read.repair_state import TMP_SUFFIX, is_temp_name, kind_of, temp_name
 
 __all__ = ["TMP_SUFFIX", "Folder", "Writer", "atomic_write", "crashpoint", "is_temp_name", "kind_of", "symlink_refusal",
-           "temp_name"]
+           "temp_name", "write_temp"]
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
 COPY_CHUNK = 64 * 1024 * 1024  # one progress update (and one crash point) per chunk
@@ -40,6 +41,23 @@ class Writer:
     written: int = 0
     copied_with: set[str] = field(default_factory=set)  # which system calls moved the data
     method: str = "copy_file_range"  # the copy method to try first
+    first_visible: float | None = None  # perf_counter() of the first change other loaders can see
+    last_visible: float | None = None  # ... and of the last
+
+    def visible(self) -> None:
+        """Record that a change other loaders can see was just made (a write into a checkpoint file, a rename over
+        one)."""
+        now = time.perf_counter()
+        if self.first_visible is None:
+            self.first_visible = now
+        self.last_visible = now
+
+    @property
+    def mixed_seconds(self) -> float:
+        """How long the folder held a mix of old and new files (0 for a repair that changes one file at once)."""
+        if self.first_visible is None or self.last_visible is None:
+            return 0.0
+        return self.last_visible - self.first_visible
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int, *, crash: str | None = None) -> None:
         """Write all of `data` at `offset`. With `crash`, the crash point of that name fires halfway through (a
@@ -228,10 +246,9 @@ class Folder:
         os.fsync(self.fd)
 
 
-def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
-                 crash: str | None = None) -> None:
-    """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
-    fsynced."""
+def write_temp(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
+               crash: str | None = None) -> str:
+    """Write `data` to a new file beside `name` (its temporary name, returned) and fsync it; `name` keeps its mode."""
     tmp = temp_name(name)
     if mode is None:
         st = folder.lstat(name)
@@ -244,7 +261,14 @@ def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode
         os.close(fd)
     if crash:
         crashpoint(f"{crash}:synced")
-    folder.replace(tmp, name)
+    return tmp
+
+
+def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
+                 crash: str | None = None) -> None:
+    """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
+    fsynced."""
+    folder.replace(write_temp(folder, name, data, writer, mode=mode, crash=crash), name)
     if crash:
         crashpoint(f"{crash}:renamed")
     folder.fsync()
