@@ -93,3 +93,19 @@ def test_a_header_longer_than_the_file_costs_one_small_read(hub, tmp_path):
     assert any(f["code"] == "CK104" and "runs past the end" in f["message"] for f in findings), findings
     reads = shard_requests(hub, start)
     assert len(reads) == 1 and reads[0].bytes <= 64 * 1024  # never asked for the 50 MB it declares
+
+
+def test_a_server_ignoring_ranges_is_not_streamed_far_into_a_file(tmp_path):
+    from ckpt_tools.errors import TargetError
+    from ckpt_tools.read.hub import SKIP_LIMIT, HubSource
+    from ckpt_tools.read.hub_target import HubTarget
+
+    repo = tmp_path / "hub" / "acme" / "big"
+    repo.mkdir(parents=True)
+    with open(repo / "big.safetensors", "wb") as fh:  # sparse: a hole the size of a shard's weights
+        fh.truncate(SKIP_LIMIT + 16 * 1024 * 1024)
+    with HubServer(tmp_path / "hub", ignore_range=True) as srv:
+        source = HubSource(HubTarget("acme/big", None), endpoint=srv.url, cache_dir=False)
+        assert source.read_range("big.safetensors", 1024, 16) == bytes(16)  # near the start: skipped to, fine
+        with pytest.raises(TargetError, match="ignores HTTP range requests, so reading byte"):
+            source.read_range("big.safetensors", SKIP_LIMIT + 1024, 16)
