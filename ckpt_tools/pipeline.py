@@ -15,6 +15,7 @@ from .model.values import STATS_DTYPES
 from .read import open_source
 from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
+from .read.repair_state import pending_repair
 from .report.model import Report
 from .rules.base import Context, Finding, Rule, all_rules
 from .suppress import Suppression, apply_suppressions, load_suppressions
@@ -78,12 +79,11 @@ def analyze(
     source = open_source(target, revision)
     if not lone_shard:
         _refuse_lone_shard(source)
-    if not source.is_remote:
-        from .repair.journal import finish_interrupted  # a killed repair is completed before anything is read
-
-        finish_interrupted(getattr(source, "root", None))
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
+    if not source.is_remote:
+        # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
+        ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
     run_values, silenced = value_rules(suppressions)
     skipped_reason = None
     if headers_only:
