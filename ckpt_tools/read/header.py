@@ -112,7 +112,8 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
     """Validate header bytes `raw` (without the length prefix) of a file of `file_size` bytes."""
     try:
         try:
-            if b"\\u003" in raw or (b"-0" in raw and NEG_ZERO.search(raw)):
+            # One-byte searches first (memchr): most headers have no backslash and no minus sign at all.
+            if (b"\\" in raw and b"\\u003" in raw) or (b"-" in raw and b"-0" in raw and NEG_ZERO.search(raw)):
                 raise _Reread
             obj = orjson.loads(raw)
             tensors, metadata, dupes = _entries(name, obj, raw)
