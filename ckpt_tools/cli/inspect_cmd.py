@@ -7,8 +7,6 @@ from typing import Optional
 import orjson
 import typer
 
-from ..pipeline import analyze
-from ..report.text import _size, checkpoint_lines, hub_lines
 from .app import TextOrJson, app, emit
 
 
@@ -21,6 +19,9 @@ def inspect_command(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
 ) -> None:
     """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
+    from ..pipeline import analyze
+    from ..report.text import _size, checkpoint_lines, hub_lines
+
     # A census of one shard is a fair question; its verdict lines describe that shard only.
     result = analyze(target, runtime=runtime, headers_only=True, revision=revision, lone_shard=True)
     target = result.report.target  # a Hub repo is named with the revision asked for
