@@ -15,7 +15,7 @@ from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
-from .matching import ct_entry_matches, ct_first_match, modelopt_excluded_by, modelopt_patterns
+from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
 EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
@@ -263,6 +263,7 @@ class _Resolver:
         entries = view.get("ignore") or view.get("exclude_modules") or []
         self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
+        self.ignore_matcher = CtMatcher(self.ignore, family) if producer == "compressed-tensors" else None
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
@@ -337,7 +338,7 @@ class _Resolver:
 
     def _ct(self, name: str) -> tuple[Scheme, str | None, str | None]:
         vname = self.family.to_vllm(name)
-        hit = ct_first_match(self.ignore, vname, self.family)
+        hit = self.ignore_matcher.first(vname) if self.ignore_matcher is not None else None
         if hit is not None:
             return UNQUANTIZED, hit, None
         is_head = name.rsplit(".", 1)[-1] == "lm_head" or name == "lm_head"
@@ -396,12 +397,15 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     rows = []
-    for module in ckpt.modules.values():
+    found_components: set[str] = set()
+    for name, module in ckpt.modules.items():
+        component = component_of(name + "." if name else "", family)  # one lookup per module serves both uses
+        found_components.add(component)
         if not is_linear_candidate(module):
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(module.name, component_of(module.name + ".", family), declared, disk_scheme(module), covered,
-                              group))
+        rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk_scheme(module),
+                              covered, group))
     rows.sort(key=lambda r: r.name)
 
     if producer == "none" and any(r.disk.quantized for r in rows):
@@ -415,7 +419,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
                              f"{bad.declared.detail}")
                 vllm_method = None
 
-    comps = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
+    comps = sorted(found_components, key=lambda c: (c != "text", c))
     return Detection(
         family=family,
         runtime=rt,

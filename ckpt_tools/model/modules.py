@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -56,22 +57,26 @@ _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)
 
 @dataclass(frozen=True)
 class Module:
-    """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`)."""
+    """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`).
+
+    Derived views are computed once per module (detection and several rules read them for every module)."""
 
     name: str
     tensors: Mapping[str, TensorInfo]
 
-    @property
+    @cached_property
     def weight(self) -> TensorInfo | None:
         return self.tensors.get("weight_packed") or self.tensors.get("weight")
 
-    @property
+    @cached_property
     def suffixes(self) -> frozenset[str]:
         return frozenset(self.tensors)
 
-    @property
+    @cached_property
     def expert(self) -> tuple[str, int, str] | None:
         """(experts prefix, expert id, projection) for a per-expert module, else None."""
+        if ".experts." not in self.name:
+            return None
         m = _EXPERT.match(self.name)
         return (m["layer"], int(m["expert"]), m["proj"]) if m else None
 
@@ -101,15 +106,21 @@ def join_name(prefix: str, suffix: str) -> str:
 
 def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
     buckets: dict[str, dict[str, TensorInfo]] = {}
+    get = buckets.get
     for t in tensors:
-        prefix, suffix = split_name(t.name)
-        buckets.setdefault(prefix, {})[suffix] = t
+        prefix, _, suffix = t.name.rpartition(".")  # split_name, inlined: this runs once per tensor
+        bucket = get(prefix)
+        if bucket is None:
+            buckets[prefix] = bucket = {}
+        bucket[suffix] = t
     return {p: Module(p, MappingProxyType(ts)) for p, ts in buckets.items()}
 
 
 def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
     layers: dict[str, dict[int, dict[str, Module]]] = {}
-    for module in modules.values():
+    for name, module in modules.items():
+        if ".experts." not in name:
+            continue
         where = module.expert
         if where is None:
             continue

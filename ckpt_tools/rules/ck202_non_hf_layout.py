@@ -9,16 +9,6 @@ from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
 
-def _foreign(ctx: Context, name: str) -> ForeignLayout | None:
-    arch = ctx.ckpt.architecture or ""
-    for layout in foreign_layouts():
-        if layout.architecture_suffix and not arch.endswith(layout.architecture_suffix):
-            continue
-        if name.startswith(layout.prefixes):
-            return layout
-    return None
-
-
 def _head(name: str, depth: int = 2) -> str:
     return ".".join(name.split(".")[:depth]) + ".*"
 
@@ -34,22 +24,45 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     homeless: dict[str, list[str]] = defaultdict(list)
     own = {r.component for r in family.roots}
     comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
-    for name in ctx.ckpt.tensors:
+    arch = ctx.ckpt.architecture or ""
+    applicable = [layout for layout in foreign_layouts()
+                  if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)]
+    longest = max((len(p) for layout in applicable for p in layout.prefixes), default=0)
+
+    def classify(name: str) -> tuple[str, str, ForeignLayout | None] | None:
         hit = family.root_of(name)
         if hit is None:
-            layout = _foreign(ctx, name)
+            layout = next((lay for lay in applicable if name.startswith(lay.prefixes)), None)
             if layout is None and not explicit:
-                continue
-            key = _head(name)
-            unrooted[key].append(name)
-            if layout is not None:
-                layouts[key] = layout
-            continue
+                return None
+            return "unrooted", _head(name), layout
         root, prefix = hit
         first = name[len(prefix):].split(".", 1)[0]
         comp = comp_of_marker.get(first)
         if explicit and comp is not None and comp not in own and root.children is not None:
-            homeless[f"{prefix}{first}.*"].append(name)
+            return "homeless", f"{prefix}{first}.*", None
+        return None
+
+    # The verdict depends on a name's first four segments and on the foreign prefixes it starts with, so it is
+    # decided once per module whose name is at least that long (the tensors of a module share it).
+    by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+    for name in ctx.ckpt.tensors:
+        module = name.rpartition(".")[0]
+        try:
+            verdict = by_module[module]
+        except KeyError:
+            verdict = classify(name)
+            if module.count(".") >= 3 and len(module) >= longest:
+                by_module[module] = verdict
+        if verdict is None:
+            continue
+        kind, key, layout = verdict
+        if kind == "unrooted":
+            unrooted[key].append(name)
+            if layout is not None:
+                layouts[key] = layout
+        else:
+            homeless[key].append(name)
     return unrooted, layouts, homeless
 
 

@@ -92,12 +92,19 @@ def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozense
     if weight is None:
         return []
     cache = {} if cache is None else cache
-    # repr: a hostile config can put unhashable values (lists) into a scheme's detail.
-    key = (tuple(sorted((s, t.dtype, t.shape) for s, t in module.tensors.items())), repr(row.declared),
-           repr(row.disk), repr(row.group))
-    if key not in cache:
-        cache[key] = _layout_problems(ctx, row, module)
-    return [Problem(row.name, *p[:3]) for p in cache[key] if not (p[3] and f"{row.name}.{p[0]}" in skip)]
+    # The key is built for every module, so it is kept cheap: the layout in header order (a different order only
+    # makes another cache entry), and the schemes themselves, hashed.
+    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), row.declared, row.disk, row.group)
+    try:
+        layout = cache.get(key)
+    except TypeError:  # a hostile config can put unhashable values (lists) into a scheme's detail
+        key = (key[0], repr(row.declared), repr(row.disk), repr(row.group))
+        layout = cache.get(key)
+    if layout is None:
+        layout = cache[key] = _layout_problems(ctx, row, module)
+    if not layout:
+        return []
+    return [Problem(row.name, *p[:3]) for p in layout if not (p[3] and f"{row.name}.{p[0]}" in skip)]
 
 
 def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
