@@ -81,7 +81,7 @@ class Detection:
     def row_by_name(self) -> Mapping[str, ModuleRow]:
         return {r.name: r for r in self.rows}
 
-    @property
+    @cached_property
     def activation_mode(self) -> str | None:
         nvfp4 = [r for r in self.rows if r.disk.kind == "nvfp4"]
         if not nvfp4:

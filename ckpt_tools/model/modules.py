@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -55,6 +54,25 @@ SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
 
 
+class _computed_once:
+    """`functools.cached_property` without its per-class lock (Python < 3.12 takes it on every first access, which
+    costs more than the value itself when tens of thousands of modules are read once each)."""
+
+    def __init__(self, fn):  # noqa: ANN001
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):  # noqa: ANN001
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)  # a frozen dataclass's __setattr__ is bypassed on purpose
+        return value
+
+
 @dataclass(frozen=True)
 class Module:
     """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`).
@@ -64,15 +82,15 @@ class Module:
     name: str
     tensors: Mapping[str, TensorInfo]
 
-    @cached_property
+    @_computed_once
     def weight(self) -> TensorInfo | None:
         return self.tensors.get("weight_packed") or self.tensors.get("weight")
 
-    @cached_property
+    @_computed_once
     def suffixes(self) -> frozenset[str]:
         return frozenset(self.tensors)
 
-    @cached_property
+    @_computed_once
     def expert(self) -> tuple[str, int, str] | None:
         """(experts prefix, expert id, projection) for a per-expert module, else None."""
         if ".experts." not in self.name:

@@ -36,8 +36,16 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
     names = ctx.ckpt.tensors
     if entry.expect_prefixes and any(n.startswith(tuple(_prefixes(ctx, entry))) for n in names):
         return True
-    if entry.expect_component and any(component_of(n, ctx.det.family) == entry.expect_component for n in names):
-        return True
+    if entry.expect_component:
+        # The tensors of the modules detection already placed in the component are tried first: when the component is
+        # there (the usual case) one of them answers, without a pass over every tensor name.
+        modules = ctx.ckpt.modules
+        likely = (t.name for r in ctx.det.rows if r.component == entry.expect_component
+                  for t in modules[r.name].tensors.values())
+        if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
+            return True
+        if any(component_of(n, ctx.det.family) == entry.expect_component for n in names):
+            return True
     if entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names):
         return True
     return False
