@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterator, Sequence
 
 from .detect.resolve import Detection, detect
@@ -221,14 +222,12 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:
-    try:  # rows share a few scheme objects: count those, then label each once
-        by_scheme = Counter(row.declared for row in det.rows)
-    except TypeError:  # a hostile config can put unhashable values into a scheme's detail
-        by_scheme = Counter()
-        for row in det.rows:
-            by_scheme[row.declared.label] += 1
-        return dict(sorted(by_scheme.items()))
+    # Rows share a handful of scheme objects: count them by identity (in C, and whatever a hostile config put in a
+    # scheme's detail), then label each distinct one once.
+    declared = list(map(attrgetter("declared"), det.rows))
+    by_id = Counter(map(id, declared))
+    scheme_of = dict(zip(map(id, declared), declared))
     counts: Counter[str] = Counter()
-    for scheme, n in by_scheme.items():
-        counts[scheme.label] += n
+    for key, n in by_id.items():
+        counts[scheme_of[key].label] += n
     return dict(sorted(counts.items()))

@@ -247,6 +247,12 @@ def component_of(name: str, family: Family) -> str:
     return "other"
 
 
+def _component_fixed_by(prefix: str, family: Family) -> bool:
+    """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
+    and the segment after it both lie within the first four segments, which `prefix` then holds."""
+    return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
+
+
 @lru_cache(maxsize=4096)
 def _rooted_component(root_component: str, first: str) -> str:
     # A marker directly below a root (model.language_model.visual.*) names the component the tensor really is.
@@ -398,8 +404,14 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     rows = []
     found_components: set[str] = set()
+    by_layer: dict[str, str] = {}  # experts prefix -> the component all its expert modules share
     for name, module in ckpt.modules.items():
-        component = component_of(name + "." if name else "", family)  # one lookup per module serves both uses
+        where = module.expert
+        component = by_layer.get(where[0]) if where is not None else None
+        if component is None:
+            component = component_of(name + "." if name else "", family)  # one lookup serves rows and components
+            if where is not None and _component_fixed_by(where[0], family):
+                by_layer[where[0]] = component
         found_components.add(component)
         if not is_linear_candidate(module):
             continue

@@ -93,13 +93,11 @@ def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozense
         return []
     cache = {} if cache is None else cache
     # The key is built for every module, so it is kept cheap: the layout in header order (a different order only
-    # makes another cache entry), and the schemes themselves, hashed.
-    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), row.declared, row.disk, row.group)
-    try:
-        layout = cache.get(key)
-    except TypeError:  # a hostile config can put unhashable values (lists) into a scheme's detail
-        key = (key[0], repr(row.declared), repr(row.disk), repr(row.group))
-        layout = cache.get(key)
+    # makes another cache entry), and the schemes by identity (rows share a few scheme objects, all alive while
+    # the rule runs; identity also keeps a hostile, unhashable scheme detail out of the hash).
+    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared), id(row.disk),
+           row.group)
+    layout = cache.get(key)
     if layout is None:
         layout = cache[key] = _layout_problems(ctx, row, module)
     if not layout:
