@@ -4,7 +4,10 @@ One command builds the synthetics (sparse files whose headers are real and whose
 one table: each `ckpt` command's wall time and peak RSS, and its ratio against a baseline process measured in the
 same run. Usage:
 
-    python bench/scale_bench.py [--dir bench/out/scale] [--repeat 3] [--only seed,s163] [--skip-1m]
+    python bench/scale_bench.py [--dir bench/out/scale] [--repeat 3] [--only seed,s163] [--skip-1m] [--code DIR]
+
+`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
+before / after tables measured on the same synthetics.
 
 Synthetics (built once, reused while their parameters match; never committed):
 
@@ -22,8 +25,9 @@ Baselines, each a whole process like the command it is compared with:
   `orjson.loads`, keeping the parsed objects: the floor of any header-only tool written in Python.
 - `python`: a Python process that does nothing (`python -c pass`), the floor of `ckpt --help`.
 
-Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most); peak RSS is the
-child's own `ru_maxrss` from `wait4`, so every row is one process measured alone. The value scan of the sparse
+Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most): wall time, and
+CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the child's own `ru_maxrss` from
+`wait4`, so every row is one process measured alone. The value scan of the sparse
 synthetics reads holes (zeros from the kernel), so its rows measure memory, not disk speed.
 """
 
@@ -33,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import struct
 import subprocess
 import sys
@@ -215,26 +218,29 @@ def ensure(root: Path, name: str) -> Path:
 @dataclass(frozen=True)
 class Run:
     seconds: float
+    cpu: float
     rss_mib: float
     code: int
 
 
-def run_once(argv: list[str]) -> Run:
+def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     env = {**os.environ, "CKPT_NO_PROGRESS": "1"}
+    if code_dir:
+        env["PYTHONPATH"] = code_dir
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code_dir)
     _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
     seconds = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.strip()[-400:]}")
-    return Run(seconds, usage.ru_maxrss / 1024, proc.returncode)
+    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
 
 
-def best(argv: list[str], repeat: int) -> Run:
-    runs = [run_once(argv) for _ in range(repeat)]
-    return Run(min(r.seconds for r in runs), max(r.rss_mib for r in runs), runs[0].code)
+def best(argv: list[str], repeat: int, code_dir: str | None = None) -> Run:
+    runs = [run_once(argv, code_dir) for _ in range(repeat)]
+    return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
 
 
 def header_mb(folder: Path) -> float:
@@ -256,7 +262,9 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated synthetics (default: all)")
     ap.add_argument("--skip-1m", action="store_true", help="leave out the million-tensor synthetic")
     ap.add_argument("--no-value-scan", action="store_true", help="leave out the default doctor (value scan) rows")
+    ap.add_argument("--code", default=None, help="source tree to run the ckpt commands from (default: this one)")
     args = ap.parse_args()
+    code_dir = str(Path(args.code).resolve()) if args.code else None
     root = Path(args.dir)
     names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
     if args.skip_1m and "m1" in names:
@@ -266,12 +274,12 @@ def main() -> None:
     rows: list[tuple[str, str, float, int, Run, Run]] = []
 
     def measure(label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int) -> None:
-        r = best(argv, repeat)
+        r = best(argv, repeat, code_dir)
         mb = header_mb(folder) if folder else 0.0
         n = tensor_count(folder) if folder else 0
         rows.append((label, what, mb, n, r, base))
-        print(f"  {label:<6} {what:<34} {r.seconds:7.2f} s  {r.rss_mib:7.0f} MiB  "
-              f"{r.seconds / base.seconds:5.2f}x", file=sys.stderr)
+        print(f"  {label:<6} {what:<34} {r.seconds:7.2f} s {r.cpu:7.2f} cpu-s {r.rss_mib:7.0f} MiB  "
+              f"{r.seconds / base.seconds:5.2f}x wall {r.cpu / base.cpu:5.2f}x cpu", file=sys.stderr)
 
     bare = best([py, "-c", "pass"], args.repeat)
     measure("-", "ckpt --help", [*ckpt, "--help"], bare, None, args.repeat)
@@ -288,13 +296,16 @@ def main() -> None:
                 measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
 
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end")
-    print("| synthetic | tensors | header MB | command | wall s | peak RSS MiB | x baseline |")
-    print("|---|---:|---:|---|---:|---:|---:|")
+          f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
+          + (f"; commands from {code_dir}" if code_dir else ""))
+    print("| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for label, what, mb, n, r, base in rows:
-        ratio = "1.00" if r is base else f"{r.seconds / base.seconds:.2f}"
-        print(f"| {label} | {n:,} | {mb:.1f} | {what} | {r.seconds:.2f} | {r.rss_mib:.0f} | {ratio} |"
-              if n else f"| - | - | - | {what} | {r.seconds:.3f} | {r.rss_mib:.0f} | {ratio} (python -c pass) |")
+        wall = "1.00" if r is base else f"{r.seconds / base.seconds:.2f}"
+        cpu = "1.00" if r is base else f"{r.cpu / base.cpu:.2f}"
+        print(f"| {label} | {n:,} | {mb:.1f} | {what} | {r.seconds:.2f} | {r.cpu:.2f} | {r.rss_mib:.0f} | {wall} | {cpu} |"
+              if n else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
+              f"(vs `python -c pass`) |")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ class Module:
     def weight(self) -> TensorInfo | None:
         return self.tensors.get("weight_packed") or self.tensors.get("weight")
 
-    @_computed_once
+    @property
     def suffixes(self) -> frozenset[str]:
         return frozenset(self.tensors)
 

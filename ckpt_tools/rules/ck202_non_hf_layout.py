@@ -44,15 +44,27 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
         return None
 
     # The verdict depends on a name's first four segments and on the foreign prefixes it starts with, so it is
-    # decided once per module whose name is at least that long (the tensors of a module share it).
+    # decided once per prefix that holds both: per module, and per MoE experts prefix (all its experts share it).
+    def decides(prefix: str) -> bool:
+        return prefix.count(".") >= 3 and len(prefix) >= longest
+
+    modules = ctx.ckpt.modules
     by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+    by_layer: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
     for name in ctx.ckpt.tensors:
         module = name.rpartition(".")[0]
         try:
             verdict = by_module[module]
         except KeyError:
-            verdict = classify(name)
-            if module.count(".") >= 3 and len(module) >= longest:
+            held = modules.get(module)
+            where = held.expert if held is not None else None
+            if where is not None and decides(where[0]):
+                if where[0] not in by_layer:
+                    by_layer[where[0]] = classify(name)
+                verdict = by_layer[where[0]]
+            else:
+                verdict = classify(name)
+            if decides(module):
                 by_module[module] = verdict
         if verdict is None:
             continue
