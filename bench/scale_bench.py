@@ -6,6 +6,9 @@ same run. Usage:
 
     python bench/scale_bench.py [--dir bench/out/scale] [--repeat 3] [--only seed,s163] [--skip-1m] [--code DIR]
 
+`--stages DIR` prints where one `doctor --headers-only` of the checkpoint in DIR spends its CPU time instead (one
+process, stage by stage: imports, read + validate, tensor map, modules, detection, each rule, the report).
+
 `--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
 before / after tables measured on the same synthetics.
 
@@ -255,6 +258,47 @@ def tensor_count(folder: Path) -> int:
     return len(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"])
 
 
+def stages(folder: str) -> None:
+    """CPU seconds per stage of one header-only analysis, in this process (the collector paused, as the CLI does)."""
+    import gc
+
+    gc.disable()
+    t0 = time.process_time()
+    from ckpt_tools.detect.resolve import detect
+    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.pipeline import checkpoint_summary
+    from ckpt_tools.read import open_source
+    from ckpt_tools.read.loader import load_checkpoint
+    from ckpt_tools.rules.base import Context, all_rules
+
+    out: list[tuple[str, float]] = [("imports", time.process_time() - t0)]
+
+    def timed_stage(label: str, fn):  # noqa: ANN001, ANN202
+        t = time.process_time()
+        value = fn()
+        out.append((label, time.process_time() - t))
+        return value
+
+    ckpt = timed_stage("read + validate headers, index, configs", lambda: load_checkpoint(open_source(folder)))
+    timed_stage("tensor map", lambda: ckpt.tensors)
+    timed_stage("modules", lambda: ckpt.modules)
+    det = timed_stage("detection (vLLM resolution, per module)", lambda: detect(ckpt))
+    timed_stage("experts", lambda: ckpt.experts)
+    ctx = Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=folder)
+    rules: list[tuple[str, float]] = []
+    for rule in all_rules():
+        if not rule.needs_values:
+            t = time.process_time()
+            list(rule().check(ctx))
+            rules.append((f"{rule.code} {rule.slug}", time.process_time() - t))
+    timed_stage("report summary", lambda: checkpoint_summary(ckpt, det))
+    out.append(("all rules", sum(s for _, s in rules)))
+    total = time.process_time() - t0
+    print(f"{len(ckpt.tensors):,} tensors; CPU seconds per stage (total {total:.2f} s)")
+    for label, s in [*out, *sorted(rules, key=lambda r: -r[1])[:8]]:
+        print(f"  {label:<44} {s:6.3f} s  {s / total:5.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / "out" / "scale"))
@@ -263,7 +307,11 @@ def main() -> None:
     ap.add_argument("--skip-1m", action="store_true", help="leave out the million-tensor synthetic")
     ap.add_argument("--no-value-scan", action="store_true", help="leave out the default doctor (value scan) rows")
     ap.add_argument("--code", default=None, help="source tree to run the ckpt commands from (default: this one)")
+    ap.add_argument("--stages", default=None, metavar="DIR", help="print one analysis' CPU time per stage, and stop")
     args = ap.parse_args()
+    if args.stages:
+        stages(args.stages)
+        return
     code_dir = str(Path(args.code).resolve()) if args.code else None
     root = Path(args.dir)
     names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]

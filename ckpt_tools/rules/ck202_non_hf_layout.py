@@ -51,6 +51,24 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     modules = ctx.ckpt.modules
     by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
     by_layer: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+
+    def flagged(module: str, held) -> bool:  # noqa: ANN001 - Module
+        """Whether any tensor of `module` gets a verdict (filling the caches the ordered pass below reads)."""
+        where = held.expert
+        if where is not None and decides(where[0]):
+            if where[0] not in by_layer:
+                by_layer[where[0]] = classify(next(iter(held.tensors.values())).name)
+            by_module[module] = by_layer[where[0]]
+            return by_module[module] is not None
+        if decides(module):
+            by_module[module] = classify(next(iter(held.tensors.values())).name)
+            return by_module[module] is not None
+        return any(classify(t.name) is not None for t in held.tensors.values())
+
+    # A healthy checkpoint has nothing to report: one pass over the modules shows it. Only when something is found
+    # are the names gathered, in tensor order.
+    if not any(flagged(module, held) for module, held in modules.items()):
+        return unrooted, layouts, homeless
     for name in ctx.ckpt.tensors:
         module = name.rpartition(".")[0]
         try:
