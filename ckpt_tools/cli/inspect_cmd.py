@@ -26,12 +26,13 @@ def inspect_command(
     result = analyze(target, runtime=runtime, headers_only=True, revision=revision, lone_shard=True)
     target = result.report.target  # a Hub repo is named with the revision asked for
     ckpt, det = result.checkpoint, result.detection
-    from ..detect.resolve import component_of
+    from ..detect.resolve import component_lookup
 
+    component_of = component_lookup(det.family)
     census: Counter[tuple[str, str]] = Counter()
     census_bytes: Counter[tuple[str, str]] = Counter()
     for t in ckpt.tensors.values():
-        key = (component_of(t.name, det.family), t.dtype)
+        key = (component_of(t.name), t.dtype)
         census[key] += 1
         census_bytes[key] += t.nbytes
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
@@ -251,6 +251,24 @@ def _component_fixed_by(prefix: str, family: Family) -> bool:
     """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
     and the segment after it both lie within the first four segments, which `prefix` then holds."""
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
+
+
+def component_lookup(family: Family) -> Callable[[str], str]:
+    """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
+    its prefix fixes it, so most names cost one dictionary lookup."""
+    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+
+    def lookup(name: str) -> str:
+        prefix = name.rpartition(".")[0]
+        try:
+            component = shared[prefix]
+        except KeyError:
+            component = component_of(name, family)
+            shared[prefix] = component if _component_fixed_by(prefix, family) else None
+            return component
+        return component if component is not None else component_of(name, family)
+
+    return lookup
 
 
 @lru_cache(maxsize=4096)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from .tensors import TensorInfo
 
@@ -51,14 +51,15 @@ COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale",
 
 SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale"})
 
+V = TypeVar("V")
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
 
 
-class _computed_once:
+class _computed_once(Generic[V]):
     """`functools.cached_property` without its per-class lock (Python < 3.12 takes it on every first access, which
     costs more than the value itself when tens of thousands of modules are read once each)."""
 
-    def __init__(self, fn):  # noqa: ANN001
+    def __init__(self, fn: Callable[[Any], V]) -> None:
         self.fn = fn
         self.name = fn.__name__
         self.__doc__ = fn.__doc__
@@ -66,9 +67,9 @@ class _computed_once:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj, owner=None):  # noqa: ANN001
+    def __get__(self, obj: Any, owner: type | None = None) -> V:
         if obj is None:
-            return self
+            return self  # type: ignore[return-value]  # the descriptor itself, looked up on the class
         value = obj.__dict__[self.name] = self.fn(obj)  # a frozen dataclass's __setattr__ is bypassed on purpose
         return value
 
