@@ -87,7 +87,8 @@ def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpe
 def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str],
                     cache: dict | None = None) -> list[Problem]:
     """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
-    the same problems, so `cache` shares the work between the thousands of identical expert projections."""
+    the same problems, so `cache` shares the work between the thousands of identical expert projections. The cache
+    knows schemes by identity: share it only between rows of one detection, while they are alive."""
     weight = module.weight
     if weight is None:
         return []
