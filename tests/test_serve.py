@@ -245,7 +245,7 @@ def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) 
     loads: list[str] = []
     real_load = pipeline.load_checkpoint
     monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
-    monkeypatch.setattr(pipeline, "read_tensor_bytes", lambda *a, **k: pytest.fail("serve-flags read scale values"))
+    monkeypatch.setattr(pipeline, "scan_values", lambda *a, **k: pytest.fail("serve-flags read scale values"))
     target = str(GENUINE / "llmc-qwen35moe-nvfp4")
     plan = serve_flags(target, hardware="gb10")
     assert plan.argv and loads == [target]
