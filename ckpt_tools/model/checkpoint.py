@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -17,6 +18,7 @@ from .values import ValueStats
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class Checkpoint:
     def _tensor_index(self) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
         out: dict[str, TensorInfo] = {}
         dupes: dict[str, list[str]] = {}
+        # Fast path, in C: names are unique within a shard, so when the sizes add up no name is in two shards.
+        for shard in self.loaded_shards:
+            out.update(zip(map(_NAME, shard.tensors), shard.tensors))
+        if len(out) == sum(len(shard.tensors) for shard in self.loaded_shards):
+            return MappingProxyType(out), MappingProxyType({})
+        out = {}
         for shard in self.loaded_shards:
             for t in shard.tensors:
                 first = out.setdefault(t.name, t)
