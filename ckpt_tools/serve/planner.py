@@ -174,6 +174,12 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
               f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
               f"{facts.vllm_quantization} from its config; stating it makes a wrong copy-paste fail loudly.".replace(
                   "  ", " "), src)
+        deprecated = rt.data.get("quantization", {}).get("deprecated_methods", [])
+        if facts.vllm_quantization in deprecated:
+            b.add("--allow-deprecated-quantization", None,
+                  f"--quantization {facts.vllm_quantization} is deprecated in {rt.name}: vLLM refuses to start "
+                  f"without this switch", "vllm/model_executor/layers/quantization/__init__.py "
+                  "DEPRECATED_QUANTIZATION_METHODS; vllm/config/model.py _verify_quantization (vLLM 0.33.0)")
     elif facts.producer == "none":
         b.notes.append("--quantization omitted: the checkpoint is not quantized")
     else:
