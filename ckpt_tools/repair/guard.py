@@ -16,7 +16,9 @@ from pathlib import Path
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
 from ..read import open_source
+from .fsio import symlink_refusal
 from .plan import Plan
+
 
 _HUB_ID = re.compile(r"^(hf://)?(models/)?[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")
@@ -90,7 +92,6 @@ def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
     for file in files:
         path = local.root / file
         if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise TargetError(f"{file} is a symlink (a Hugging Face cache snapshot?); repairs write real files, "
-                              f"so repair a copy: `hf download <repo> --local-dir ./copy`")
+            raise symlink_refusal(local.root, file)
         if _read_only(path):
             raise TargetError(f"{file} is read-only; make it writable (`chmod u+w`) to repair it")
