@@ -66,3 +66,20 @@ def test_inspect_table_names_the_new_schemes() -> None:
     attention = [r for r in det.rows if ".self_attn." in r.name]
     assert experts and all(r.declared.kind == "nvfp4" and r.group == "NVFP4" for r in experts)
     assert attention and all(r.declared.kind == "fp8" and r.group == "FP8" for r in attention)
+
+
+def test_zero_d_scale_of_a_one_block_expert_grid_loads(tmp_path) -> None:  # noqa: ANN001
+    """transformers FineGrainedFP8 with [128, 128] blocks writes a Qwen3-MoE expert's one-block scale grid 0-d; vLLM's
+    MoE loader copies a 0-d tensor into its slot without narrowing, so it is not a shape error."""
+    from tests import case_ops
+
+    folder = copy_fixture("transformers-qwen3moe-fp8-block", tmp_path)
+    edit_json(folder / "config.json", lambda c: c["quantization_config"].update(weight_block_size=[128, 128]))
+    ckpt = analyze(str(folder), headers_only=True).checkpoint
+    for name, t in ckpt.tensors.items():
+        if name.endswith(".weight_scale_inv"):
+            w = ckpt.tensors[name[: -len("_scale_inv")]]
+            grid = [-(-w.shape[0] // 128), -(-w.shape[1] // 128)]
+            case_ops.op_retype(folder, name, shape=[] if ".experts." in name else grid)
+    codes = {f.code for f in analyze(str(folder)).report.findings}
+    assert "CK403" not in codes
