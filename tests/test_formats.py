@@ -11,9 +11,11 @@ from ckpt_tools.serve import serve_flags
 from tests.corrupt import GENUINE, copy_fixture, edit_json
 
 # entry -> the --quantization value vLLM 0.33 resolves (override_quantization_method of each config class).
+# gptq / awq: the checkpoint's own name, which the override accepts and resolves to auto_gptq / auto_awq on every
+# platform (AutoAWQConfig has no override on CPU, where only `awq` matches).
 QUANTIZATION = {
-    "autoround-llama-gptq": "auto_gptq",
-    "autoround-llama-awq": "auto_awq",
+    "autoround-llama-gptq": "gptq",
+    "autoround-llama-awq": "awq",
     "autoround-llama-int": "inc",
     "autoround-llama-mxfp4": "inc",
     "transformers-llama-fp8-block": "fp8",
@@ -83,3 +85,17 @@ def test_zero_d_scale_of_a_one_block_expert_grid_loads(tmp_path) -> None:  # noq
             case_ops.op_retype(folder, name, shape=[] if ".experts." in name else grid)
     codes = {f.code for f in analyze(str(folder)).report.findings}
     assert "CK403" not in codes
+
+
+def test_check_serve_accepts_what_the_override_accepts() -> None:
+    from ckpt_tools.serve import check_serve
+
+    target = str(GENUINE / "autoround-llama-gptq")
+    for value in ("gptq", "gptq_marlin", "auto_gptq", "marlin"):
+        cmd = f"vllm serve {target} --quantization {value}"
+        assert not [f for f in check_serve(target, [cmd]).findings if f.slug == "quantization-mismatch"], value
+    bad = check_serve(target, [f"vllm serve {target} --quantization awq"]).findings
+    assert [f for f in bad if f.slug == "quantization-mismatch" and f.severity == "error"]
+    ar = str(GENUINE / "autoround-llama-int")
+    silent = check_serve(ar, [f"vllm serve {ar} --quantization gptq"]).findings
+    assert [f for f in silent if f.slug == "quantization-mismatch" and f.severity == "warning"]
