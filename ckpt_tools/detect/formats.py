@@ -67,9 +67,23 @@ def formats() -> Mapping[str, Format]:
     return out
 
 
+@dataclass(frozen=True)
+class MadeBy:
+    name: str
+    when_key: str  # dotted config key, optionally `=value`
+    version_key: str | None
+    source: str
+
+
 @lru_cache(maxsize=None)
 def unsupported_hints() -> Mapping[str, str]:
     return {u["id"]: u["hint"] for u in _data().get("unsupported", [])}
+
+
+@lru_cache(maxsize=None)
+def made_by_table() -> tuple[MadeBy, ...]:
+    return tuple(MadeBy(m["name"], m["when_key"], m.get("version_key"), m["source"])
+                 for m in _data().get("made_by", []))
 
 
 def format_for(method: str | None) -> Format | None:
@@ -289,11 +303,11 @@ def made_by(cfg: Mapping[str, Any] | None) -> str | None:
     """The tool that wrote this quantization config, with its version where the config records one."""
     if not isinstance(cfg, dict):
         return None
-    for entry in _data().get("made_by", []):
-        key, _, want = entry["when_key"].partition("=")
+    for entry in made_by_table():
+        key, _, want = entry.when_key.partition("=")
         got = _dotted(cfg, key)
         if got is None or (want and str(got).lower() != want):
             continue
-        version = _dotted(cfg, entry["version_key"]) if entry.get("version_key") else None
-        return f"{entry['name']} {version}" if isinstance(version, str) and version else entry["name"]
+        version = _dotted(cfg, entry.version_key) if entry.version_key else None
+        return f"{entry.name} {version}" if isinstance(version, str) and version else entry.name
     return None
