@@ -49,6 +49,7 @@ EXPECTED: dict[str, tuple] = {
     "llmc-llama-mxfp4": (CT, "MXFP4", CT, None, None, ["text"]),
     # FP8 attention + NVFP4 experts: the experts resolve through `model.layers.N.mlp.experts` in quantized_layers.
     "modelopt-qwen3moe-mixed": (MO, "MIXED_PRECISION", "modelopt_mixed", "W4A4", None, ["text"]),
+    "modelopt-llama-mxfp8": (MO, "MXFP8", "modelopt_mxfp8", None, None, ["text"]),
     # gptq -> auto_gptq, awq -> auto_awq (override_quantization_method), auto-round -> inc.
     "autoround-llama-gptq": ("gptq", "W4A16", "auto_gptq", None, None, ["text"]),
     "autoround-llama-awq": ("awq", "W4A16", "auto_awq", None, None, ["text"]),

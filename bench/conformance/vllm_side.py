@@ -201,6 +201,8 @@ def _key_bits(key: Any) -> str | None:
 def _weight_kind(key: Any) -> str:
     text = str(getattr(key, "dtype", key)).lower()
     scale = str(getattr(getattr(key, "scale", None), "dtype", "")).lower()
+    if "uint8" in scale and ("float8" in text or "fp8" in text):
+        scale = "e8m0"  # MX scales are stored as uint8 (kMxfp8Static: ScaleDesc(torch.uint8, group 1x32))
     if "fp4" in text or "float4" in text or "uint8" in text:
         return "nvfp4" if "e8m0" not in scale else "mxfp4"
     if "float8" in text or "fp8" in text:

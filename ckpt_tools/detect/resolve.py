@@ -174,6 +174,11 @@ def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str
         # auto-round -> inc), then from_config validates it (rules/formats.toml).
         vllm_method, problem = formats.resolve_method(method, data, rt.quant.get("methods", []))
         return method, vllm_method, problem
+    if method == "compressed-tensors":
+        sparsity = data.get("sparsity_config")
+        rejected = (rt.quant.get("compressed_tensors") or {}).get("sparsity_rejection")
+        if rejected and isinstance(sparsity, dict) and sparsity.get("targets"):
+            return method, None, rejected
     if method not in rt.quant.get("methods", []):
         hint = formats.unsupported_hints().get(method)
         return method, None, f"Unknown quantization method: {method}" + (f" ({hint})" if hint else "")
