@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
 from .errors import TargetError
 from .model.checkpoint import INDEX_NAME, Checkpoint
+from .model.tensors import TensorInfo
+from .model.values import STATS_DTYPES
 from .read import open_source
 from .read.configs import read_index
-from .read.loader import load_checkpoint, read_tensor_bytes
+from .read.loader import load_checkpoint, scan_values
 from .report.model import Report
-from .rules.base import Context, Finding, all_rules
-from .model.modules import ROLES, SCALE_ROLES
-from .rules.ck501_nan_fp8_scale import is_scanned
-from .suppress import apply_suppressions, load_suppressions
+from .rules.base import Context, Finding, Rule, all_rules
+from .suppress import Suppression, apply_suppressions, load_suppressions
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,35 @@ class Analysis:
     report: Report
 
 
-def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
-    """FP8 scales (NaN scan) and every small scale tensor: `weight_scale_2`, `weight_global_scale`, `input_scale`,
-    `input_global_scale`, per-tensor `weight_scale`, KV scales (value rules read these few bytes)."""
-    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and ROLES.get(t.name.rsplit(".", 1)[-1]) in SCALE_ROLES)
+def value_rules(suppressions: Sequence[Suppression]) -> tuple[list[type[Rule]], list[tuple[type[Rule], str]]]:
+    """(value rules that run, value rules suppressed outright with the reason). A rule silenced by a `rule` entry
+    without tensor globs would have all its findings suppressed, so its values are not read at all."""
+    run: list[type[Rule]] = []
+    silenced: list[tuple[type[Rule], str]] = []
+    for rule in all_rules():
+        if not rule.needs_values:
+            continue
+        entry = next((s for s in suppressions if s.rule == rule.code and not s.globs), None)
+        if entry is None:
+            run.append(rule)
+        else:
+            silenced.append((rule, f"suppressed in {entry.source}: {entry.reason} (its values were not read)"))
+    return run, silenced
+
+
+def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
+    """The union of what `rules` ask for (`Rule.wants_values`): the tensors the value scan measures."""
+    asks = [rule.wants_values for rule in rules]
+
+    def wanted(t: TensorInfo) -> bool:
+        if t.dtype not in STATS_DTYPES:
+            return False
+        for ask in asks:
+            if ask(t):
+                return True
+        return False
+
+    return wanted
 
 
 def analyze(
@@ -59,13 +84,16 @@ def analyze(
         finish_interrupted(getattr(source, "root", None))
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
+    run_values, silenced = value_rules(suppressions)
     skipped_reason = None
     if headers_only:
         skipped_reason = "--headers-only: scale values were not read"
     elif source.is_remote and not deep:
         skipped_reason = "remote target: scale values are read only with --deep"
+    if skipped_reason or not run_values:
+        ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
     else:
-        ckpt = read_tensor_bytes(source, ckpt, _wants_value, progress=progress)
+        ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
@@ -81,9 +109,11 @@ def analyze(
                             "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
     findings: list[Finding] = []
+    not_run = {rule.code: reason for rule, reason in silenced}
     for rule_cls in all_rules():
-        if rule_cls.needs_values and skipped_reason:
-            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
+        reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
+        if reason:
+            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
             continue
         findings.extend(rule_cls().check(ctx))
     findings, suppressed = apply_suppressions(findings, suppressions)
@@ -137,7 +167,7 @@ def doctor(
         runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
         hardware: hardware profile ids for kernel notes (default: every profile in `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
-        deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
+        deep: on a remote target, also run the value scan (ranged reads of the scale tensors only).
         revision: Hub revision (branch, tag or commit) for a repo id.
         progress: show a progress bar for long scale scans (None: only when the scan is large).
         producer_schema: also validate the quantization config with the producer's own code (rule CK311; needs the

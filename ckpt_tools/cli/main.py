@@ -6,7 +6,7 @@ import os
 import sys
 
 from ..errors import CkptError
-from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register on import)
+from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register on import)
 from .app import app
 
 

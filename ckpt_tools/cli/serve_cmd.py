@@ -46,6 +46,11 @@ def serve_flags_command(
         emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
         if explain:
             emit(emitters.text(plan, explain=True))
+    if plan.memory is not None and plan.blocked and not plan.memory.answers.fits:
+        from ..plan.render import answer_lines, summary_lines
+
+        typer.echo("\n".join(["ckpt: the checkpoint does not fit:", *(f"  {ln}" for ln in
+                                summary_lines(plan.memory) + answer_lines(plan.memory))]), err=True)
     raise typer.Exit(1 if plan.blocked else 0)
 
 

@@ -48,7 +48,10 @@ def serve_flags(
         colocated=colocated,
         speculative_method=speculative_method,
     )
-    return plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+    from .memory import fit_serve_plan
+
+    planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+    return fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,9 @@ def check_serve(
     options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
                           drafter_path=spec_drafter, speculative_method=method)
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
-    findings = lint(cmd, rt, hw, the_plan.facts, the_plan)
+    from .memory import memory_findings
+
+    findings = (*lint(cmd, rt, hw, the_plan.facts, the_plan), *memory_findings(cmd, rt, hw, analysis, spec_drafter))
     report = Report(target=target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
                     extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
                            "suggested_argv": list(the_plan.argv)}, command="check-serve")

@@ -54,6 +54,7 @@ class ServePlan:
     blocked: str | None = None  # why the runtime will not serve this checkpoint at all
     alternatives: tuple[str, ...] = ()  # runtime profiles that do load it
     notes: tuple[str, ...] = field(default=())
+    memory: Any = None  # the memory plan (ckpt_tools.plan.MemoryPlan) on this hardware, when one was made
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -87,6 +88,7 @@ class ServePlan:
             "alternatives": list(self.alternatives),
             "notes": list(self.notes),
             "drafter": dict(self.drafter) if self.drafter else None,
+            "memory": self.memory.to_json() if self.memory is not None else None,
             "checkpoint": {
                 "producer": self.facts.producer, "quant_algo": self.facts.quant_algo,
                 "vllm_quantization": self.facts.vllm_quantization, "activation_mode": self.facts.activation_mode,
