@@ -178,7 +178,8 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
     if method == "gptq":
         if is_head and not cfg.get("lm_head"):
             return UNQUANTIZED, "(lm_head: `lm_head` is false)"
-        for pattern in (cfg.get("dynamic") or {}):
+        dynamic = cfg.get("dynamic")
+        for pattern in (dynamic if isinstance(dynamic, dict) else {}):
             if isinstance(pattern, str) and pattern.startswith("-:") and _re_match(pattern[2:], vname):
                 return UNQUANTIZED, pattern
         listed = cfg.get("modules_in_block_to_quantize")
@@ -194,8 +195,8 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
     if method == "awq":
         if is_head and not cfg.get("lm_head"):
             return UNQUANTIZED, "(lm_head: `lm_head` is false)"
-        for entry in cfg.get("modules_to_not_convert") or []:
-            if isinstance(entry, str) and entry in vname:
+        for entry in _strings(cfg.get("modules_to_not_convert")):
+            if entry in vname:
                 return UNQUANTIZED, entry
         return _int_scheme(cfg.get("bits", cfg.get("w_bit")), "AWQ"), None
     if method == "auto-round":
@@ -206,14 +207,14 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
         if is_head:
             return UNQUANTIZED, "(lm_head: AutoRound leaves the LM head unquantized)"
         blocks = cfg.get("block_name_to_quantize") or cfg.get("to_quant_block_names")
-        if isinstance(blocks, str):
-            blocks = blocks.split(",")
-        if blocks and not any(name.startswith(b) or vname.startswith(b) for b in blocks if isinstance(b, str)):
+        blocks = blocks.split(",") if isinstance(blocks, str) else _strings(blocks)
+        if blocks and not any(name.startswith(b) or vname.startswith(b) for b in blocks):
             return UNQUANTIZED, "(outside block_name_to_quantize)"
         data_type = str(cfg.get("data_type", "int"))
         bits = cfg.get("bits")
         act = "A16"
-        if cfg.get("act_bits", 16) and int(cfg.get("act_bits", 16)) < 16:
+        act_bits = cfg.get("act_bits", 16)
+        if isinstance(act_bits, int) and act_bits < 16:
             act = f"A{cfg.get('act_bits')}"
         if "mx_fp" in data_type:
             return Scheme("mxfp4" if bits == 4 else "mxfp8", act if act != "A16" else "A16", "AutoRound"), None
@@ -229,13 +230,13 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
         # FBGEMMFp8Config: FP8 per-channel weights with dynamic per-token activations, except modules_to_not_convert.
         if is_head:
             return UNQUANTIZED, "(lm_head: FBGEMMFp8Config quantizes linear layers only)"
-        for entry in cfg.get("modules_to_not_convert") or []:
-            if isinstance(entry, str) and entry in vname:
+        for entry in _strings(cfg.get("modules_to_not_convert")):
+            if entry in vname:
                 return UNQUANTIZED, entry
         return Scheme("fp8", "A8", "channel"), None
     if method == "quark":
-        for entry in cfg.get("exclude") or []:
-            if isinstance(entry, str) and (entry == vname or entry == name or (
+        for entry in _strings(cfg.get("exclude")):
+            if (entry == vname or entry == name or (
                     entry.startswith("re:") and _re_match(entry[3:], vname))):
                 return UNQUANTIZED, entry
         layer_cfg = _quark_layer_config(cfg, name)
@@ -271,6 +272,11 @@ def _quark_scheme(layer: Mapping[str, Any]) -> Scheme:
     if dtype in ("int4", "uint4"):
         return Scheme("int4", "A16")
     return Scheme("unknown", None, f"Quark {dtype or 'no'} weights")
+
+
+def _strings(value: Any) -> list[str]:
+    """The string entries of a config list (anything else in a hand-edited config holds none)."""
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _re_match(pattern: str, name: str) -> bool:

@@ -12,7 +12,7 @@ def _class_targets(ctx: Context) -> list[str]:
     out = []
     for name, group in (groups.items() if isinstance(groups, dict) else ()):
         targets = group.get("targets") if isinstance(group, dict) else None
-        targets = [targets] if isinstance(targets, str) else targets or []
+        targets = [targets] if isinstance(targets, str) else targets if isinstance(targets, list) else []
         if any(isinstance(t, str) and not t.startswith("re:") and "." not in t and "linear" in t.lower()
                for t in targets):
             out.append(str(name))
@@ -56,9 +56,9 @@ class LoaderDisagreement(Rule):
         head = ctx.ckpt.modules.get("lm_head")
         if not groups or head is None or head.weight is None or head.weight.dtype not in ("BF16", "F16", "F32"):
             return
-        entries = det.config.get("ignore") or []
-        if ct_first_match([e for e in entries if isinstance(e, str)], det.family.to_vllm("lm_head"), det.family) or \
-                "lm_head" in entries:
+        raw = det.config.get("ignore")
+        entries = [e for e in raw if isinstance(e, str)] if isinstance(raw, list) else []
+        if "lm_head" in entries or ct_first_match(entries, det.family.to_vllm("lm_head"), det.family):
             return
         yield self.finding(
             f"config group(s) {', '.join(groups)} target `Linear` and `lm_head` is stored {head.weight.dtype} but not "
