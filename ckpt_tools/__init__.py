@@ -10,11 +10,36 @@ Python API::
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .pipeline import Analysis, analyze, doctor  # noqa: E402
-from .report.model import Report  # noqa: E402
-from .serve import CheckServeResult, ServePlan, check_serve, serve_flags  # noqa: E402
+# The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the
+# whole pipeline (PEP 562 module __getattr__).
+_EXPORTS = {
+    "Analysis": ".pipeline", "analyze": ".pipeline", "doctor": ".pipeline", "Report": ".report.model",
+    "CheckServeResult": ".serve", "ServePlan": ".serve", "check_serve": ".serve", "serve_flags": ".serve",
+}
+
+if TYPE_CHECKING:
+    from .pipeline import Analysis, analyze, doctor
+    from .report.model import Report
+    from .serve import CheckServeResult, ServePlan, check_serve, serve_flags
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ckpt_tools' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "Analysis", "CheckServeResult", "Report", "ServePlan", "analyze", "check_serve", "doctor", "serve_flags", "__version__",

@@ -236,3 +236,16 @@ def test_cli_exit_codes_and_json(tmp_path):
 
     missing = runner.invoke(app, ["serve-flags", str(tmp_path / "nope")])
     assert isinstance(missing.exception, TargetError)  # main() turns it into one line and exit 2
+
+
+def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve-flags is one header-only analysis: the headers are read once and no scale value is read."""
+    import ckpt_tools.pipeline as pipeline
+
+    loads: list[str] = []
+    real_load = pipeline.load_checkpoint
+    monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
+    monkeypatch.setattr(pipeline, "scan_values", lambda *a, **k: pytest.fail("serve-flags read scale values"))
+    target = str(GENUINE / "llmc-qwen35moe-nvfp4")
+    plan = serve_flags(target, hardware="gb10")
+    assert plan.argv and loads == [target]

@@ -6,8 +6,6 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from ..pipeline import analyze
-from ..report.formats import render, render_many
 from .app import FailOn, Format, app, emit, use_color
 
 
@@ -35,6 +33,9 @@ def doctor(
     ),
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
+    from ..pipeline import analyze  # the pipeline is imported when a command runs, not to print help
+    from ..report.formats import render, render_many
+
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     color = use_color() and output is None

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
 from ..errors import CkptError
-from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register on import)
+from . import doctor, inspect_cmd, plan_cmd, repair_cmd, resume_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register on import)
 from .app import app
 
 
 def main() -> None:
+    # One command per process, allocating a few objects per tensor and freeing them only at exit: the cyclic
+    # collector would re-walk all of them many times (the pipeline pauses it too), and once more at interpreter exit
+    # unless they are frozen. Reference counting frees memory as usual.
+    gc.disable()
+    try:
+        _run()
+    finally:
+        gc.freeze()
+
+
+def _run() -> None:
     try:
         app()
     except CkptError as exc:

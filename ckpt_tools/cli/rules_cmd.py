@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import typer
 
-from ..rules.base import all_rules, find_rule
 from .app import app, emit
 
 
 @app.command("rules")
 def list_rules() -> None:
     """List every rule: code, slug, default severity, title."""
+    from ..rules.base import all_rules
+
     lines = [f"{r.code}  {r.slug:<28} {r.severity:<8} {'fixable ' if r.fixable else '        '}{r.title}"
              for r in all_rules()]
     from ..serve.profiles import checks  # check-serve findings (rules/serve-checks.toml)
@@ -20,6 +21,8 @@ def list_rules() -> None:
 @app.command("explain")
 def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvfp4-weight-only).")) -> None:
     """Print one rule's documentation: what it catches, why it matters, the anti-pattern and the fix."""
+    from ..rules.base import find_rule
+
     rule = find_rule(code)
     if rule is None:
         from ..serve.profiles import find_check

@@ -7,7 +7,6 @@ from typing import List, Optional
 
 import typer
 
-from ..report.formats import render
 from .app import FailOn, Format, TextOrJson, app, emit, use_color
 
 
@@ -65,6 +64,7 @@ def check_serve_command(
                                     case_sensitive=False),
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles."""
+    from ..report.formats import render
     from ..serve import check_serve
 
     result = check_serve(target, command or [], runtime=runtime, hardware=hardware)

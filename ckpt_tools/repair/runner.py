@@ -135,10 +135,11 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
 
 
 def refuse_pending(local: LocalTarget) -> None:
-    """A dry run writes nothing, so it cannot plan on top of an interrupted repair (reading would complete it)."""
-    if journal_path(local.root).exists():
-        raise TargetError(f"{local.root}: an interrupted repair is pending; run a repair (or `ckpt doctor`) without "
-                          f"--dry-run to complete it first")
+    """A dry run writes nothing, so it cannot plan on top of an interrupted repair."""
+    if os.path.lexists(journal_path(local.root)):
+        raise TargetError(f"{local.root}: an interrupted repair is pending; complete it with `ckpt repair --resume "
+                          f"{local.root}` (or roll it back with `--rollback`) first")
+
 
 
 def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget) -> tuple[Plan, tuple[Step, ...]]:
