@@ -247,6 +247,7 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
         "family": det.family.id,
         "quant_config_source": det.config.source,
         "rejection": det.rejection,
+        "made_by": det.made_by,
         "schemes": _scheme_counts(det),
     }
 
