@@ -66,6 +66,27 @@ def analyze(
         skipped_reason = "remote target: scale values are read only with --deep"
     else:
         ckpt = read_tensor_bytes(source, ckpt, _wants_value, progress=progress)
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
+    return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
+                 skipped_reason=skipped_reason, producer_schema=producer_schema, suppressions=suppressions,
+                 extra={"hub": provenance} if provenance else {})
+
+
+def judge(
+    ckpt: Checkpoint,
+    *,
+    target: str,
+    label: str,
+    runtime: str | None = None,
+    hardware_ids: Sequence[str] = (),
+    skipped_reason: str | None = None,
+    producer_schema: bool = False,
+    suppressions: Sequence = (),
+    extra: dict | None = None,
+) -> Analysis:
+    """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
+    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers)."""
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
@@ -87,15 +108,13 @@ def analyze(
             continue
         findings.extend(rule_cls().check(ctx))
     findings, suppressed = apply_suppressions(findings, suppressions)
-    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
-    provenance = getattr(source, "provenance", None)
     report = Report(
-        target=source.label,
-        checkpoint=checkpoint_summary(ckpt, det),
+        target=label,
+        checkpoint=checkpoint_summary(ckpt, det, profiles),
         findings=tuple(findings),
         skipped=tuple(skipped),
         suppressed=tuple(suppressed),
-        extra={"hub": provenance} if provenance else {},
+        extra=extra or {},
     )
     return Analysis(ckpt, det, report)
 
@@ -163,7 +182,7 @@ def doctor(
     ).report
 
 
-def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
+def checkpoint_summary(ckpt: Checkpoint, det: Detection, profiles: Sequence[Hardware] = ()) -> dict:
     return {
         "producer": det.producer,
         "quant_algo": det.quant_algo,
@@ -182,7 +201,17 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
         "quant_config_source": det.config.source,
         "rejection": det.rejection,
         "schemes": _scheme_counts(det),
+        "disk_activation_mode": det.disk_activation_mode,
+        "nvfp4_kernels": nvfp4_kernels(det.activation_mode, profiles),
     }
+
+
+def nvfp4_kernels(mode: str | None, profiles: Sequence[Hardware]) -> dict[str, str]:
+    """Hardware id -> the NVFP4 kernel family vLLM auto-selects for the activation mode it builds (rules/hardware.toml).
+    Without FP4 tensor cores (Hopper) a W4A4 config also runs weight-only (Marlin), so the input scales are unused."""
+    if mode is None:
+        return {}
+    return {h.id: h.nvfp4_w4a4 if mode == "W4A4" else h.nvfp4_w4a16 for h in profiles}
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:

@@ -20,33 +20,53 @@ class Emit(str, Enum):
 
 @app.command("serve-flags")
 def serve_flags_command(
-    target: str = typer.Argument(..., help="Checkpoint folder."),
+    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33; image profiles: aeon-v0.23.0, aeon-v0.26.0, aeon-v0.27.1)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (any case)."),
     drafter: Optional[str] = typer.Option(None, "--drafter", help="DFlash / EAGLE / MTP drafter checkpoint folder (also inspected)."),
     speculative_method: Optional[str] = typer.Option(None, "--speculative-method", help="Override the drafter's detected method."),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the checkpoint's)."),
     colocated: bool = typer.Option(False, "--colocated", help="Leave GPU memory for sidecars (ASR/TTS/embeddings)."),
-    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="argv, docker, compose or model-card.",
+    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="What to print: the command line, a docker run, a compose service or a model-card section.",
                                    case_sensitive=False),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="The reason and source of every flag."),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Print no command (exit 1) when the checkpoint or "
+                                   "the command has a finding at or above this; none: always print it.",
+                                   case_sensitive=False),
+    headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
+    deep: bool = typer.Option(False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha."),
 ) -> None:
-    """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. Exit 1 if the runtime refuses it."""
+    """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. stdout carries only the command (a
+    script can do `cmd=$(ckpt serve-flags ...)`); findings and warnings go to stderr. Exit 1, and no command, when
+    the checkpoint or the command has a finding at or above --fail-on (the same verdict as doctor and check-serve)."""
+    import sys
+
+    from ..errors import UsageError
     from ..serve import emitters, serve_flags
 
+    if deep and headers_only:
+        raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     container = emit_as != Emit.argv
     plan = serve_flags(target, runtime=runtime, hardware=hardware, drafter=drafter, max_model_len=max_model_len,
-                       colocated=colocated, container=container, speculative_method=speculative_method)
+                       colocated=colocated, container=container, speculative_method=speculative_method,
+                       headers_only=headers_only, deep=deep, revision=revision)
+    code = plan.exit_code(fail_on.value)
     if format == TextOrJson.json:
-        emit(emitters.json_report(plan))
-    elif emit_as == Emit.argv:
-        emit(emitters.text(plan, explain=explain) if explain or plan.warnings else emitters.argv_line(plan))
-    else:
-        emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
-        if explain:
-            emit(emitters.text(plan, explain=True))
-    raise typer.Exit(1 if plan.blocked else 0)
+        emit(emitters.json_report(plan))  # the JSON carries the verdict itself
+        raise typer.Exit(code)
+    if code == 0:
+        if emit_as == Emit.argv:
+            emit(emitters.text(plan, explain=True) if explain else emitters.argv_line(plan))
+        else:
+            emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
+            if explain:
+                emit(emitters.text(plan, explain=True))
+    diag = emitters.diagnostics(plan, fail_on.value) if not explain or code else ""
+    if diag:
+        sys.stderr.write(diag)
+    raise typer.Exit(code)
 
 
 @app.command("check-serve")

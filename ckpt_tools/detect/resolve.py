@@ -83,11 +83,21 @@ class Detection:
 
     @property
     def activation_mode(self) -> str | None:
-        nvfp4 = [r for r in self.rows if r.disk.kind == "nvfp4"]
-        if not nvfp4:
-            return None
-        a4 = sum(1 for r in nvfp4 if r.disk.activation == "A4")
-        return "W4A4" if a4 == len(nvfp4) else "W4A16" if a4 == 0 else "mixed"
+        """What vLLM builds for the NVFP4 layers: the config decides W4A4 vs W4A16, whatever the tensors hold (a
+        W4A4 config without input scales still builds W4A4, with uninitialised scales: CK401)."""
+        return _nvfp4_mode([r.declared for r in self.rows if r.declared.kind == "nvfp4"])
+
+    @property
+    def disk_activation_mode(self) -> str | None:
+        """What the tensors support: W4A4 only where every NVFP4 module carries an input global scale."""
+        return _nvfp4_mode([r.disk for r in self.rows if r.disk.kind == "nvfp4"])
+
+
+def _nvfp4_mode(schemes: list[Scheme]) -> str | None:
+    if not schemes:
+        return None
+    a4 = sum(1 for s in schemes if s.activation == "A4")
+    return "W4A4" if a4 == len(schemes) else "W4A16" if a4 == 0 else "mixed"
 
 
 # ---- which config vLLM reads --------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ class MoeExpertMissingScale(Rule):
     [E]`, vllm-facts.md 3.2) and fills the slots of experts it finds. Slots nobody loads stay `torch.empty` or zero,
     and nothing checks (no "weights not initialized" check for quantized models, vllm-facts.md 5.1): 1/0 gives inf,
     and the output turns to NaN, pad tokens or empty text only for prompts routed to those experts. The checkpoint
-    boots green and fails prompt by prompt. The report's `activation_mode` is `mixed` for such checkpoints.
+    boots green and fails prompt by prompt. The report's `activation_mode` stays `W4A4` (what vLLM builds); its
+    `disk_activation_mode` reads `mixed`.
 
     Anti-pattern
     Calibrating an MoE with a small dataset that never routes tokens to some experts: ModelOpt then omits their

@@ -4,7 +4,7 @@ existing commands. Modules: profiles (data views), facts (checkpoint facts), pla
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ..report.model import Report
@@ -13,7 +13,7 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 from .profiles import ServeHardware, ServeRuntime, runtime_for_image, serve_hardware, serve_runtime
 
-__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "serve_flags"]
+__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "planned_command", "serve_flags", "serve_verdict"]
 
 
 def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, ServeHardware | None]:
@@ -21,24 +21,36 @@ def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, 
     return rt, serve_hardware(hardware or rt.serve.get("default_hardware"))
 
 
+def _hardware_ids(hw: ServeHardware | None) -> tuple[str, ...]:
+    return (hw.id,) if hw is not None else ()
+
+
 def serve_flags(
-    target: str,
+    target: str | os.PathLike[str],
     *,
     runtime: str | None = None,
     hardware: str | None = None,
-    drafter: str | None = None,
+    drafter: str | os.PathLike[str] | None = None,
     max_model_len: int | None = None,
     colocated: bool = False,
     container: bool = False,
     speculative_method: str | None = None,
     revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
 ) -> ServePlan:
-    """The `vllm serve` plan for `target`. `container=True` names the model /model and the drafter /drafter (the
-    mounts of `--emit docker|compose`). Raises `CkptError` when the target or drafter cannot be read."""
+    """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
+    `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
+    `container=True` names the model /model and the drafter /drafter (the mounts of `--emit docker|compose`).
+    Raises `CkptError` when the target or drafter cannot be read."""
     from ..pipeline import analyze
 
+    target = os.fspath(target)
+    drafter = os.fspath(drafter) if drafter is not None else None
     rt, hw = _profiles(runtime, hardware)
-    analysis = analyze(target, runtime=rt.id, headers_only=True, revision=revision)
+    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
+                       revision=revision, progress=progress)
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
     options = PlanOptions(
@@ -48,7 +60,26 @@ def serve_flags(
         colocated=colocated,
         speculative_method=speculative_method,
     )
-    return plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+    the_plan = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+    return replace(the_plan, findings=serve_verdict(analysis, planned_command(the_plan), rt, hw, the_plan))
+
+
+def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
+    """The plan's own command (environment included) as check-serve parses it."""
+    from .parser import parse_command
+
+    env = [f"{k}={v}" for k, v in the_plan.env.items()]
+    return parse_command((["env", *env] if env else []) + list(the_plan.argv), the_plan.runtime)
+
+
+def serve_verdict(analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None,  # noqa: ANN001
+                  the_plan: ServePlan) -> tuple[Finding, ...]:
+    """The one verdict of serving a checkpoint with a command: doctor's findings on the checkpoint (same analysis,
+    same severities) followed by check-serve's findings on the command. serve-flags judges its own planned command
+    with it, check-serve the user's, so the two agree on every fact they share."""
+    from .linter import lint
+
+    return tuple(analysis.report.findings) + lint(cmd, rt, hw, the_plan.facts, the_plan)
 
 
 @dataclass(frozen=True)
@@ -67,19 +98,24 @@ class CheckServeResult:
 
 
 def check_serve(
-    target: str,
-    command: Sequence[str],
+    target: str | os.PathLike[str],
+    command: str | Sequence[str],
     *,
     runtime: str | None = None,
     hardware: str | None = None,
+    revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
 ) -> CheckServeResult:
-    """Lint an existing `vllm serve` / `docker run` command against the checkpoint and the profiles. Without
-    `runtime`, a `docker run` of a known image picks that image's profile."""
+    """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
+    and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
+    `docker run` of a known image picks that image's profile."""
     from ..pipeline import analyze
-    from .linter import lint
     from .parser import parse_command, split_command
 
-    words = split_command(command)
+    target = os.fspath(target)
+    words = split_command([command] if isinstance(command, str) else list(command))
     rt = serve_runtime(runtime)
     if runtime is None:
         image = _image_of(words)
@@ -88,7 +124,8 @@ def check_serve(
             rt = by_image
     rt, hw = _profiles(rt.id, hardware)
     cmd = parse_command(words, rt)
-    analysis = analyze(target, runtime=rt.id, headers_only=True)
+    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
+                       revision=revision, progress=progress)
     in_container = cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(
         cmd.model)
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
@@ -96,11 +133,12 @@ def check_serve(
     options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
                           drafter_path=spec_drafter, speculative_method=method)
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
-    findings = lint(cmd, rt, hw, the_plan.facts, the_plan)
-    report = Report(target=target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
+    findings = serve_verdict(analysis, cmd, rt, hw, the_plan)
+    report = Report(target=analysis.report.target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
+                    skipped=analysis.report.skipped, suppressed=analysis.report.suppressed,
                     extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
                            "suggested_argv": list(the_plan.argv)}, command="check-serve")
-    return CheckServeResult(report, the_plan)
+    return CheckServeResult(report, replace(the_plan, findings=findings))
 
 
 def _image_of(words: Sequence[str]) -> str | None:

@@ -17,8 +17,10 @@ PORT = 8000
 
 
 def argv_line(plan: ServePlan) -> str:
+    """One shell line. Environment goes through `env` so the line also runs as `$cmd` / `"${argv[@]}"`, not only
+    through `eval` (an expanded `VAR=1 vllm ...` would try to run a program named `VAR=1`)."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
-    return (env + " " if env else "") + plan.command + "\n"
+    return ("env " + env + " " if env else "") + plan.command + "\n"
 
 
 def _mounts(plan: ServePlan, model_host: str, drafter_host: str | None) -> list[tuple[str, str, str]]:
@@ -108,9 +110,26 @@ def text(plan: ServePlan, explain: bool = False) -> str:
             out.append(f"{k}={v} (environment)")
         for n in plan.notes:
             out.append(f"note: {n}")
+        for f in plan.sorted_findings():
+            out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}")
+        for w in plan.warnings:
+            out.append(f"warning: {w}")
+    return "\n".join(out) + "\n"
+
+
+def diagnostics(plan: ServePlan, fail_on: str) -> str:
+    """What stderr gets: the findings that refuse the plan (or, when it is handed off, those below --fail-on), then
+    the plan's own warnings. Nothing here is part of the command."""
+    out = []
+    failing = plan.failing(fail_on)
+    if failing:
+        out.append(f"ckpt: serve-flags: no command: {len(failing)} finding(s) at or above --fail-on {fail_on} "
+                   f"(`ckpt doctor` / `ckpt check-serve` give the same verdict; --fail-on none prints it anyway)")
+    for f in plan.sorted_findings():
+        out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
     for w in plan.warnings:
         out.append(f"warning: {w}")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" if out else ""
 
 
 def json_report(plan: ServePlan) -> str:
