@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
@@ -25,6 +25,14 @@ class Analysis:
     checkpoint: Checkpoint
     detection: Detection
     report: Report
+    # How the checkpoint was judged (runtime, hardware, skipped value rules, suppressions...): `rejudge` applies the
+    # same to another Checkpoint, e.g. the after-state a repair plans.
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def rejudge(analysis: Analysis, ckpt: Checkpoint) -> Analysis:
+    """Judge `ckpt` exactly as `analysis` was judged (same runtime, hardware, suppressions and skipped rules)."""
+    return judge(ckpt, **analysis.settings)
 
 
 def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
@@ -116,7 +124,10 @@ def judge(
         suppressed=tuple(suppressed),
         extra=extra or {},
     )
-    return Analysis(ckpt, det, report)
+    settings = {"target": target, "label": label, "runtime": runtime, "hardware_ids": tuple(hardware_ids),
+                "skipped_reason": skipped_reason, "producer_schema": producer_schema,
+                "suppressions": tuple(suppressions), "extra": dict(extra or {})}
+    return Analysis(ckpt, det, report, settings)
 
 
 def _refuse_lone_shard(source) -> None:  # noqa: ANN001 - Source
