@@ -8,7 +8,7 @@ import typer
 from ..errors import UsageError
 from ..pipeline import analyze
 from ..report.formats import render, render_many
-from .app import FailOn, Format, app, emit, use_color
+from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_output
 
 
 @app.command()
@@ -21,7 +21,7 @@ def doctor(
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
                                     case_sensitive=False),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
-    hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile(s) for kernel notes (default: all)."),
+    hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     producer_schema: bool = typer.Option(
         False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
@@ -54,9 +54,10 @@ def doctor(
                          producer_schema=producer_schema, deep=deep, revision=revision)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
+    if format == Format.text and not pre_commit:
+        text = echo_first_line(text)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_output(output, text)
     elif text:
         emit(text)
     if pre_commit:

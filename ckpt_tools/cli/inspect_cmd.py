@@ -36,7 +36,12 @@ def inspect_command(
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]
     layers = _layer_table(det)
     if format == TextOrJson.json:
+        from .. import __version__
+        from ..report.model import SCHEMA_VERSION
+
         data = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "ckpt", "version": __version__},
             "target": target,
             "checkpoint": dict(result.report.checkpoint),
             **({"hub": result.report.extra["hub"]} if "hub" in result.report.extra else {}),

@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
-from ..errors import CkptError
-from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register on import)
-from .app import app
+
+def _interrupted_at_startup(signum, frame) -> None:  # noqa: ANN001 - signal handler
+    # Ctrl-C while the commands are still being imported: the same line and code as later, no traceback.
+    sys.stderr.write("ckpt: interrupted\n")
+    os._exit(130)
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, _interrupted_at_startup)
     try:
-        app()
+        from ..errors import CkptError
+        from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register)
+        from .app import app, hoist_global_flags
+    except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
+        _interrupted_at_startup(signal.SIGINT, None)
+    # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        app(args=hoist_global_flags(sys.argv[1:]), prog_name="ckpt")
     except CkptError as exc:
         print(f"ckpt: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("ckpt: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except SystemExit as exc:
+        if exc.code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent exit 130
+            print("ckpt: interrupted", file=sys.stderr)
+        raise
     except BrokenPipeError:
         raise SystemExit(0) from None
     except Exception as exc:  # a bug of ours: still one line, still exit 2
@@ -26,6 +42,16 @@ def main() -> None:
             raise
         print(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for a traceback)", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562
+    """`from ckpt_tools.cli.main import app`: the typer app with every command registered (for tests and embedding)."""
+    if name != "app":
+        raise AttributeError(name)
+    from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401
+    from .app import app
+
+    return app
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import orjson
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, TextOrJson, app, emit
+from .app import FailOn, TextOrJson, app, echo_first_line, emit
 
 DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); "
                                                       "change nothing.")
@@ -31,7 +31,7 @@ def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:  # noqa: ANN00
     from ..repair.render import render_result
 
     emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == TextOrJson.json
-         else render_result(result))
+         else echo_first_line(render_result(result)))
     if result.dry_run and result.worse:
         # The run itself would refuse: a dry run exits as it would (2), with the reason on stderr.
         print(f"ckpt: {result.job} would make the checkpoint worse: {result.before.summary['error']} -> "

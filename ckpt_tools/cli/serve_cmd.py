@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..report.formats import render
-from .app import FailOn, Format, TextOrJson, app, emit, use_color
+from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, note, use_color
 
 
 class Emit(str, Enum):
@@ -58,30 +58,38 @@ def serve_flags_command(
         raise typer.Exit(code)
     if code == 0:
         if emit_as == Emit.argv:
-            emit(emitters.text(plan, explain=True) if explain else emitters.argv_line(plan))
+            emit(echo_first_line(emitters.text(plan, explain=True)) if explain else emitters.argv_line(plan))
         else:
             emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
             if explain:
-                emit(emitters.text(plan, explain=True))
-    diag = emitters.diagnostics(plan, fail_on.value) if not explain or code else ""
-    if diag:
-        sys.stderr.write(diag)
+                emit(echo_first_line(emitters.text(plan, explain=True)))
+    if code:
+        sys.stderr.write(emitters.diagnostics(plan, fail_on.value, quiet=State.quiet))
+    elif not explain:  # --explain already lists the findings and warnings in the text asked for
+        note(emitters.diagnostics(plan, fail_on.value))
     raise typer.Exit(code)
 
 
 @app.command("check-serve")
 def check_serve_command(
-    target: str = typer.Argument(..., help="Checkpoint folder."),
-    command: List[str] = typer.Argument(None, help="The command, after `--` (or one quoted string)."),
+    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
+    command: List[str] = typer.Argument(None, metavar="COMMAND", help="The command, after `--` (or one quoted string)."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile the command runs on."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
                                     case_sensitive=False),
+    headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
 ) -> None:
-    """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles."""
+    """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
+    report also carries doctor's findings on the checkpoint (one verdict)."""
     from ..serve import check_serve
 
-    result = check_serve(target, command or [], runtime=runtime, hardware=hardware)
-    emit(render(result.report, format.value, color=use_color()))
+    if not command:
+        from ..errors import UsageError
+
+        raise UsageError("no command to check: pass it after `--`, e.g. `ckpt check-serve MODEL -- vllm serve ...`")
+    result = check_serve(target, command, runtime=runtime, hardware=hardware, headers_only=headers_only)
+    text = render(result.report, format.value, color=use_color())
+    emit(echo_first_line(text) if format == Format.text else text)
     raise typer.Exit(result.report.exit_code(fail_on.value))

@@ -75,8 +75,9 @@ def check_checkpoint(ckpt: Checkpoint) -> None:
                               f"refuses (re-download or re-export it; `ckpt doctor` explains)")
 
 
-def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
-    """Raise `TargetError` if any file the plan writes cannot be changed safely."""
+def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bool = True) -> None:
+    """Raise `TargetError` if any file the plan writes cannot be changed safely. `writable=False` (a dry run, which
+    writes nothing) leaves out the read-only check: `check_writable` reports it separately."""
     for problem in ckpt.problems:
         if problem.file == INDEX_NAME and plan.touches_index:
             raise TargetError(f"{problem.file}: {problem.message}; the repair must update it, so it refuses (fix "
@@ -92,5 +93,11 @@ def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
         if stat.S_ISLNK(os.lstat(path).st_mode):
             raise TargetError(f"{file} is a symlink (a Hugging Face cache snapshot?); repairs write real files, "
                               f"so repair a copy: `hf download <repo> --local-dir ./copy`")
-        if _read_only(path):
+        if writable and _read_only(path):
             raise TargetError(f"{file} is read-only; make it writable (`chmod u+w`) to repair it")
+
+
+def check_writable(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
+    """The folder and every file the plan writes must be writable (`TargetError` otherwise)."""
+    check_folder(local)
+    check_plan(ckpt, plan, local)

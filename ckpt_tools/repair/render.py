@@ -53,6 +53,8 @@ def render_result(result: RepairResult) -> str:
             out.append(f"doctor after: {verdict(result.predicted)}   (predicted from the planned headers)")
         if result.worse:
             out.append("the repair would refuse: the predicted state has more errors (--force applies it anyway)")
+        if result.blocked:
+            out.append(f"the repair cannot run here as it is: {result.blocked}")
         return "\n".join(out) + "\n"
     files = len({s.file for s in result.steps})
     how = ""

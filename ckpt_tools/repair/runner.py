@@ -16,7 +16,7 @@ from ..pipeline import Analysis, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Context, Finding
 from .fsio import Writer
-from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, resolve_local
+from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
@@ -48,6 +48,7 @@ class RepairResult:
     after: Report | None
     predicted: Report | None = None  # doctor on the planned headers, before anything is written
     forced: bool = False  # applied with --force although the prediction has more errors than before
+    blocked: str | None = None  # dry run: why the repair itself could not run here (read-only files)
 
     @property
     def worse(self) -> bool:
@@ -76,6 +77,7 @@ class RepairResult:
             "predicted": report_summary(self.predicted) if self.predicted is not None else None,
             "worse": self.worse,
             "forced": self.forced,
+            "blocked": self.blocked,
         }
 
 
@@ -129,10 +131,16 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
     if dry_run:
         refuse_pending(local)
         analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
-        plan, steps = _plan(analysis, job, target, local)
+        plan, steps = _plan(analysis, job, target, local, writable=False)  # a dry run writes nothing
         predicted = predict(analysis, plan, steps)
+        blocked = None
+        if steps:
+            try:
+                check_writable(analysis.checkpoint, plan, local)
+            except TargetError as exc:
+                blocked = str(exc)
         return RepairResult(job.name, target, plan, steps, True, False, 0, 0.0, (), None, analysis.report, None,
-                            predicted)
+                            predicted, blocked=blocked)
 
     check_folder(local)
     with Lock(local.root):
@@ -188,10 +196,11 @@ def refuse_pending(local: LocalTarget) -> None:
                           f"--dry-run to complete it first")
 
 
-def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget) -> tuple[Plan, tuple[Step, ...]]:
+def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget,
+          writable: bool = True) -> tuple[Plan, tuple[Step, ...]]:
     check_checkpoint(analysis.checkpoint)
     plan = job.build(analysis, target)
     if plan.empty:
         return plan, ()
-    check_plan(analysis.checkpoint, plan, local)
+    check_plan(analysis.checkpoint, plan, local, writable=writable)
     return plan, compile_plan(plan, analysis.checkpoint, local.root)

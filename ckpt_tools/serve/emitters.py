@@ -117,17 +117,17 @@ def text(plan: ServePlan, explain: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def diagnostics(plan: ServePlan, fail_on: str) -> str:
+def diagnostics(plan: ServePlan, fail_on: str, quiet: bool = False) -> str:
     """What stderr gets: the findings that refuse the plan (or, when it is handed off, those below --fail-on), then
-    the plan's own warnings. Nothing here is part of the command."""
+    the plan's own warnings; with `quiet`, only what refuses it. Nothing here is part of the command."""
     out = []
     failing = plan.failing(fail_on)
     if failing:
         out.append(f"ckpt: serve-flags: no command: {len(failing)} finding(s) at or above --fail-on {fail_on} "
                    f"(`ckpt doctor` / `ckpt check-serve` give the same verdict; --fail-on none prints it anyway)")
-    for f in plan.sorted_findings():
+    for f in failing if quiet else plan.sorted_findings():
         out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
-    for w in plan.warnings:
+    for w in () if quiet else plan.warnings:
         out.append(f"warning: {w}")
     return "\n".join(out) + "\n" if out else ""
 

@@ -1,0 +1,157 @@
+"""Output people can script and the CLI polish of issue 12: stdout carries only the product, global --quiet /
+--no-progress, --version, completion, one-line errors for -o and full disks, read-only dry runs, help text, case,
+explain suggestions, aligned `ckpt rules`, inspect JSON's contract header, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.corrupt import GENUINE
+from tests.test_cli import FIXTURES, ckpt
+
+CLEAN = str(GENUINE / "modelopt-llama-nvfp4")
+MISNESTED = FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"
+COMMANDS = ("doctor", "inspect", "serve-flags", "check-serve", "fix-prefix", "scrub-nan", "drop-orphans", "fix",
+            "rules", "explain")
+
+
+def test_serve_flags_stdout_is_only_the_command() -> None:
+    proc = ckpt("serve-flags", CLEAN, "--max-model-len", "9999")
+    assert proc.returncode == 0 and proc.stdout.count("\n") == 1
+    assert proc.stdout.startswith("env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve ")
+    assert "warning: CS120 max-model-len-exceeded" in proc.stderr
+    # `cmd=$(ckpt serve-flags ...)` then `$cmd`: the env prefix runs through `env`, so word splitting works.
+    script = f'cmd=$("$@") && set -- $cmd && echo "$1|$2|$3|$4"'
+    out = subprocess.run(["bash", "-c", script, "_", sys.executable, "-m", "ckpt_tools.cli.main", "serve-flags",
+                          CLEAN, "--max-model-len", "9999"], capture_output=True, text=True,
+                         env={**os.environ, "CKPT_NO_PROGRESS": "1"}).stdout
+    assert out.strip() == "env|VLLM_ALLOW_LONG_MAX_MODEL_LEN=1|vllm|serve"
+
+
+@pytest.mark.parametrize("flag", ["-q", "--quiet"])
+def test_quiet_after_the_command_silences_warnings(flag) -> None:
+    proc = ckpt("serve-flags", CLEAN, "--max-model-len", "9999", flag)
+    assert proc.returncode == 0 and proc.stderr == "" and proc.stdout.startswith("env ")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_progress_and_quiet_accepted_by_every_command(command) -> None:
+    proc = ckpt(command, "--no-progress", "-q", "--help")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_version() -> None:
+    for flag in ("--version", "-V"):
+        proc = ckpt(flag)
+        assert proc.returncode == 0 and re.fullmatch(r"ckpt \d+\.\d+\.\d+\n", proc.stdout)
+
+
+def test_shell_completion_is_offered() -> None:
+    assert "--install-completion" in ckpt("--help").stdout
+
+
+def test_first_line_echoes_every_option() -> None:
+    proc = ckpt("doctor", CLEAN, "--hardware", "GB10", "--runtime", "vllm-0.33", "--headers-only")
+    assert proc.stdout.splitlines()[0] == f"ckpt doctor {CLEAN} --hardware GB10 --runtime vllm-0.33 --headers-only"
+
+
+def test_output_into_a_missing_folder_is_one_line(tmp_path) -> None:
+    proc = ckpt("doctor", CLEAN, "-o", str(tmp_path / "nope" / "r.json"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "does not exist" in proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_one_line() -> None:
+    proc = ckpt("doctor", CLEAN, "-o", "/dev/full")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "internal error" not in proc.stderr
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", CLEAN], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "CKPT_NO_PROGRESS": "1"})
+    assert proc.returncode == 2 and proc.stderr == "ckpt: cannot write the output: the disk is full\n"
+
+
+def test_dry_run_on_a_read_only_copy(tmp_path) -> None:
+    folder = tmp_path / "ro"
+    shutil.copytree(MISNESTED, folder)
+    for p in [*folder.iterdir(), folder]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        proc = ckpt("fix-prefix", str(folder), "--dry-run")
+        assert proc.returncode == 0, proc.stderr
+        assert "doctor after: 0 error(s)" in proc.stdout and "read-only" in proc.stdout
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_has_no_type_labels_and_lists_choices(command) -> None:
+    text = ckpt(command, "--help", env={"COLUMNS": "200"}).stdout
+    assert not re.search(r"<(bool|str|int|list\[str\])>", text), text
+    assert "{" not in text.split("\n", 3)[1]  # usage line: TARGET..., not {TARGET}...
+
+
+def test_help_specifics() -> None:
+    doctor = ckpt("doctor", "--help", env={"COLUMNS": "200"}).stdout
+    assert "Usage: ckpt doctor [OPTIONS] TARGET..." in doctor and "[text|json|markdown|sarif]" in doctor
+    serve = ckpt("serve-flags", "--help", env={"COLUMNS": "200"}).stdout
+    assert "[argv|docker|compose|model-card]" in serve and "Hub repo" in serve
+    check = ckpt("check-serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert "Usage: ckpt check-serve [OPTIONS] TARGET [COMMAND]..." in check and "Hub repo" in check
+
+
+def test_hardware_is_case_insensitive() -> None:
+    assert ckpt("serve-flags", CLEAN, "--hardware", "GB10").returncode == 0
+    assert ckpt("doctor", CLEAN, "--hardware", "H100").returncode == 0
+
+
+def test_explain_suggests_close_matches() -> None:
+    proc = ckpt("explain", "nvfp4-weight")
+    assert proc.returncode == 2 and "did you mean CK401 (nvfp4-weight-only)?" in proc.stderr
+    assert "CK201 (misnested-prefix)" in ckpt("explain", "ck21").stderr + ckpt("explain", "misnested").stderr
+
+
+def test_rules_columns_are_aligned() -> None:
+    lines = ckpt("rules").stdout.splitlines()
+    starts = {len(re.match(r"^(\S+\s+){3}(fixable\s+|\s+)", line).group(0)) for line in lines}
+    assert len(starts) == 1, starts
+
+
+def test_inspect_json_carries_the_contract_header() -> None:
+    data = json.loads(ckpt("inspect", CLEAN, "-f", "json").stdout)
+    assert data["schema_version"] == 1 and data["tool"]["name"] == "ckpt"
+
+
+def _silent_server() -> tuple[socket.socket, int]:
+    """A 127.0.0.1 endpoint that accepts connections and never answers: a Hub read that hangs until Ctrl-C."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+    threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(8)], daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+@pytest.mark.parametrize("delay", [0.15, 2.0])
+def test_ctrl_c_prints_one_line_and_exits_130(delay) -> None:
+    srv, port = _silent_server()
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "CKPT_NO_PROGRESS": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", "org/model"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    srv.close()
+    assert proc.returncode == 130 and err == "ckpt: interrupted\n" and out == ""
