@@ -1,7 +1,7 @@
 """Parse and validate one safetensors header exactly as the safetensors reader does, from a few bytes.
 
 Rules follow `safetensors/src/tensor.rs` (`SafeTensors::read_metadata`, `Metadata::validate`), summarised in
-vllm-facts.md section 8: 8-byte little-endian length N <= 100,000,000; UTF-8 JSON object; `__metadata__` a
+docs/reference/vllm-0.33.md8: 8-byte little-endian length N <= 100,000,000; UTF-8 JSON object; `__metadata__` a
 string->string map; known dtypes; offsets sorted, contiguous from 0, no gap or overlap; span = numel x bits / 8;
 8 + N + last end == file length. The length field is never trusted with an allocation: we only ever read
 min(N, file size) bytes.

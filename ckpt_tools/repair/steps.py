@@ -1,6 +1,6 @@
 """Turn a `Plan` into steps: the exact bytes each file gets, decided from the headers on disk.
 
-Three ways to change a shard (vllm-facts.md 8.1/8.2: offsets are relative to the data start, the data region must be
+Three ways to change a shard (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.1); safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2): offsets are relative to the data start, the data region must be
 covered exactly):
 - `HeaderStep`: the new header JSON fits in the old header length. It is padded with spaces to exactly that length,
   so the data start, the length field and every data byte stay put; only the byte span that differs is written.

@@ -1,4 +1,4 @@
-"""The report: one object every format renders. Fields follow shared/spec/report.md (schema_version 1); we add
+"""The report: one object every format renders. Fields follow docs/report.schema.json (schema_version 1); we add
 fields, never rename or remove them."""
 
 from __future__ import annotations

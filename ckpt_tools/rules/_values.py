@@ -1,5 +1,5 @@
 """Decode the small scale tensors the pipeline read (`Checkpoint.scale_bytes`) into Python floats, without numpy:
-F32, BF16 and F16 little-endian (safetensors stores little-endian, vllm-facts.md 8.1)."""
+F32, BF16 and F16 little-endian (safetensors stores little-endian, safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.1))."""
 
 from __future__ import annotations
 

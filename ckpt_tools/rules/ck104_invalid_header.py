@@ -16,7 +16,7 @@ class InvalidHeader(Rule):
     """A file is not a valid safetensors file (or a config/index is not valid JSON).
 
     What it catches
-    Everything the safetensors reader rejects (vllm-facts.md 8.2): a header length over 100,000,000 bytes or past
+    Everything the safetensors reader rejects (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2)): a header length over 100,000,000 bytes or past
     the end of the file, a header that is not UTF-8 JSON object, an unknown dtype, offsets with a gap or overlap,
     a byte span that does not equal shape x dtype size, a data region that does not end exactly at the end of the
     file (truncated download or trailing bytes). Also duplicate tensor names (warning: the format forbids them but

@@ -48,7 +48,7 @@ class Nvfp4WeightOnly(Rule):
 
     What it catches
     NVFP4 linears and experts (ModelOpt `weight` U8 + `weight_scale_2`, compressed-tensors `weight_packed` +
-    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (failure-catalogue.md class 8). The
+    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (docs/reference/failures.md #8). The
     finding lists the missing tensor names.
     - error: the config declares NVFP4 input activations (W4A4) but the tensors lack the scales. vLLM creates the
       input-scale parameter and never loads it (no "weights not initialized" check for quantized models), so
@@ -57,7 +57,7 @@ class Nvfp4WeightOnly(Rule):
       activations): it runs on the weight-only kernel, slower on Blackwell than native W4A4.
 
     Why it matters
-    vLLM picks W4A4 vs W4A16 from the config alone (vllm-facts.md 4.1). Weight-only NVFP4 is pinned to Marlin on
+    vLLM picks W4A4 vs W4A16 from the config alone (vllm/model_executor/kernels/linear/__init__.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §4.1)). Weight-only NVFP4 is pinned to Marlin on
     GB10/RTX 50 (and CuTe-DSL W4A16 on B200) even though the GPU has FP4 tensor cores; missing declared scales give
     NaN or garbage output.
 

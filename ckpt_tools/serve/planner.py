@@ -40,7 +40,7 @@ class PlanOptions:
 
 @dataclass(frozen=True)
 class ServePlan:
-    """The result of `ckpt serve-flags` (shared/spec/report.md "Serve flags")."""
+    """The result of `ckpt serve-flags` (docs/report.schema.json "Serve flags")."""
 
     target: str
     runtime: ServeRuntime
@@ -199,7 +199,7 @@ def plan(
 
 
 def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
-    src = "vllm-facts.md 1.1-1.5 (ModelConfig._verify_quantization); " + rt.source_of("--quantization")
+    src = "vllm/config/model.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5) (ModelConfig._verify_quantization); " + rt.source_of("--quantization")
     if facts.vllm_quantization:
         b.add("--quantization", facts.vllm_quantization,
               f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
@@ -303,7 +303,7 @@ def _speculative(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | N
     config: dict[str, Any] = {"method": method}
     if options.drafter_path is not None and method not in ("mtp", "ngram", "ngram_gpu", "suffix"):
         config["model"] = options.drafter_path
-    src = f"vllm-facts.md 7.2; rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm-facts.md 7.2"
+    src = f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2)"
     if pair:
         config["num_speculative_tokens"] = int(pair["num_speculative_tokens"])
     else:
