@@ -37,6 +37,11 @@ def serve_flags_command(
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     deep: bool = typer.Option(False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha."),
+    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="Hub repo (org/name) the docker / compose / "
+                                          "model-card recipes serve (default: the target's, when it is a Hub repo, a "
+                                          "Hub cache snapshot or a Hub clone; else the /model mount from $MODEL_DIR)."),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name clients request "
+                                                    "(default in recipes: the repo id, else the folder's name)."),
 ) -> None:
     """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. stdout carries only the command (a
     script can do `cmd=$(ckpt serve-flags ...)`); findings and warnings go to stderr. Exit 1, and no command, when
@@ -51,7 +56,8 @@ def serve_flags_command(
     container = emit_as != Emit.argv
     plan = serve_flags(target, runtime=runtime, hardware=hardware, drafter=drafter, max_model_len=max_model_len,
                        colocated=colocated, container=container, speculative_method=speculative_method,
-                       headers_only=headers_only, deep=deep, revision=revision)
+                       headers_only=headers_only, deep=deep, revision=revision, repo_id=repo_id,
+                       served_model_name=served_model_name)
     code = plan.exit_code(fail_on.value)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself
@@ -60,7 +66,7 @@ def serve_flags_command(
         if emit_as == Emit.argv:
             emit(echo_first_line(emitters.text(plan, explain=True)) if explain else emitters.argv_line(plan))
         else:
-            emit(emitters.EMITTERS[emit_as.value](plan, target, drafter))
+            emit(emitters.EMITTERS[emit_as.value](plan))
             if explain:
                 emit(echo_first_line(emitters.text(plan, explain=True)))
     if code:

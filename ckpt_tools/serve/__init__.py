@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from ..errors import UsageError
 from ..report.model import Report
 from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
@@ -39,11 +40,15 @@ def serve_flags(
     headers_only: bool = False,
     deep: bool = False,
     progress: bool | None = None,
+    repo_id: str | None = None,
+    served_model_name: str | None = None,
 ) -> ServePlan:
     """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
     `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
-    `container=True` names the model /model and the drafter /drafter (the mounts of `--emit docker|compose`).
-    Raises `CkptError` when the target or drafter cannot be read."""
+    `container=True` (the recipes of `--emit docker|compose|model-card`) never names a local path: the model is the
+    Hub repo id (`repo_id`, else inferred from a Hub target, a Hugging Face cache snapshot or a Hub git clone) or the
+    /model mount, the drafter /drafter, and `--served-model-name` is set (`served_model_name`, else the repo id or
+    the folder's name). Raises `CkptError` when the target or drafter cannot be read."""
     from ..pipeline import analyze
 
     target = os.fspath(target)
@@ -53,12 +58,20 @@ def serve_flags(
                        revision=revision, progress=progress)
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
+    if container:
+        from .publish import HUB_ID, infer_repo_id, served_name
+
+        if repo_id is not None and not HUB_ID.match(repo_id):
+            raise UsageError(f"--repo-id {repo_id!r} is not a Hub repo id (org/name)")
+        repo_id = repo_id or infer_repo_id(target)
+        served_model_name = served_model_name or served_name(target, repo_id)
     options = PlanOptions(
-        model_path=MODEL_MOUNT if container else target,
+        model_path=(repo_id or MODEL_MOUNT) if container else target,
         drafter_path=(DRAFTER_MOUNT if container else drafter) if drafter else None,
         max_model_len=max_model_len,
         colocated=colocated,
         speculative_method=speculative_method,
+        served_model_name=served_model_name,
     )
     the_plan = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
     return replace(the_plan, findings=serve_verdict(analysis, planned_command(the_plan), rt, hw, the_plan))

@@ -36,6 +36,7 @@ class PlanOptions:
     max_model_len: int | None = None
     colocated: bool = False
     speculative_method: str | None = None
+    served_model_name: str | None = None  # --served-model-name: what clients request instead of the path
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,10 @@ def plan(
             b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)
+    if options.served_model_name:
+        b.add("--served-model-name", options.served_model_name,
+              "clients request the model by this name, not by the path or mount it is loaded from",
+              "vllm/entrypoints/openai/cli_args.py, vLLM 0.33.0 (--served-model-name)")
     _max_model_len(b, facts, rt, options)
     _hardware_limits(b, hw, rt, options)
     fam = serving_family(facts.architecture, facts.model_type)
@@ -199,7 +204,7 @@ def plan(
 
 
 def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
-    src = "vllm/config/model.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5) (ModelConfig._verify_quantization); " + rt.source_of("--quantization")
+    src = "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); " + rt.source_of("--quantization")
     if facts.vllm_quantization:
         b.add("--quantization", facts.vllm_quantization,
               f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
@@ -213,7 +218,8 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
 
 def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, options: PlanOptions) -> None:
     derived = facts.max_model_len
-    src = "vllm/config/model.py _get_and_verify_max_len (0.33.0 wheel); config.json " + (facts.max_len_key or "")
+    src = ("vllm/config/model.py _get_and_verify_max_len, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.5); config.json "
+           + (facts.max_len_key or ""))
     asked = options.max_model_len
     if asked is not None:
         if asked <= 0:
