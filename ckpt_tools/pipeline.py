@@ -146,7 +146,7 @@ def doctor(
     path_or_repo: str | os.PathLike[str],
     *,
     runtime: str | None = None,
-    hardware: Sequence[str] = (),
+    hardware: str | Sequence[str] = (),
     headers_only: bool = False,
     deep: bool = False,
     revision: str | None = None,
@@ -165,7 +165,8 @@ def doctor(
     Args:
         path_or_repo: a checkpoint folder, one `.safetensors` file, or a Hub repo id (`org/name`) where supported.
         runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
-        hardware: hardware profile ids for kernel notes (default: every profile in `rules/hardware.toml`).
+        hardware: a hardware profile id or a list of them, any case, for kernel notes (default: every profile in
+            `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
         deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
         revision: Hub revision (branch, tag or commit) for a repo id.
@@ -178,13 +179,16 @@ def doctor(
         `report.exit_code(fail_on)`, `report.render(format)`).
 
     Raises:
-        ckpt_tools.errors.CkptError: nothing to inspect (missing path, no safetensors file, unknown profile). A
-        checkpoint whose files are broken is not an exception: it is a report with findings.
+        ckpt_tools.errors.CkptError: nothing to inspect (missing path, no safetensors file, unknown profile) or an
+        argument of the wrong kind (`UsageError`). A checkpoint whose files are broken is not an exception: it is a
+        report with findings.
     """
+    from . import _inputs
+
     return analyze(
-        os.fspath(path_or_repo),
-        runtime=runtime,
-        hardware_ids=tuple(hardware),
+        _inputs.target(path_or_repo, "path_or_repo"),
+        runtime=_inputs.optional_id(runtime, "runtime"),
+        hardware_ids=_inputs.ids(hardware, "hardware"),
         headers_only=headers_only,
         deep=deep,
         revision=revision,

@@ -30,6 +30,7 @@ class State:
     """Process-wide output settings from the global options."""
 
     quiet = False
+    argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
 
 
 def _type_label(param, ctx) -> str | None:  # noqa: ANN001 - typer parameter, click context
@@ -98,15 +99,12 @@ def note(text: str) -> None:
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
-def invocation() -> str:
-    """The command line as given (every option), for the first line of text output."""
-    return shlex.join(["ckpt", *sys.argv[1:]])
-
-
 def echo_first_line(text: str) -> str:
-    """Replace a rendering's first line (`ckpt <command> <target>`) by the command line as given."""
+    """Replace a rendering's first line (`ckpt <command> <target>`) by the command line as given (every option)."""
     head, sep, rest = text.partition("\n")
-    return invocation() + sep + rest if head.startswith("ckpt ") else text
+    if State.argv is None or not head.startswith("ckpt "):
+        return text
+    return shlex.join(["ckpt", *State.argv]) + sep + rest
 
 
 def write_output(path: str, text: str) -> None:

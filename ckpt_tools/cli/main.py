@@ -18,11 +18,12 @@ def main() -> None:
     try:
         from ..errors import CkptError
         from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register)
-        from .app import app, hoist_global_flags
+        from .app import State, app, hoist_global_flags
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
         _interrupted_at_startup(signal.SIGINT, None)
     # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    State.argv = list(sys.argv[1:])
     try:
         app(args=hoist_global_flags(sys.argv[1:]), prog_name="ckpt")
     except CkptError as exc:

@@ -49,11 +49,13 @@ def serve_flags(
     Hub repo id (`repo_id`, else inferred from a Hub target, a Hugging Face cache snapshot or a Hub git clone) or the
     /model mount, the drafter /drafter, and `--served-model-name` is set (`served_model_name`, else the repo id or
     the folder's name). Raises `CkptError` when the target or drafter cannot be read."""
+    from .. import _inputs
     from ..pipeline import analyze
 
-    target = os.fspath(target)
-    drafter = os.fspath(drafter) if drafter is not None else None
-    rt, hw = _profiles(runtime, hardware)
+    target = _inputs.target(target)
+    drafter = _inputs.target(drafter, "drafter") if drafter is not None else None
+    max_model_len = _inputs.positive_int(max_model_len, "max_model_len")
+    rt, hw = _profiles(_inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware"))
     analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
                        revision=revision, progress=progress)
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
@@ -124,11 +126,13 @@ def check_serve(
     """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
     and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
     `docker run` of a known image picks that image's profile."""
+    from .. import _inputs
     from ..pipeline import analyze
     from .parser import parse_command, split_command
 
-    target = os.fspath(target)
-    words = split_command([command] if isinstance(command, str) else list(command))
+    target = _inputs.target(target)
+    runtime, hardware = _inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware")
+    words = split_command(_inputs.command(command))
     rt = serve_runtime(runtime)
     if runtime is None:
         image = _image_of(words)
