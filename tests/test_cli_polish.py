@@ -155,3 +155,20 @@ def test_ctrl_c_prints_one_line_and_exits_130(delay) -> None:
     out, err = proc.communicate(timeout=60)
     srv.close()
     assert proc.returncode == 130 and err == "ckpt: interrupted\n" and out == ""
+
+
+def test_doctor_judges_many_targets_with_one_summary() -> None:
+    bad = str(FIXTURES / "defective" / "llama-nvfp4-missing-input-scales")
+    weight_only = str(GENUINE / "llmc-llama-nvfp4a16")
+    proc = ckpt("doctor", CLEAN, bad, weight_only)
+    assert proc.returncode == 1  # the worst of them
+    table = proc.stdout.split("\n\ntarget ")[-1].splitlines()
+    assert table[0].split()[:4] == ["errors", "warnings", "info", "--fail-on"]
+    assert [line.split()[0] for line in table[1:]] == [CLEAN, bad, weight_only]
+    assert [line.split()[-1] for line in table[1:]] == ["ok", "FAIL", "ok"]
+    assert ckpt("doctor", CLEAN, weight_only, "--fail-on", "warning").returncode == 1
+    assert ckpt("doctor", CLEAN, weight_only).returncode == 0
+    reports = json.loads(ckpt("doctor", CLEAN, bad, "-f", "json").stdout)
+    assert [r["target"] for r in reports] == [CLEAN, bad] and all(r["schema_version"] == 1 for r in reports)
+    missing = ckpt("doctor", CLEAN, "/nonexistent/model")
+    assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and missing.stderr.count("\n") == 1

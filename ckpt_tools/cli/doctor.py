@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from typing import List, Optional
 
@@ -15,7 +16,8 @@ from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_ou
 def doctor(
     targets: List[str] = typer.Argument(
         ..., metavar="TARGET", help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
-        "hf://org/name); with --pre-commit, the files to check."
+        "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
+        "worst; with --pre-commit, the files to check."
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
@@ -47,14 +49,19 @@ def doctor(
                           producer_schema=producer_schema)
         text = render_many(run.reports, format.value, color=color)
         code = run.exit_code(fail_on.value)
+    elif len(targets) > 1:
+        reports = _many(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
+                        producer_schema=producer_schema, deep=deep, revision=revision)
+        text = render_many(reports, format.value, color=color)
+        if format in (Format.text, Format.markdown):
+            text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
+        code = max(r.exit_code(fail_on.value) for r in reports)
     else:
-        if len(targets) > 1:
-            raise UsageError(f"doctor takes one TARGET, got {len(targets)} (use --pre-commit to pass a list of files)")
         result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
                          producer_schema=producer_schema, deep=deep, revision=revision)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
-    if format == Format.text and not pre_commit:
+    if format == Format.text and not pre_commit and len(targets) == 1:
         text = echo_first_line(text)
     if output:
         write_output(output, text)
@@ -76,3 +83,45 @@ def _pre_commit_summary(run, fail_on: str) -> None:  # noqa: ANN001 - GateRun
             f"{', '.join(failing)}",
             file=sys.stderr,
         )
+
+
+def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s options
+    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot be
+    read stops the command (exit 2) naming it, as a single target does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..errors import CkptError
+
+    def one(target: str):  # noqa: ANN202 - Report
+        try:
+            return analyze(target, **options).report
+        except CkptError as exc:
+            raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
+
+    remote = [t for t in targets if not os.path.exists(t)]
+    with ThreadPoolExecutor(max_workers=min(8, len(remote))) if remote else _NoPool() as pool:
+        futures = {t: pool.submit(one, t) for t in remote} if remote else {}
+        return [futures[t].result() if t in futures else one(t) for t in targets]
+
+
+class _NoPool:
+    def __enter__(self) -> "_NoPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:  # noqa: ANN001 - Reports
+    """One line per target: the counts and whether it fails --fail-on; the exit code is the worst of them."""
+    rows = [(r.target, str(r.summary["error"]), str(r.summary["warning"]), str(r.summary["info"]),
+             "FAIL" if r.exit_code(fail_on) else "ok") for r in reports]
+    head = ("target", "errors", "warnings", "info", f"--fail-on {fail_on}")
+    if markdown:
+        lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    lines = ["", "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines) + "\n"
