@@ -13,7 +13,7 @@ import pytest
 
 from ckpt_tools.errors import TargetError
 from ckpt_tools.repair.execute import apply_header, apply_index, apply_patch, apply_rewrite
-from ckpt_tools.repair.fsio import Writer
+from ckpt_tools.repair.fsio import Folder, Writer
 from ckpt_tools.repair.journal import JOURNAL_NAME, Lock, decode_journal, encode_journal, finish_interrupted
 from ckpt_tools.repair.steps import HeaderStep, IndexStep, PatchStep, RewriteStep, Run, _dump_like, diff_span, sha256
 from ckpt_tools.write.header import build_file
@@ -105,9 +105,9 @@ def test_header_step_is_idempotent_and_completes_a_torn_write(tmp_path):
     raw[step.offset] = step.new[0]  # the first byte of the span written, the rest not: a torn write
     path.write_bytes(bytes(raw))
     writer = Writer()
-    apply_header(tmp_path, step, writer, "t")
+    apply_header(Folder(tmp_path), step, writer, "t")
     assert b'"a.vision.w"' in path.read_bytes() and writer.written == len(step.new)
-    apply_header(tmp_path, step, writer, "t")  # already done: nothing written
+    apply_header(Folder(tmp_path), step, writer, "t")  # already done: nothing written
     assert writer.written == len(step.new)
 
 
@@ -117,7 +117,7 @@ def test_header_step_refuses_a_file_changed_elsewhere(tmp_path):
     changed = path.read_bytes().replace(b'"a.s"', b'"a.t"')
     path.write_bytes(changed)
     with pytest.raises(TargetError, match="neither what the repair found nor what it writes"):
-        apply_header(tmp_path, step, Writer(), "t")
+        apply_header(Folder(tmp_path), step, Writer(), "t")
     assert path.read_bytes() == changed
 
 
@@ -128,7 +128,7 @@ def test_patch_step_checks_every_run_before_writing_any(tmp_path):
     good = Run(at, b"\x7f", b"\x7e")
     bad = Run(at + 1, b"\xff", b"\x7e")  # the file holds 0x10 there: neither old nor new
     with pytest.raises(TargetError, match=f"data at byte {at + 1}"):
-        apply_patch(tmp_path, PatchStep(path.name, len(raw), (good, bad), ""), Writer(), "t")
+        apply_patch(Folder(tmp_path), PatchStep(path.name, len(raw), (good, bad), ""), Writer(), "t")
     assert path.read_bytes() == raw
 
 
@@ -138,7 +138,7 @@ def test_rewrite_step_refuses_a_changed_source_and_leaves_no_temp(tmp_path):
     # Planned for a file one byte longer than the one on disk, which is not the rewritten file either.
     step = RewriteStep(path.name, len(raw) + 1, 8, sha256(raw[:8]), b"X" * 8, len(raw) + 8, (), (), "test", "")
     with pytest.raises(TargetError, match="its header"):
-        apply_rewrite(tmp_path, step, Writer(), "t")
+        apply_rewrite(Folder(tmp_path), step, Writer(), "t")
     assert path.read_bytes() == raw and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
@@ -146,7 +146,7 @@ def test_index_step_refuses_a_changed_index(tmp_path):
     index = tmp_path / "model.safetensors.index.json"
     index.write_text('{"weight_map": {"b": "x"}}')
     with pytest.raises(TargetError, match="the index"):
-        apply_index(tmp_path, IndexStep(index.name, sha256(b'{"weight_map": {"a": "x"}}'), b"{}", ""), Writer(), "t")
+        apply_index(Folder(tmp_path), IndexStep(index.name, sha256(b'{"weight_map": {"a": "x"}}'), b"{}", ""), Writer(), "t")
     assert index.read_text() == '{"weight_map": {"b": "x"}}'
 
 

@@ -11,15 +11,14 @@ original, fsynced, renamed over it, and the folder is fsynced.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Callable
 
 from ..errors import TargetError
-from .fsio import Writer, atomic_write, crashpoint, fsync_dir
+from .fsio import Folder, Writer, atomic_write, crashpoint
 from .steps import HeaderStep, IndexStep, PatchStep, RewriteStep, Run, Step, sha256
 
 
-def apply_steps(root: Path, steps: tuple[Step, ...], writer: Writer) -> None:
+def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer) -> None:
     for i, step in enumerate(steps):
         tag = f"step{i}"
         crashpoint(f"{tag}:before")
@@ -32,16 +31,16 @@ def _changed(file: str, what: str) -> TargetError:
                        f"meanwhile?); nothing more was written to it")
 
 
-def _open_checked(path: Path, file: str, size: int) -> int:
-    fd = os.open(path, os.O_RDWR)
+def _open_checked(root: Folder, file: str, size: int) -> int:
+    fd = root.open_file(file, os.O_RDWR)  # never through a link: a cache snapshot's blob is shared
     if os.fstat(fd).st_size != size:
         os.close(fd)
         raise _changed(file, "its size")
     return fd
 
 
-def apply_header(root: Path, step: HeaderStep, writer: Writer, tag: str) -> None:
-    fd = _open_checked(root / step.file, step.file, step.size)
+def apply_header(root: Folder, step: HeaderStep, writer: Writer, tag: str) -> None:
+    fd = _open_checked(root, step.file, step.size)
     try:
         prefix = os.pread(fd, step.prefix_len, 0)
         i, j = step.offset, step.offset + len(step.new)
@@ -68,8 +67,8 @@ def _pending(fd: int, runs: tuple[Run, ...], file: str) -> list[Run]:
     return todo
 
 
-def apply_patch(root: Path, step: PatchStep, writer: Writer, tag: str) -> None:
-    fd = _open_checked(root / step.file, step.file, step.size)
+def apply_patch(root: Folder, step: PatchStep, writer: Writer, tag: str) -> None:
+    fd = _open_checked(root, step.file, step.size)
     try:
         todo = _pending(fd, step.runs, step.file)  # check every run before writing any
         for k, run in enumerate(todo):
@@ -82,18 +81,17 @@ def apply_patch(root: Path, step: PatchStep, writer: Writer, tag: str) -> None:
         os.close(fd)
 
 
-def apply_rewrite(root: Path, step: RewriteStep, writer: Writer, tag: str) -> None:
-    path, tmp = root / step.file, root / step.tmp
-    fd = os.open(path, os.O_RDONLY)
+def apply_rewrite(root: Folder, step: RewriteStep, writer: Writer, tag: str) -> None:
+    fd = root.open_file(step.file, os.O_RDONLY)
     try:
         st = os.fstat(fd)
         if st.st_size == step.new_size and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix:
             if not _pending(fd, step.runs, step.file):
-                tmp.unlink(missing_ok=True)  # renamed already; a leftover can only be a stale copy
+                root.remove_stale(step.tmp)  # renamed already; a leftover can only be a stale copy
                 return
         if st.st_size != step.old_size or sha256(os.pread(fd, step.old_prefix_len, 0)) != step.old_prefix_sha256:
             raise _changed(step.file, "its header")
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, st.st_mode & 0o7777)
+        out = root.create(step.tmp, st.st_mode & 0o7777)
         try:
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
                 try:
@@ -105,7 +103,7 @@ def apply_rewrite(root: Path, step: RewriteStep, writer: Writer, tag: str) -> No
                 writer.copy(fd, out, src, dst, length, crash=f"{tag}:copy" if k == 0 else None)
             if os.fstat(out).st_size != step.new_size:
                 raise TargetError(f"{step.file}: the rewritten copy has the wrong size; the original is unchanged")
-            for run in _pending_in_copy(out, tmp, step.runs, step.file):
+            for run in _pending_in_copy(root, step.tmp, step.runs, step.file):
                 writer.pwrite(out, run.new, run.offset)
             os.fsync(out)
         finally:
@@ -113,33 +111,32 @@ def apply_rewrite(root: Path, step: RewriteStep, writer: Writer, tag: str) -> No
     finally:
         os.close(fd)
     crashpoint(f"{tag}:synced")
-    os.replace(tmp, path)
+    root.replace(step.tmp, step.file)
     crashpoint(f"{tag}:renamed")
-    fsync_dir(root)
+    root.fsync()
 
 
-def _pending_in_copy(out: int, tmp: Path, runs: tuple[Run, ...], file: str) -> list[Run]:
+def _pending_in_copy(root: Folder, tmp: str, runs: tuple[Run, ...], file: str) -> list[Run]:
     """Patch runs checked against the bytes just copied (the write-only descriptor cannot read them back)."""
     if not runs:
         return []
-    rfd = os.open(tmp, os.O_RDONLY)
+    rfd = root.open_file(tmp, os.O_RDONLY)
     try:
         return _pending(rfd, runs, file)
     finally:
         os.close(rfd)
 
 
-def apply_index(root: Path, step: IndexStep, writer: Writer, tag: str) -> None:
-    path = root / step.file
-    current = path.read_bytes()
+def apply_index(root: Folder, step: IndexStep, writer: Writer, tag: str) -> None:
+    current = root.read(step.file)
     if current == step.new:
         return
     if sha256(current) != step.old_sha256:
         raise _changed(step.file, "the index")
-    atomic_write(path, step.new, writer, crash=tag)
+    atomic_write(root, step.file, step.new, writer, crash=tag)
 
 
-APPLY: dict[str, Callable[[Path, Step, Writer, str], None]] = {
+APPLY: dict[str, Callable[[Folder, Step, Writer, str], None]] = {
     "header": apply_header,  # type: ignore[dict-item]
     "patch": apply_patch,  # type: ignore[dict-item]
     "rewrite": apply_rewrite,  # type: ignore[dict-item]

@@ -10,9 +10,12 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from ..errors import TargetError
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
 TMP_SUFFIX = ".ckpt-tmp"
@@ -117,25 +120,139 @@ def temp_name(file: str) -> str:
     return f".{file}{TMP_SUFFIX}"
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make renames and unlinks in `folder` durable."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(TMP_SUFFIX) and len(name) > len(TMP_SUFFIX) + 1
 
 
-def atomic_write(path: Path, data: bytes, writer: Writer, *, mode: int | None = None,
-                 crash: str | None = None) -> None:
-    """Replace `path` by a file holding `data`: written beside it, fsynced, renamed over it, folder fsynced."""
-    tmp = path.with_name(temp_name(path.name))
-    if mode is None:
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
+
+
+def symlink_refusal(folder: Path, name: str) -> TargetError:
+    return TargetError(f"{name} is a symlink (a Hugging Face cache snapshot links its files into shared blobs); a "
+                       f"repair never writes through a link: copy the checkpoint with `cp -rL {folder} <copy>` and "
+                       f"repair the copy")
+
+
+class Folder:
+    """The checkpoint folder, opened once. Every file a repair touches is named relative to this descriptor
+    (openat, renameat, unlinkat), so renaming the folder or swapping it for a link mid-repair cannot redirect a write;
+    no open follows a symlink, and a file a repair creates is always a new one (`O_EXCL`), never an existing file,
+    link, FIFO or device planted at its name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def __enter__(self) -> "Folder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def lstat(self, name: str) -> os.stat_result | None:
         try:
-            mode = os.stat(path).st_mode & 0o7777
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
-            mode = 0o644
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            return None
+
+    def open_file(self, name: str, flags: int) -> int:
+        """Open an existing regular file of the folder. A symlink, FIFO, device or directory at `name` is refused
+        (`O_NONBLOCK`: opening a FIFO never waits for a writer)."""
+        st = self.lstat(name)
+        if st is not None and not stat.S_ISREG(st.st_mode):  # never open a device: that alone can act on it
+            raise symlink_refusal(self.path, name) if stat.S_ISLNK(st.st_mode) else self.not_regular(name, st.st_mode)
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError as exc:
+            st = self.lstat(name) if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EWOULDBLOCK) else None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise symlink_refusal(self.path, name) from None
+            if st is not None:
+                raise self.not_regular(name, st.st_mode) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self.not_regular(name, st.st_mode)
+        return fd
+
+    def read(self, name: str) -> bytes:
+        fd = self.open_file(name, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            chunks = []
+            while True:
+                chunk = os.read(fd, max(size, 1 << 16))
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+
+    def create(self, name: str, mode: int) -> int:
+        """Create `name` as a new, empty file for writing. A regular file left there by a killed repair is
+        removed first (it is ours, by its name); anything else there is refused, and so is a file that appears at the
+        name between the two (`O_EXCL | O_NOFOLLOW` fails instead of opening it)."""
+        self.remove_stale(name)
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                           dir_fd=self.fd)
+        except FileExistsError:
+            raise TargetError(f"{self.path / name}: another process created this file while the repair was "
+                              f"running; nothing was written through it") from None
+
+    def remove_stale(self, name: str) -> None:
+        """Remove a temporary file a killed repair left at `name`; refuse anything there that is not a regular file."""
+        st = self.lstat(name)
+        if st is None:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise self.not_ours(name, st.st_mode)
+        self.unlink(name)
+
+    def not_ours(self, name: str, mode: int) -> TargetError:
+        return TargetError(f"{self.path / name} is {kind_of(mode)}, not a temporary file ckpt left; a repair writes "
+                           f"its temporary files at that name, so it refuses: remove it, then run the repair again")
+
+    def not_regular(self, name: str, mode: int) -> TargetError:
+        return TargetError(f"{self.path / name} is {kind_of(mode)}, not a regular file; a repair only writes regular "
+                           f"files in the checkpoint folder")
+
+    def unlink(self, name: str, *, missing_ok: bool = False) -> None:
+        try:
+            os.unlink(name, dir_fd=self.fd)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def fsync(self) -> None:
+        """Make renames and unlinks in the folder durable."""
+        os.fsync(self.fd)
+
+
+def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
+                 crash: str | None = None) -> None:
+    """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
+    fsynced."""
+    tmp = temp_name(name)
+    if mode is None:
+        st = folder.lstat(name)
+        mode = st.st_mode & 0o7777 if st is not None and stat.S_ISREG(st.st_mode) else 0o644
+    fd = folder.create(tmp, mode)
     try:
         writer.pwrite(fd, data, 0, crash=f"{crash}:torn" if crash else None)
         os.fsync(fd)
@@ -143,7 +260,7 @@ def atomic_write(path: Path, data: bytes, writer: Writer, *, mode: int | None = 
         os.close(fd)
     if crash:
         crashpoint(f"{crash}:synced")
-    os.replace(tmp, path)
+    folder.replace(tmp, name)
     if crash:
         crashpoint(f"{crash}:renamed")
-    fsync_dir(path.parent)
+    folder.fsync()

@@ -16,7 +16,9 @@ from pathlib import Path
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
 from ..read import open_source
+from .fsio import symlink_refusal
 from .plan import Plan
+
 
 _HUB_ID = re.compile(r"^(hf://)?(models/)?[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")
@@ -77,7 +79,7 @@ def check_checkpoint(ckpt: Checkpoint) -> None:
 
 def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bool = True) -> None:
     """Raise `TargetError` if any file the plan writes cannot be changed safely. `writable=False` (a dry run, which
-    writes nothing) leaves out the read-only check: `check_writable` reports it separately."""
+    writes nothing) leaves out the symlink and read-only checks: `check_writable` reports them separately."""
     for problem in ckpt.problems:
         if problem.file == INDEX_NAME and plan.touches_index:
             raise TargetError(f"{problem.file}: {problem.message}; the repair must update it, so it refuses (fix "
@@ -90,9 +92,8 @@ def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bo
         files.append(ckpt.index.name)
     for file in files:
         path = local.root / file
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            raise TargetError(f"{file} is a symlink (a Hugging Face cache snapshot?); repairs write real files, "
-                              f"so repair a copy: `hf download <repo> --local-dir ./copy`")
+        if writable and stat.S_ISLNK(os.lstat(path).st_mode):
+            raise symlink_refusal(local.root, file)
         if writable and _read_only(path):
             raise TargetError(f"{file} is read-only; make it writable (`chmod u+w`) to repair it")
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import struct
+
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -30,7 +32,7 @@ import orjson
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME
 from .execute import apply_steps
-from .fsio import TMP_SUFFIX, Writer, atomic_write, crashpoint, fsync_dir
+from .fsio import Folder, Writer, atomic_write, crashpoint, is_temp_name
 from .steps import STEP_TYPES, Run, Step, sha256
 
 JOURNAL_NAME = ".ckpt-repair.journal"
@@ -149,27 +151,45 @@ def _checkpoint_file(name: object) -> bool:
 
 def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
     """Carry out `steps` under the journal protocol. The caller holds the lock."""
-    atomic_write(journal_path(root), encode_journal(job, root, steps), writer, mode=0o644, crash="journal")
-    apply_steps(root, steps, writer)
-    crashpoint("done")
-    _remove_journal(root)
+    with Folder(root) as folder:
+        refuse_foreign_temps(folder)
+        atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644, crash="journal")
+        apply_steps(folder, steps, writer)
+        crashpoint("done")
+        _remove_journal(folder)
 
 
-def _remove_journal(root: Path) -> None:
-    os.unlink(journal_path(root))
-    fsync_dir(root)
+def _remove_journal(folder: Folder) -> None:
+    folder.unlink(JOURNAL_NAME)
+    folder.fsync()
+
+
+def refuse_foreign_temps(folder: Folder) -> None:
+    """Refuse to start while something that is not a regular file sits at one of our temporary names: a symlink
+    there would redirect a write out of the folder, a FIFO would block it, a directory would fail it."""
+    for name in sorted(os.listdir(folder.fd)):
+        if is_temp_name(name):
+            st = folder.lstat(name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise folder.not_ours(name, st.st_mode)
 
 
 def recover(root: Path, writer: Writer) -> str | None:
     """Complete the repair an interrupted process left in the journal; returns its job name, or None if there was
     none. Also removes temporary files a killed repair left behind. The caller holds the lock."""
-    path = journal_path(root)
+    with Folder(root) as folder:
+        return _recover(folder, writer)
+
+
+def _recover(folder: Folder, writer: Writer) -> str | None:
+    root, path = folder.path, journal_path(folder.path)
+    refuse_foreign_temps(folder)
     job = None
-    if path.exists():
-        job, steps = decode_journal(path.read_bytes(), root)
+    if folder.lstat(JOURNAL_NAME) is not None:
+        job, steps = decode_journal(folder.read(JOURNAL_NAME), root)
         try:
-            apply_steps(root, steps, writer)
-            _remove_journal(root)
+            apply_steps(folder, steps, writer)
+            _remove_journal(folder)
         except TargetError as exc:
             raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be completed: restore the file, or "
                               f"delete {path} to abandon it") from None
@@ -177,9 +197,9 @@ def recover(root: Path, writer: Writer) -> str | None:
             raise TargetError(f"{root}: an interrupted `{job}` repair must be completed before the checkpoint is "
                               f"read, and that failed ({exc.strerror or exc}); make the folder and its files "
                               f"writable and run ckpt again") from None
-    for path in stale_temps(root):
+    for stale in stale_temps(root):
         try:
-            path.unlink()
+            folder.unlink(stale.name)
         except OSError:
             pass  # debris in a folder we may not write to harms nothing: no loader reads these names
     return job
@@ -187,15 +207,14 @@ def recover(root: Path, writer: Writer) -> str | None:
 
 def stale_temps(root: Path) -> list[Path]:
     """Temporary files of a killed repair (journal or copies being written); only ever ours, by their names."""
-    return [Path(e.path) for e in os.scandir(root)
-            if e.name.startswith(".") and e.name.endswith(TMP_SUFFIX) and e.is_file(follow_symlinks=False)]
+    return [Path(e.path) for e in os.scandir(root) if is_temp_name(e.name) and e.is_file(follow_symlinks=False)]
 
 
 def finish_interrupted(root: Path | None) -> str | None:
     """Called before a checkpoint is read: if a repair was interrupted, complete it (taking the lock) and say so on
     stderr; remove a killed repair's temporary files. Returns the job completed, or None. Raises `TargetError` while
     another process is repairing the checkpoint."""
-    if root is None or not (journal_path(root).exists() or stale_temps(root)):
+    if root is None or not (os.path.lexists(journal_path(root)) or stale_temps(root)):
         return None
     with Lock(root):
         job = recover(root, Writer())
