@@ -132,29 +132,49 @@ def test_inspect_json_carries_the_contract_header() -> None:
     assert data["schema_version"] == 1 and data["tool"]["name"] == "ckpt"
 
 
-def _silent_server() -> tuple[socket.socket, int]:
+def _silent_server() -> tuple[socket.socket, int, list]:
     """A 127.0.0.1 endpoint that accepts connections and never answers: a Hub read that hangs until Ctrl-C."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
-    held = []
+    held: list = []
     threading.Thread(target=lambda: [held.append(srv.accept()) for _ in range(8)], daemon=True).start()
-    return srv, srv.getsockname()[1]
+    return srv, srv.getsockname()[1], held
 
 
-@pytest.mark.parametrize("delay", [0.15, 2.0])
-def test_ctrl_c_prints_one_line_and_exits_130(delay) -> None:
-    srv, port = _silent_server()
+def _wait_for(condition, timeout: float = 60.0) -> None:  # noqa: ANN001
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "the child never got there"
+        time.sleep(0.002)
+
+
+def _maps(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+@pytest.mark.parametrize("moment", ["start-up", "reading"])
+def test_ctrl_c_prints_one_line_and_exits_130(moment) -> None:
+    srv, port, held = _silent_server()
     env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "CKPT_NO_PROGRESS": "1"}
+           "CKPT_NO_PROGRESS": "1", "HF_HUB_ETAG_TIMEOUT": "60", "HF_HUB_DOWNLOAD_TIMEOUT": "60"}
     env.pop("HF_HUB_OFFLINE", None)
     proc = subprocess.Popen([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", "org/model"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
+    if moment == "start-up":
+        # While the commands are being imported: orjson's extension is mapped by then, typer's app not yet run.
+        _wait_for(lambda: "orjson" in _maps(proc.pid))
+    else:
+        _wait_for(lambda: bool(held))  # the Hub request is on the wire
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     srv.close()
-    assert proc.returncode == 130 and err == "ckpt: interrupted\n" and out == ""
+    assert (proc.returncode, err, out) == (130, "ckpt: interrupted\n", "")
 
 
 def test_doctor_judges_many_targets_with_one_summary() -> None:
