@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -76,9 +77,15 @@ def analyze(
         ckpt = read_tensor_bytes(source, ckpt, _wants_value, progress=progress)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
-    return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
-                 skipped_reason=skipped_reason, producer_schema=producer_schema, suppressions=suppressions,
-                 extra={"hub": provenance} if provenance else {})
+    # The checkpoint's objects (one per tensor) outlive the rules: keep the cyclic collector from walking them again
+    # at every collection while the rules allocate (a quarter of the rules' time on a 124k-tensor checkpoint).
+    gc.freeze()
+    try:
+        return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
+                     skipped_reason=skipped_reason, producer_schema=producer_schema, suppressions=suppressions,
+                     extra={"hub": provenance} if provenance else {})
+    finally:
+        gc.unfreeze()
 
 
 def judge(

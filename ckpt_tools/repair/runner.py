@@ -170,11 +170,19 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
 
 def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report | None:
     """Doctor's verdict on the checkpoint the steps leave, judged in memory like the before-state."""
+    import gc
+
     from .predict import after_checkpoint
 
     if not steps:
         return None
-    return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report
+    # The before-state's objects (one per tensor) live until the command ends: keep the collector from walking them
+    # again and again while the after-state is judged.
+    gc.freeze()
+    try:
+        return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report
+    finally:
+        gc.unfreeze()
 
 
 def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:

@@ -329,6 +329,16 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten")
 
 
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
 def _dump_like(data: Any, raw: bytes) -> bytes:
     """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`)."""
     text = raw.decode("utf-8")
@@ -341,5 +351,13 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     key_sep = ": " if text[colon + 2 : colon + 3] == " " else ":"
     item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
+    if indent == 2 and key_sep == ": " and item_sep == "," and not _has_float(
+            {k: v for k, v in data.items() if k != "weight_map"}):
+        # HF's own layout (json.dumps(indent=2)): orjson writes the same bytes for strings, ints and nesting, several
+        # times faster on a 100k-entry weight map. Floats (whose spelling may differ) and non-ASCII text (which
+        # json.dumps escapes) take the standard library.
+        fast = orjson.dumps(data, option=orjson.OPT_INDENT_2)
+        if fast.isascii():
+            return fast + (b"\n" if text.endswith("\n") else b"")
     out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=text.isascii())
     return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
