@@ -311,16 +311,19 @@ def make_seed_checkpoint(folder: Path) -> dict[str, int]:
     return {"tensors": len(names), "shards": SEED_SHARDS, "weight_bytes": total}
 
 
-def timed_process(argv: list[str]) -> tuple[float, int, int]:
-    """(wall seconds, exit code, peak RSS in KiB) of one child process."""
+def timed_process(argv: list[str]) -> tuple[float, int, float]:
+    """(wall seconds, exit code, CPU seconds: user + system) of one child process. CPU time is reported beside wall
+    time because a shared machine's load inflates wall time without changing the work."""
     import resource
     import subprocess
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, proc.returncode, rss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, proc.returncode, cpu
 
 
 def seed(workdir: Path, repeat: int) -> dict:
@@ -330,6 +333,7 @@ def seed(workdir: Path, repeat: int) -> dict:
     RSS is measured in its own helper process."""
     ckpt = [sys.executable, "-m", "ckpt_tools.cli.main"]
     rows: dict[str, list[float]] = {"doctor --headers-only": [], "fix-prefix --headers-only": [], "fix-prefix": []}
+    cpus: dict[str, list[float]] = {what: [] for what in rows}
     rss: dict[str, int] = {}
     info: dict = {}
     for _ in range(repeat):
@@ -339,9 +343,10 @@ def seed(workdir: Path, repeat: int) -> dict:
                 shutil.rmtree(folder)
             info = make_seed_checkpoint(folder)
             cmd, *opts = what.split()
-            wall, code, _ = timed_process([*ckpt, cmd, str(folder), *opts])
+            wall, code, cpu = timed_process([*ckpt, cmd, str(folder), *opts])
             assert code in (0, 1), (what, code)
             rows[what].append(wall)
+            cpus[what].append(cpu)
             probe = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
                      "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
             if what not in rss:
@@ -352,10 +357,13 @@ def seed(workdir: Path, repeat: int) -> dict:
                 rss[what] = int(subprocess.run([*probe, *ckpt, cmd, str(folder), *opts], capture_output=True,
                                                text=True).stdout.strip() or 0)
     base = statistics.median(rows["doctor --headers-only"])
-    out = {**info, "repeat": repeat}
+    base_cpu = statistics.median(cpus["doctor --headers-only"])
+    out = {**info, "repeat": repeat, "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     for what, times in rows.items():
         out[what] = {"median_seconds": round(statistics.median(times), 3), "best_seconds": round(min(times), 3),
                      "vs_doctor_headers_only": round(statistics.median(times) / base, 3),
+                     "cpu_seconds": round(statistics.median(cpus[what]), 3),
+                     "cpu_vs_doctor_headers_only": round(statistics.median(cpus[what]) / base_cpu, 3),
                      "peak_rss_mib": round(rss.get(what, 0) / 1024, 1)}
     print(f"seed size: {out}", flush=True)
     return out
