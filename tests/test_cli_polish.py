@@ -192,3 +192,29 @@ def test_doctor_judges_many_targets_with_one_summary() -> None:
     assert [r["target"] for r in reports] == [CLEAN, bad] and all(r["schema_version"] == 1 for r in reports)
     missing = ckpt("doctor", CLEAN, "/nonexistent/model")
     assert missing.returncode == 2 and "/nonexistent/model" in missing.stderr and missing.stderr.count("\n") == 1
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path) -> None:
+    """A scan big enough for a progress bar (64 MiB of FP8 scales, sparse on disk) shows none when stderr is not a
+    terminal, even without CKPT_NO_PROGRESS."""
+    import struct
+
+    from ckpt_tools.write.header import encode_header
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    rows, cols = 16384, 65536  # 64 MiB of weight_scale
+    n = rows * cols // 16
+    entries = {"model.layers.0.mlp.down_proj.weight": {"dtype": "U8", "shape": [rows, cols // 2],
+                                                       "data_offsets": [0, rows * cols // 2]},
+               "model.layers.0.mlp.down_proj.weight_scale": {"dtype": "F8_E4M3", "shape": [rows, cols // 16],
+                                                             "data_offsets": [rows * cols // 2, rows * cols // 2 + n]}}
+    header = encode_header(entries, {"format": "pt"})
+    with open(folder / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header)
+        fh.truncate(8 + len(header) + rows * cols // 2 + n)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_NO_PROGRESS"}
+    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode in (0, 1) and "scale scan" not in proc.stderr and "\r" not in proc.stderr

@@ -298,7 +298,7 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
-    data = json.loads(raw)
+    data = orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
     weight_map: dict[str, str] = data["weight_map"]
     new_map: dict[str, str] = {}
     for key, file in weight_map.items():
