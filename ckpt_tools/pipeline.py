@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
 
 from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
 from .errors import TargetError
 from .model.checkpoint import INDEX_NAME, Checkpoint
+from .model.tensors import TensorInfo
+from .model.values import STATS_DTYPES
 from .read import open_source
 from .read.configs import read_index
-from .read.loader import load_checkpoint, read_tensor_bytes
+from .read.loader import load_checkpoint, scan_values
 from .report.model import Report
-from .rules.base import Context, Finding, all_rules
-from .model.modules import ROLES, SCALE_ROLES
-from .rules.ck501_nan_fp8_scale import is_scanned
-from .suppress import apply_suppressions, load_suppressions
+from .rules.base import Context, Finding, Rule, all_rules
+from .suppress import Suppression, apply_suppressions, load_suppressions
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,35 @@ def rejudge(analysis: Analysis, ckpt: Checkpoint) -> Analysis:
     return judge(ckpt, **analysis.settings)
 
 
-def _wants_value(t) -> bool:  # noqa: ANN001 - TensorInfo
-    """FP8 scales (NaN scan) and every small scale tensor: `weight_scale_2`, `weight_global_scale`, `input_scale`,
-    `input_global_scale`, per-tensor `weight_scale`, KV scales (value rules read these few bytes)."""
-    return is_scanned(t.name, t.dtype) or (t.numel <= 64 and ROLES.get(t.name.rsplit(".", 1)[-1]) in SCALE_ROLES)
+def value_rules(suppressions: Sequence[Suppression]) -> tuple[list[type[Rule]], list[tuple[type[Rule], str]]]:
+    """(value rules that run, value rules suppressed outright with the reason). A rule silenced by a `rule` entry
+    without tensor globs would have all its findings suppressed, so its values are not read at all."""
+    run: list[type[Rule]] = []
+    silenced: list[tuple[type[Rule], str]] = []
+    for rule in all_rules():
+        if not rule.needs_values:
+            continue
+        entry = next((s for s in suppressions if s.rule == rule.code and not s.globs), None)
+        if entry is None:
+            run.append(rule)
+        else:
+            silenced.append((rule, f"suppressed in {entry.source}: {entry.reason} (its values were not read)"))
+    return run, silenced
+
+
+def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
+    """The union of what `rules` ask for (`Rule.wants_values`): the tensors the value scan measures."""
+    asks = [rule.wants_values for rule in rules]
+
+    def wanted(t: TensorInfo) -> bool:
+        if t.dtype not in STATS_DTYPES:
+            return False
+        for ask in asks:
+            if ask(t):
+                return True
+        return False
+
+    return wanted
 
 
 def analyze(
@@ -68,21 +93,25 @@ def analyze(
         finish_interrupted(getattr(source, "root", None))
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
+    run_values, silenced = value_rules(suppressions)
     skipped_reason = None
     if headers_only:
         skipped_reason = "--headers-only: scale values were not read"
     elif source.is_remote and not deep:
         skipped_reason = "remote target: scale values are read only with --deep"
+    if skipped_reason or not run_values:
+        ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
     else:
-        ckpt = read_tensor_bytes(source, ckpt, _wants_value, progress=progress)
+        ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
     # The checkpoint's objects (one per tensor) outlive the rules: keep the cyclic collector from walking them again
-    # at every collection while the rules allocate (a quarter of the rules' time on a 124k-tensor checkpoint).
+    # at every collection while the rules allocate.
     gc.freeze()
     try:
         return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
-                     skipped_reason=skipped_reason, producer_schema=producer_schema, suppressions=suppressions,
+                     skipped_reason=skipped_reason, silenced=tuple((r.code, why) for r, why in silenced),
+                     producer_schema=producer_schema, suppressions=suppressions,
                      extra={"hub": provenance} if provenance else {})
     finally:
         gc.unfreeze()
@@ -96,12 +125,14 @@ def judge(
     runtime: str | None = None,
     hardware_ids: Sequence[str] = (),
     skipped_reason: str | None = None,
+    silenced: Sequence[tuple[str, str]] = (),
     producer_schema: bool = False,
-    suppressions: Sequence = (),
+    suppressions: Sequence[Suppression] = (),
     extra: dict | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
-    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers)."""
+    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
+    (code, reason) of value rules not run because a suppression silences them outright."""
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
@@ -117,9 +148,11 @@ def judge(
                             "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
     findings: list[Finding] = []
+    not_run = dict(silenced)
     for rule_cls in all_rules():
-        if rule_cls.needs_values and skipped_reason:
-            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": skipped_reason})
+        reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
+        if reason:
+            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
             continue
         findings.extend(rule_cls().check(ctx))
     findings, suppressed = apply_suppressions(findings, suppressions)
@@ -132,7 +165,7 @@ def judge(
         extra=extra or {},
     )
     settings = {"target": target, "label": label, "runtime": runtime, "hardware_ids": tuple(hardware_ids),
-                "skipped_reason": skipped_reason, "producer_schema": producer_schema,
+                "skipped_reason": skipped_reason, "silenced": tuple(silenced), "producer_schema": producer_schema,
                 "suppressions": tuple(suppressions), "extra": dict(extra or {})}
     return Analysis(ckpt, det, report, settings)
 
@@ -175,7 +208,7 @@ def doctor(
         hardware: a hardware profile id or a list of them, any case, for kernel notes (default: every profile in
             `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
-        deep: on a remote target, also read the scale values (ranged reads of the small scale tensors).
+        deep: on a remote target, also run the value scan (ranged reads of the scale tensors only).
         revision: Hub revision (branch, tag or commit) for a repo id.
         progress: show a progress bar for long scale scans (None: only when the scan is large).
         producer_schema: also validate the quantization config with the producer's own code (rule CK311; needs the

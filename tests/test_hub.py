@@ -525,3 +525,24 @@ def test_open_source_gives_a_remote_hub_source(hub, tmp_path):
                           cwd=tmp_path)
     assert proc.stdout.split() == ["HubSource", "True", "acme/flaky@main", hub.commit("acme/flaky"), "config.json",
                                    "generation_config.json", "model.safetensors"]
+
+
+STATS_DRIVER = r"""
+import json, sys
+from ckpt_tools.pipeline import analyze
+values = analyze(sys.argv[1], deep=True).checkpoint.values
+print(json.dumps({name: repr(stats) for name, stats in values.items()}))
+"""
+
+
+def test_deep_scan_measures_the_same_statistics_as_a_local_scan(hub, repos, tmp_path):
+    """--deep streams the scale ranges through the same value scan (ranged reads): identical statistics."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, "-c", STATS_DRIVER, "acme/nan-scale"], cwd=cwd,
+                          env=hub_env(hub, tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    local = analyze(str(repos["acme/nan-scale"])).checkpoint.values
+    remote = json.loads(proc.stdout)
+    assert remote == {name: repr(stats) for name, stats in local.items()}
+    assert local.get(NAN_TENSOR).nan == 2

@@ -95,9 +95,20 @@ def test_prediction_equals_doctor_after_byte_patches(tmp_path):
 
 
 def test_carry_values_renames_whatever_value_data_the_checkpoint_holds(tmp_path):
+    import dataclasses
+
+    from ckpt_tools.repair.plan import BytePatch
+
     ckpt = analyze(str(copy_of(MISNESTED, tmp_path))).checkpoint
-    name = next(iter(ckpt.scale_bytes))
+    name = next(iter(ckpt.values))  # the scan's statistics
     carried = carry_values(ckpt, {name: "renamed." + name}, frozenset())
-    assert set(carried) == {"scale_bytes"}
-    assert carried["scale_bytes"]["renamed." + name] == ckpt.scale_bytes[name] and name not in carried["scale_bytes"]
-    assert name not in carry_values(ckpt, {}, frozenset({name}))["scale_bytes"]
+    assert set(carried) == {"values"}
+    assert carried["values"].get("renamed." + name) == ckpt.values.get(name) and name not in carried["values"]
+    assert name not in carry_values(ckpt, {}, frozenset({name}))["values"]
+    # A mapping keyed by tensor name (raw bytes) is carried as well, byte patches applied.
+    tensor = next(iter(ckpt.tensors))
+    holder = dataclasses.make_dataclass("Holder", [("index", object), ("blob", object)],
+                                        namespace={"tensors": property(lambda self: ckpt.tensors)})
+    out = carry_values(holder(ckpt.index, {tensor: b"\x7f\x00"}), {tensor: "t2"}, frozenset(),
+                       {tensor: [BytePatch(tensor, 0, 0x7F, 0x7E)]})
+    assert out == {"blob": {"t2": b"\x7e\x00"}}

@@ -13,7 +13,7 @@ VALUE_RULES = {"CK307", "CK501", "CK502", "CK503"}
 
 def test_modelopt_global_and_input_scales_are_read() -> None:
     ckpt = analyze(str(GENUINE / "modelopt-llama-nvfp4")).checkpoint
-    read = set(ckpt.scale_bytes or {})
+    read = set(ckpt.values or ())
     for suffix in ("weight_scale_2", "input_scale"):
         assert f"model.layers.0.mlp.down_proj.{suffix}" in read
     value = scalar(ckpt, "model.layers.0.mlp.down_proj.weight_scale_2")

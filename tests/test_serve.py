@@ -210,9 +210,10 @@ def test_parser_forms():
 
 def test_check_registry_is_complete():
     import ckpt_tools.serve.linter as linter
+    import ckpt_tools.serve.memory as memory
     import inspect
 
-    source = inspect.getsource(linter)
+    source = inspect.getsource(linter) + inspect.getsource(memory)
     for c in checks():
         assert c.code.startswith("CS1") and c.source and c.fix
         assert f'"{c.slug}"' in source, c.slug  # every registered check is emitted somewhere

@@ -9,6 +9,8 @@ Checks per case (see bench/conformance/README section in the top-level README):
   2. modules: ckpt's per-module scheme table against vLLM's per-layer decisions on a meta-device model build;
   3. serve: every argv `ckpt serve-flags` emits, parsed by vLLM's own `vllm serve` parser and turned into a
      `ModelConfig` for the checkpoint it names.
+  4. plan: `ckpt plan`'s per-layer KV bytes per token and recurrent state per sequence against vLLM's own KV-cache
+     specs (plan_check.py), for every fixture and the configs of tests/plan_configs.py.
 Prints the agreement table and a one-line score; writes the same as Markdown; exits 1 on any disagreement.
 """
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(HERE))
 import vllm_side as vs  # noqa: E402 - sets the CPU platform before vLLM is imported
 from cases import Case, all_cases  # noqa: E402
 from checks import Cell, check_method, check_modules, check_serve, ckpt_view  # noqa: E402
+import plan_check  # noqa: E402
 
 
 @dataclass
@@ -106,11 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ckpt-conformance-") as tmp:
         rows = [judge(c, Path(tmp)) for c in cases]
     line, clean = score(rows)
+    plan_rows = [] if args.only else plan_check.run()
+    plan_line, plan_clean = plan_check.score(plan_rows) if plan_rows else ("", True)
+    clean &= plan_clean
     # Corrupted copies live in a fresh temporary folder: name it once, so reports of two runs compare line by line.
     body = [ln.replace(tmp, "<copies>") for ln in table(rows)]
     print("\n".join(body))
     print()
     print(line)
+    if plan_line:
+        print(plan_line)
     diffs = [ln.replace(tmp, "<copies>") for ln in details(rows)]
     if diffs:
         print("\n".join(["", "Disagreements and notes:", *diffs]))
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *(diffs or ["None."]),
         "",
+        *(plan_check.section(plan_rows) if plan_rows else []),
     ]
     if not args.only:
         args.out.write_text("\n".join(md))

@@ -35,6 +35,9 @@ def inspect_command(
         census_bytes[key] += t.nbytes
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]
     layers = _layer_table(det)
+    from ..plan import memory_figures
+
+    memory = memory_figures(result)
     if format == TextOrJson.json:
         from .. import __version__
         from ..report.model import SCHEMA_VERSION
@@ -55,6 +58,7 @@ def inspect_command(
                 for r in det.rows
             ],
             "layers": layers,
+            "memory": memory,
         }
         if tensors:
             data["tensors"] = [
@@ -68,7 +72,7 @@ def inspect_command(
            *hub_lines(result.report.extra.get("hub")), "", "dtype census:"]
     for (comp, dtype), n in sorted(census.items()):
         out.append(f"  {comp:<8} {dtype:<12} {n:>8,} tensors  {_size(census_bytes[(comp, dtype)]):>10}")
-    out += ["", "schemes per layer (declared by the config -> on disk):"]
+    out += ["", *_memory_lines(memory), "", "schemes per layer (declared by the config -> on disk):"]
     for layer in layers:
         out.append(f"  {layer['layer']:<48} {layer['summary']}")
     if tensors:
@@ -76,6 +80,23 @@ def inspect_command(
         for t in listed:
             out.append(f"  {t.name:<70} {t.dtype:<8} {str(list(t.shape)):<18} {t.shard}")
     emit("\n".join(out) + "\n")
+
+
+def _memory_lines(memory: dict) -> list[str]:
+    """Weights and KV figures (ckpt plan gives the budget on a GPU)."""
+    w = memory["weights"]
+    out = ["memory (ckpt plan TARGET --hardware ID for the fit on a GPU):",
+           f"  weights   {w['bytes']:,} B (" + ", ".join(f"{k} {v:,} B" for k, v in w["by_component"].items()) + ")"]
+    kv = memory.get("kv_cache")
+    if kv is None:
+        return out + [f"  KV cache  unknown: {memory.get('kv_cache_unknown')}"]
+    out.append(f"  KV cache  {kv['bytes_per_token']:,} B per token ({kv['dtype']}, {kv['attention_layers']} "
+               f"attention layer{'s' if kv['attention_layers'] != 1 else ''}" + (f", {kv['sliding_window_layers']} sliding-window" if kv["sliding_window_layers"]
+                                      else "") + ")")
+    if memory["state"]["layers"]:
+        out.append(f"  state     {memory['state']['bytes_per_sequence']:,} B per sequence "
+                   f"({memory['state']['layers']} linear-attention layer{'s' if memory['state']['layers'] != 1 else ''})")
+    return out
 
 
 def _layer_table(det) -> list[dict]:  # noqa: ANN001

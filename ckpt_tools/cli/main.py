@@ -17,7 +17,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_at_startup)
     try:
         from ..errors import CkptError
-        from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register)
+        from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register)
         from .app import State, app, hoist_global_flags
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
         _interrupted_at_startup(signal.SIGINT, None)
@@ -49,7 +49,7 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562
     """`from ckpt_tools.cli.main import app`: the typer app with every command registered (for tests and embedding)."""
     if name != "app":
         raise AttributeError(name)
-    from . import doctor, inspect_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401
+    from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401
     from .app import app
 
     return app

@@ -71,6 +71,11 @@ def serve_flags_command(
                 emit(echo_first_line(emitters.text(plan, explain=True)))
     if code:
         sys.stderr.write(emitters.diagnostics(plan, fail_on.value, quiet=State.quiet))
+        if plan.memory is not None and plan.blocked and not plan.memory.answers.fits:
+            from ..plan.render import answer_lines, summary_lines
+
+            sys.stderr.write("\n".join(["ckpt: the checkpoint does not fit:", *(
+                f"  {ln}" for ln in summary_lines(plan.memory) + answer_lines(plan.memory))]) + "\n")
     elif not explain:  # --explain already lists the findings and warnings in the text asked for
         note(emitters.diagnostics(plan, fail_on.value))
     raise typer.Exit(code)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from .modules import ExpertGroup, Module, group_experts, group_modules
 from .tensors import Index, LfsPointer, Problem, Shard, TensorInfo
+from .values import ValueStats
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
@@ -30,8 +31,8 @@ class Checkpoint:
     index: Index | None = None
     config: Mapping[str, Any] | None = None
     hf_quant_config: Mapping[str, Any] | None = None
-    scale_bytes: Mapping[str, bytes] | None = None  # tensor -> raw bytes, when the value scan ran
-    scale_scan_skipped: str | None = None  # why the value scan did not run, if it did not
+    values: ValueStats | None = None  # value statistics of the scanned tensors, when the value scan ran
+    values_skipped: str | None = None  # why the value scan did not run, if it did not
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- tensors -------------------------------------------------------------------------------------------------

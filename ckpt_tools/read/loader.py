@@ -1,5 +1,5 @@
-"""Build a `Checkpoint` from any `Source`: headers of every shard, the configs, the index, and optionally the bytes
-of the small scale tensors that value rules look at."""
+"""Build a `Checkpoint` from any `Source`: headers of every shard, the configs, the index, and optionally the value
+statistics of the tensors that value rules judge (`scan_values`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .configs import read_config, read_index
 from .header import ShardRead, read_shard
 from .header_estimate import first_read_sizes
 from .source import Source
+from .value_scan import scan_values as scan
 
 SHARD_SUFFIX = ".safetensors"
 T = TypeVar("T")
@@ -99,63 +100,21 @@ def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
     return [fn(item) for item in items]
 
 
-# ---- scale values -------------------------------------------------------------------------------------------------
-
-COALESCE_GAP = 256 * 1024  # read through gaps smaller than this rather than issuing another read
-PROGRESS_THRESHOLD = 64 * 1024 * 1024
+# ---- value statistics ---------------------------------------------------------------------------------------------
 
 
-def read_tensor_bytes(
+def scan_values(
     source: Source,
     checkpoint: Checkpoint,
     wanted: Callable[[TensorInfo], bool],
     *,
     progress: bool | None = None,
 ) -> Checkpoint:
-    """Return a copy of `checkpoint` whose `scale_bytes` holds the raw bytes of every wanted tensor.
+    """A copy of `checkpoint` whose `values` holds the statistics of every wanted tensor (`read.value_scan`).
 
-    Only the byte ranges of the chosen tensors are read, coalesced per shard; invalid shards are skipped because
-    their offsets cannot be trusted.
+    Only the loaded tensors are scanned (the ones `Checkpoint.tensors` names), and only in valid shards: an invalid
+    shard's offsets cannot be trusted.
     """
-    from tqdm import tqdm
-
-    plan: list[tuple[Shard, list[TensorInfo]]] = []
-    for shard in checkpoint.shards:
-        if not shard.valid:
-            continue
-        chosen = sorted((t for t in shard.tensors if wanted(t)), key=lambda t: t.begin)
-        if chosen:
-            plan.append((shard, chosen))
-    total = sum(t.nbytes for _, ts in plan for t in ts)
-    out: dict[str, bytes] = {}
-    disable = (total < PROGRESS_THRESHOLD) if progress is None else not progress
-    if os.environ.get("CKPT_NO_PROGRESS"):
-        disable = True
-    with tqdm(total=total, unit="B", unit_scale=True, desc="scale scan", disable=disable, leave=False) as bar:
-        def one(item: tuple[Shard, list[TensorInfo]]) -> dict[str, bytes]:
-            shard, chosen = item
-            spans = _coalesce(chosen)
-            blobs = source.read_ranges(shard.name, [(shard.data_start + b, e - b) for b, e, _ in spans])
-            part: dict[str, bytes] = {}
-            for (b, _e, members), blob in zip(spans, blobs):
-                for t in members:
-                    part[t.name] = blob[t.begin - b : t.end - b]
-                    bar.update(t.nbytes)
-            return part
-
-        parts = _map(source, one, plan)  # remote: one round trip per span, overlapped across shards
-    for part in parts:  # in shard order, whatever order the reads finished in
-        out.update(part)
-    return replace(checkpoint, scale_bytes=out)
-
-
-def _coalesce(tensors: list[TensorInfo]) -> list[tuple[int, int, list[TensorInfo]]]:
-    spans: list[tuple[int, int, list[TensorInfo]]] = []
-    for t in tensors:
-        if spans and t.begin - spans[-1][1] <= COALESCE_GAP:
-            b, e, members = spans[-1]
-            members.append(t)
-            spans[-1] = (b, max(e, t.end), members)
-        else:
-            spans.append((t.begin, t.end, [t]))
-    return spans
+    shards = {s.name: s for s in checkpoint.shards if s.valid}
+    chosen = [t for t in checkpoint.tensors.values() if t.shard in shards and wanted(t)]
+    return replace(checkpoint, values=scan(source, chosen, shards, progress=progress))

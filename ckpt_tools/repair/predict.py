@@ -74,19 +74,26 @@ def _edited_shard(shard: Shard, renames: Mapping[str, str], drops: frozenset[str
 
 def carry_values(ckpt: Checkpoint, renames: Mapping[str, str], drops: frozenset[str],
                  patches: Mapping[str, list[BytePatch]] | None = None) -> dict[str, Any]:
-    """The value data of `ckpt` under the repaired names: every field that maps tensor names to what the value scan
-    measured (raw bytes today, per-tensor statistics tomorrow) gets its keys renamed and dropped tensors removed,
-    whatever the field is called. Bytes of patched tensors get the patch; a measurement that is not raw bytes cannot
-    be patched here, so it is left out (the value rules then do not judge that tensor until it is read again)."""
+    """The value data of `ckpt` under the repaired names, for every Checkpoint field that holds it, whatever the field
+    is called: a value-statistics object that knows how to rename itself (`renamed(old -> new or None)`, the scan's
+    `ValueStats`), or a mapping keyed by tensor name (raw bytes). Dropped tensors leave it. Raw bytes of patched
+    tensors get the patch; a measurement that is not raw bytes cannot be patched here, so it is left out (the value
+    rules then do not judge that tensor until it is read again, which the repair does after writing patches)."""
     names = ckpt.tensors.keys() | set(ckpt.index.weight_map if ckpt.index else ())
     patches = patches or {}
     out: dict[str, Any] = {}
     for f in dataclasses.fields(ckpt):
         data = getattr(ckpt, f.name)
-        if not isinstance(data, Mapping) or not data or f.name in ("files", "config", "hf_quant_config", "extra"):
+        if f.name in ("files", "config", "hf_quant_config", "extra", "index") or not data:
             continue
-        if not all(isinstance(k, str) and k in names for k in data):
-            continue  # not keyed by tensor name
+        if callable(getattr(data, "renamed", None)):
+            mapping: dict[str, str | None] = {n: None for n in drops}
+            mapping.update({old: new for old, new in renames.items() if old not in drops})
+            mapping.update({n: None for n in patches})  # statistics cannot be patched in memory
+            out[f.name] = data.renamed(mapping)
+            continue
+        if not isinstance(data, Mapping) or not all(isinstance(k, str) and k in names for k in data):
+            continue  # not value data keyed by tensor name
         moved: dict[str, Any] = {}
         for name, value in data.items():
             if name in drops:

@@ -1,7 +1,8 @@
 """`scrub-nan`: overwrite NaN bytes of 8-bit float scale tensors in place, and nothing else.
 
-The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`: E4M3 0x7F / 0xFF,
-E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)). Replacement values (`--value`):
+The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`, from the value
+scan's statistics: E4M3 0x7F / 0xFF, E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)).
+Replacement values (`--value`):
 
 - `max` (default): the format's largest finite value, E4M3 0x7E = 448. The NaN came from an unclamped cast of a
   value above 448 (NVIDIA/Model-Optimizer#1633), so saturating is the closest representable value; it is what
@@ -9,7 +10,9 @@ E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; the OCP 8-bit floating poi
 - `zero`: +0, which silences the block (its weights dequantize to 0). For when a saturated block does more harm
   than a missing one; E8M0 has no zero, so MX scales only take `max`.
 
-The data layout does not change, so only the NaN bytes are written (one write per run of adjacent NaN bytes).
+The data layout does not change, so only the NaN bytes are written (one write per run of adjacent NaN bytes). The
+statistics say which tensors hold NaN codes and how many; their positions are found by re-reading only those tensors,
+in chunks (`read.value_scan.read_pieces`), so planning holds one chunk at a time plus one patch per NaN byte.
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ from types import MappingProxyType
 
 from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES, ZERO_BYTE
 from ..errors import TargetError, UsageError
+from ..model.checkpoint import Checkpoint
+from ..model.tensors import TensorInfo
 from ..pipeline import Analysis
+from ..read import open_source
+from ..read.value_scan import read_pieces
 from ..rules.ck501_nan_fp8_scale import NanFp8Scale, nan_counts
 from .plan import BytePatch, Plan, ShardEdit, nothing
-from .runner import Job, context, fixable_findings
+from .runner import Job, fixable_findings
 
 NAME = "scrub-nan"
 VALUES = {"max": MAX_FINITE_BYTE, "zero": ZERO_BYTE}
@@ -49,15 +56,40 @@ def nan_positions(blob: bytes, nan: frozenset[int]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
+def _patches(target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[str, int]
+             ) -> dict[str, list[BytePatch]]:
+    """Shard -> one patch per NaN byte of the flagged tensors, found by re-reading just those tensors."""
+    source = open_source(target)
+    by_shard: dict[str, list[TensorInfo]] = {}
+    for name in sorted(counts):
+        t = ckpt.tensors[name]
+        by_shard.setdefault(t.shard, []).append(t)
+    per_shard: dict[str, list[BytePatch]] = {}
+    for shard_name, tensors in by_shard.items():
+        patches = per_shard.setdefault(shard_name, [])
+        for t, offset, piece in read_pieces(source, ckpt.shard_by_name[shard_name], tensors):
+            new = table[t.dtype]
+            patches.extend(BytePatch(t.name, offset + pos, old, new)
+                           for pos, old in nan_positions(piece, NAN_BYTES[t.dtype]))
+        found: dict[str, int] = {}
+        for p in patches:
+            found[p.tensor] = found.get(p.tensor, 0) + 1
+        for t in tensors:
+            if found.get(t.name, 0) != counts[t.name]:
+                raise TargetError(f"{target}: `{t.name}` changed while it was being read ({counts[t.name]} NaN "
+                                  f"byte(s) counted, {found.get(t.name, 0)} found); run the command again")
+        patches.sort(key=lambda p: (p.tensor, p.position))
+    return per_shard
+
+
 def plan(analysis: Analysis, target: str, value: str) -> Plan:
     ckpt = analysis.checkpoint
-    if ckpt.scale_bytes is None:
-        raise TargetError(f"{target}: scale values were not read ({ckpt.scale_scan_skipped or 'no value scan'})")
+    if ckpt.values is None:
+        raise TargetError(f"{target}: scale values were not read ({ckpt.values_skipped or 'no value scan'})")
     if not fixable_findings(analysis, NanFp8Scale.slug):
         return nothing(NAME, "no nan-fp8-scale finding: no NaN byte in any 8-bit float scale tensor")
-    counts = nan_counts(context(analysis, target))
+    counts = nan_counts(ckpt)
     table = VALUES[value]
-    per_shard: dict[str, list[BytePatch]] = {}
     replacement: dict[str, str] = {}
     for name in sorted(counts):
         t = ckpt.tensors[name]
@@ -65,9 +97,7 @@ def plan(analysis: Analysis, target: str, value: str) -> Plan:
         if new is None:
             raise UsageError(f"`{name}` is {t.dtype}, which has no {value} value to write; use --value max")
         replacement[t.dtype] = f"0x{new:02X}"
-        patches = [BytePatch(name, pos, old, new) for pos, old in nan_positions(ckpt.scale_bytes[name],
-                                                                                 NAN_BYTES[t.dtype])]
-        per_shard.setdefault(t.shard, []).extend(patches)
+    per_shard = _patches(target, ckpt, counts, table)
     edits = {shard: ShardEdit(patches=tuple(ps)) for shard, ps in per_shard.items()}
     total = sum(counts.values())
     lines = tuple(f"{name}: {counts[name]} NaN byte(s) -> {replacement[ckpt.tensors[name].dtype]}"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 from ..detect.resolve import Detection
 from ..knowledge import Hardware
 from ..model.checkpoint import Checkpoint
+from ..model.tensors import TensorInfo
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
@@ -74,7 +75,14 @@ class Rule:
     severity: ClassVar[str]
     title: ClassVar[str]
     fixable: ClassVar[bool] = False
-    needs_values: ClassVar[bool] = False  # reads scale bytes (skipped with --headers-only / remote without --deep)
+    needs_values: ClassVar[bool] = False  # judges value statistics (skipped with --headers-only / remote without --deep)
+
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """Whether this rule judges `tensor`'s value statistics (`ctx.ckpt.values`). A rule with `needs_values`
+        overrides it; the pipeline scans the union over the rules that run, so a rule never sees statistics it did
+        not ask for unless another rule asked for them too."""
+        return False
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         raise NotImplementedError

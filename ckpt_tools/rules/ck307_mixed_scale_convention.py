@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Iterable
 
 from ..catalogue import global_scale_conventions
 from ..model.modules import ROLES, join_name
+from ..model.tensors import TensorInfo
+from ..model.values import WIDE_FLOAT_DTYPES
 from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
@@ -14,11 +17,16 @@ from .base import Context, Finding, Rule, files_of, register
 BOUNDARY = 1.0
 
 
+@cache
+def _convention_suffixes() -> frozenset[str]:
+    return frozenset(global_scale_conventions())
+
+
 def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
     """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention."""
     conventions = global_scale_conventions()
     out: list[tuple[str, str, float]] = []
-    if not ctx.ckpt.scale_bytes:
+    if not ctx.ckpt.values:
         return out
     for row in ctx.det.rows:
         if row.disk.kind != "nvfp4":
@@ -67,6 +75,13 @@ class MixedScaleConvention(Rule):
     severity = "error"
     title = "Global scales in the other producer's convention"
     needs_values = True
+
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """One-element float weight global scales whose name has a convention (rules/ scale tables)."""
+        suffix = tensor.name.rpartition(".")[2]
+        return (tensor.dtype in WIDE_FLOAT_DTYPES and suffix in _convention_suffixes()
+                and ROLES.get(suffix) == "weight_global_scale" and tensor.numel == 1)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = misplaced(ctx)

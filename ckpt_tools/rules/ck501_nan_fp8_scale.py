@@ -3,27 +3,21 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..dtypes import NAN_BYTES
-from ..model.modules import ROLES, SCALE_ROLES
+from ..model.checkpoint import Checkpoint
+from ..model.tensors import TensorInfo
+from ._values import is_scale
 from .base import Context, Finding, Rule, files_of, register
 
 
-def is_scanned(name: str, dtype: str) -> bool:
-    """Scale tensors in an 8-bit float format: the ones whose bytes this rule reads."""
-    return dtype in NAN_BYTES and ROLES.get(name.rsplit(".", 1)[-1]) in SCALE_ROLES
-
-
-def nan_counts(ctx: Context) -> dict[str, int]:
-    """Tensor -> number of NaN bytes, over every scanned scale tensor whose bytes were read."""
+def nan_counts(ckpt: Checkpoint) -> dict[str, int]:
+    """Tensor -> number of NaN codes, over every 8-bit float scale tensor the value scan measured."""
     out: dict[str, int] = {}
-    data = ctx.ckpt.scale_bytes or {}
-    for name, blob in data.items():
-        t = ctx.ckpt.tensors.get(name)
-        if t is None or not is_scanned(name, t.dtype):
-            continue
-        nan = NAN_BYTES[t.dtype]
-        n = sum(blob.count(b) for b in nan)
-        if n:
-            out[name] = n
+    if ckpt.values is None:
+        return out
+    for name, s in ckpt.values.items():
+        t = ckpt.tensors.get(name)
+        if s.nan and t is not None and NanFp8Scale.wants_values(t):
+            out[name] = s.nan
     return out
 
 
@@ -57,8 +51,13 @@ class NanFp8Scale(Rule):
     fixable = True
     needs_values = True
 
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """Scale tensors in an 8-bit float format with NaN codes (the dtypes `scrub-nan` can repair)."""
+        return tensor.dtype in NAN_BYTES and is_scale(tensor)
+
     def check(self, ctx: Context) -> Iterable[Finding]:
-        counts = nan_counts(ctx)
+        counts = nan_counts(ctx.ckpt)
         if not counts:
             return
         names = sorted(counts)

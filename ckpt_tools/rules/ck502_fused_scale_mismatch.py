@@ -5,12 +5,15 @@ from collections import defaultdict
 from typing import Iterable
 
 from ..catalogue import fused_groups_for
+from ..model.tensors import TensorInfo
+from ..model.values import WIDE_FLOAT_DTYPES
 from ._memo import once_per
 from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
 WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
 INPUT_GLOBAL = ("input_scale", "input_global_scale")
+_GLOBAL_SUFFIXES = frozenset(WEIGHT_GLOBAL + INPUT_GLOBAL)
 RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
 ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
 
@@ -85,8 +88,14 @@ class FusedScaleMismatch(Rule):
     title = "Fused shards have different global scales"
     needs_values = True
 
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """One-element float weight / input global scales (a few bytes each)."""
+        return (tensor.dtype in WIDE_FLOAT_DTYPES and tensor.name.rpartition(".")[2] in _GLOBAL_SUFFIXES
+                and tensor.numel == 1)
+
     def check(self, ctx: Context) -> Iterable[Finding]:
-        if not ctx.ckpt.scale_bytes:
+        if not ctx.ckpt.values:
             return
         for suffixes, what, effect in (
             (WEIGHT_GLOBAL, "weight global scales",

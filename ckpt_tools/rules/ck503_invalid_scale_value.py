@@ -4,7 +4,9 @@ import math
 from typing import Iterable
 
 from ..model.modules import ROLES
-from ._values import values
+from ..model.tensors import TensorInfo
+from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
+from ._values import role
 from .base import Context, Finding, Rule, files_of, register
 
 # Scales vLLM divides by or inverts: one value per module (global / input / per-tensor) or per attention layer.
@@ -12,25 +14,38 @@ DIVISOR_ROLES = frozenset({"weight_global_scale", "input_scale", "kv_scale"})
 CHECKED_ROLES = DIVISOR_ROLES | {"weight_scale"}
 
 
-def problems(ctx: Context) -> dict[str, str]:
-    """Tensor -> what is wrong with its values, over every float scale tensor whose bytes were read."""
-    out: dict[str, str] = {}
-    for name in sorted(ctx.ckpt.scale_bytes or {}):
-        suffix = name.rsplit(".", 1)[-1]
-        role = ROLES.get(suffix)
-        if role not in CHECKED_ROLES or suffix.endswith("zero_point") or suffix.endswith("_bias"):
-            continue
-        vals = values(ctx.ckpt, name)
-        if not vals:
-            continue
-        bad = [v for v in vals if not math.isfinite(v)]
+def _checked(name: str) -> bool:
+    suffix = name.rpartition(".")[2]
+    return ROLES.get(suffix) in CHECKED_ROLES and not suffix.endswith(("zero_point", "_bias"))
+
+
+def _problem(name: str, s: TensorStats) -> str | None:
+    if s.values is not None:  # small tensors: the values themselves, as they are printed
+        bad = [v for v in s.values if not math.isfinite(v)]
         if bad:
-            out[name] = f"{len(bad)} non-finite value(s) ({bad[0]})"
-        elif any(v < 0 for v in vals):
-            out[name] = f"negative value ({min(vals):.6g})"
-        elif len(vals) == 1 and role in DIVISOR_ROLES and vals[0] == 0:
-            out[name] = "zero"
-    return out
+            return f"{len(bad)} non-finite value(s) ({bad[0]})"
+    elif s.nonfinite:
+        return f"{s.nonfinite} non-finite value(s) ({'nan' if s.nan else 'inf'})"
+    if s.negative:
+        return f"negative value ({s.min:.6g})"
+    if s.count == 1 and role(name) in DIVISOR_ROLES and s.zero:
+        return "zero"
+    return None
+
+
+def problems(ctx: Context) -> dict[str, str]:
+    """Tensor -> what is wrong with its values, over every float scale tensor the value scan measured."""
+    out: dict[str, str] = {}
+    if ctx.ckpt.values is None:
+        return out
+    for name, s in ctx.ckpt.values.items():
+        t = ctx.ckpt.tensors.get(name)
+        if t is None or not InvalidScaleValue.wants_values(t) or not s.count:
+            continue
+        found = _problem(name, s)
+        if found:
+            out[name] = found
+    return dict(sorted(out.items()))
 
 
 @register
@@ -38,8 +53,8 @@ class InvalidScaleValue(Rule):
     """Float scale values that are NaN, infinite, negative, or a zero global scale.
 
     What it catches
-    The small F32/BF16/F16 scale tensors (global and input scales, per-tensor weight scales, KV-cache scales, and
-    per-channel weight scales of up to 64 values), read from their byte ranges only: NaN or infinite values anywhere,
+    The F32/BF16/F16 scale tensors (global and input scales, per-tensor, per-channel and per-group weight scales,
+    KV-cache scales), measured by the value scan from their byte ranges only: NaN or infinite values anywhere,
     negative values (scales are magnitudes), and a zero global, input or KV scale (docs/reference/failures.md #10,
     "non-finite or <= 0 in F32 scalars"). 8-bit float block scales are nan-fp8-scale's (CK501). Skipped with
     `--headers-only`.
@@ -63,6 +78,11 @@ class InvalidScaleValue(Rule):
     severity = "error"
     title = "NaN, infinite, negative or zero scale values"
     needs_values = True
+
+    @classmethod
+    def wants_values(cls, tensor: TensorInfo) -> bool:
+        """F32 / BF16 / F16 global, input, KV and weight scales of any size."""
+        return tensor.dtype in WIDE_FLOAT_DTYPES and _checked(tensor.name)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = problems(ctx)

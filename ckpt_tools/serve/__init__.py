@@ -75,8 +75,12 @@ def serve_flags(
         speculative_method=speculative_method,
         served_model_name=served_model_name,
     )
-    the_plan = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
-    return replace(the_plan, findings=serve_verdict(analysis, planned_command(the_plan), rt, hw, the_plan))
+    from .memory import fit_serve_plan
+
+    planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
+    fitted = fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
+    return replace(fitted, findings=serve_verdict(analysis, planned_command(fitted), rt, hw, fitted,
+                                                  drafter_path=drafter))
 
 
 def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
@@ -88,13 +92,16 @@ def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
 
 
 def serve_verdict(analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None,  # noqa: ANN001
-                  the_plan: ServePlan) -> tuple[Finding, ...]:
+                  the_plan: ServePlan, *, drafter_path: str | None = None) -> tuple[Finding, ...]:
     """The one verdict of serving a checkpoint with a command: doctor's findings on the checkpoint (same analysis,
-    same severities) followed by check-serve's findings on the command. serve-flags judges its own planned command
-    with it, check-serve the user's, so the two agree on every fact they share."""
+    same severities), then check-serve's findings on the command (its flags and environment, and whether its
+    settings fit the GPU's memory). serve-flags judges its own planned command with it, check-serve the user's, so
+    the two agree on every fact they share."""
     from .linter import lint
+    from .memory import memory_findings
 
-    return tuple(analysis.report.findings) + lint(cmd, rt, hw, the_plan.facts, the_plan)
+    return (*analysis.report.findings, *lint(cmd, rt, hw, the_plan.facts, the_plan),
+            *memory_findings(cmd, rt, hw, analysis, drafter_path))
 
 
 @dataclass(frozen=True)
@@ -150,7 +157,7 @@ def check_serve(
     options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
                           drafter_path=spec_drafter, speculative_method=method)
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
-    findings = serve_verdict(analysis, cmd, rt, hw, the_plan)
+    findings = serve_verdict(analysis, cmd, rt, hw, the_plan, drafter_path=spec_drafter)
     report = Report(target=analysis.report.target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
                     skipped=analysis.report.skipped, suppressed=analysis.report.suppressed,
                     extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),

@@ -135,6 +135,10 @@ def text(plan: ServePlan, explain: bool = False) -> str:
             out.append(f"{k}={v} (environment)")
         for n in plan.notes:
             out.append(f"note: {n}")
+        if plan.memory is not None:
+            from ..plan.render import arithmetic
+
+            out += ["", f"memory plan on {plan.memory.hardware_name}:", *(f"    {ln}" for ln in arithmetic(plan.memory))]
         for f in plan.sorted_findings():
             out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}")
         for w in plan.warnings:

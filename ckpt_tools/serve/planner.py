@@ -55,6 +55,7 @@ class ServePlan:
     blocked: str | None = None  # why the runtime will not serve this checkpoint at all
     alternatives: tuple[str, ...] = ()  # runtime profiles that do load it
     notes: tuple[str, ...] = field(default=())
+    memory: Any = None  # the memory plan (ckpt_tools.plan.MemoryPlan) on this hardware, when one was made
     # The verdict: doctor's findings on the checkpoint plus check-serve's findings on this very command
     # (`ckpt_tools.serve.serve_verdict`), so serve-flags, check-serve and doctor never disagree.
     findings: tuple[Finding, ...] = ()
@@ -120,6 +121,7 @@ class ServePlan:
             "alternatives": list(self.alternatives),
             "notes": list(self.notes),
             "drafter": dict(self.drafter) if self.drafter else None,
+            "memory": self.memory.to_json() if self.memory is not None else None,
             "checkpoint": {
                 "producer": self.facts.producer, "quant_algo": self.facts.quant_algo,
                 "vllm_quantization": self.facts.vllm_quantization, "activation_mode": self.facts.activation_mode,

@@ -1,0 +1,334 @@
+"""Value statistics of scale tensors: what the streaming value scan measured, and all that value rules judge.
+
+The scan (`ckpt_tools.read.value_scan`) turns each wanted tensor's bytes into one `TensorStats`, chunk by chunk, and
+never keeps the bytes. The classification of every code is derived from one decoder per dtype (`decode_code` for the
+8-bit float formats, IEEE half / bfloat / single for the wider ones), so the class tables cannot disagree with the
+values. Formats follow the OCP 8-bit float definitions (E4M3 "fn": no infinity, NaN S.1111.111; E5M2: IEEE-like;
+FNUZ: no negative zero, 0x80 is the only NaN; E8M0: exponent only, 0xFF is NaN) and IEEE 754 for F16 / BF16 / F32.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, replace
+from functools import cache
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping
+
+# Tensors of at most this many elements keep their decoded values (global / input / per-tensor scales, KV scales,
+# short per-channel scales): rules compare and print them.
+SMALL_TENSOR_ELEMENTS = 64
+
+# 8-bit float formats: (exponent bits, mantissa bits, exponent bias, "fnuz" variant). E8M0 is handled apart.
+_FLOAT8_LAYOUT: Mapping[str, tuple[int, int, int, bool]] = MappingProxyType({
+    "F8_E4M3": (4, 3, 7, False),
+    "F8_E4M3FNUZ": (4, 3, 8, True),
+    "F8_E5M2": (5, 2, 15, False),
+    "F8_E5M2FNUZ": (5, 2, 16, True),
+})
+FLOAT8_DTYPES = frozenset({*_FLOAT8_LAYOUT, "F8_E8M0"})
+WIDE_FLOAT_DTYPES = frozenset({"F32", "BF16", "F16"})
+STATS_DTYPES = FLOAT8_DTYPES | WIDE_FLOAT_DTYPES  # the dtypes the scan measures; any other tensor is not scanned
+ITEM_SIZE: Mapping[str, int] = MappingProxyType({**{d: 1 for d in FLOAT8_DTYPES}, "F16": 2, "BF16": 2, "F32": 4})
+
+
+def decode_code(dtype: str, code: int) -> float:
+    """The value of one 8-bit float code (NaN for NaN codes)."""
+    if dtype == "F8_E8M0":
+        return math.nan if code == 0xFF else math.ldexp(1.0, code - 127)
+    ebits, mbits, bias, fnuz = _FLOAT8_LAYOUT[dtype]
+    if fnuz and code == 0x80:
+        return math.nan
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent = (code >> mbits) & ((1 << ebits) - 1)
+    mantissa = code & ((1 << mbits) - 1)
+    if not fnuz and exponent == (1 << ebits) - 1:
+        if dtype == "F8_E4M3":  # "fn": the top exponent is finite except S.1111.111
+            if mantissa == (1 << mbits) - 1:
+                return math.nan
+        else:  # E5M2: IEEE infinities and NaNs
+            return sign * math.inf if mantissa == 0 else math.nan
+    if exponent == 0:
+        return sign * math.ldexp(mantissa, 1 - bias - mbits)
+    return sign * math.ldexp((1 << mbits) + mantissa, exponent - bias - mbits)
+
+
+# ---- the classes a code can be in -----------------------------------------------------------------------------
+
+PLAIN, NAN, INF, ZERO, NEGATIVE, SUBNORMAL, NEGATIVE_SUBNORMAL = range(7)
+
+
+def _class_of(dtype: str, code: int) -> int:
+    value = decode_code(dtype, code)
+    if math.isnan(value):
+        return NAN
+    if math.isinf(value):
+        return INF
+    if value == 0:
+        return ZERO
+    ebits, mbits = (8, 0) if dtype == "F8_E8M0" else _FLOAT8_LAYOUT[dtype][:2]
+    subnormal = dtype != "F8_E8M0" and (code >> mbits) & ((1 << ebits) - 1) == 0
+    if value < 0:
+        return NEGATIVE_SUBNORMAL if subnormal else NEGATIVE
+    return SUBNORMAL if subnormal else PLAIN
+
+
+FEW_SPECIAL = 16  # up to this many codes to look for, one memchr each beats a translate pass
+
+
+@dataclass(frozen=True)
+class Float8Table:
+    """Per 8-bit float dtype: the codes that need no counting (positive normal finite), and each code's class as a
+    `bytes.translate` table, so a chunk is classified at C speed (`translate(None, plain)` keeps only the rest).
+
+    `probe` is what a clean piece is checked for first (memchr speed): every non-plain code when there are few
+    (E8M0: 0xFF only), else the non-plain codes below 0x80, after `isascii()` has ruled out the others."""
+
+    plain: bytes
+    classes: bytes
+    values: tuple[float, ...]  # code -> value
+    probe: bytes
+    ascii_first: bool
+
+
+@cache
+def float8_table(dtype: str) -> Float8Table:
+    """The table of one 8-bit float dtype, built on first use (the header path never pays for it)."""
+    classes = bytes(_class_of(dtype, c) for c in range(256))
+    special = bytes(c for c in range(256) if classes[c] != PLAIN)
+    ascii_first = len(special) > FEW_SPECIAL
+    probe = bytes(c for c in special if c < 0x80) if ascii_first else special
+    return Float8Table(plain=bytes(c for c in range(256) if classes[c] == PLAIN), classes=classes,
+                       values=tuple(decode_code(dtype, c) for c in range(256)), probe=probe,
+                       ascii_first=ascii_first)
+
+
+# ---- statistics ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TensorStats:
+    """What the scan measured in one tensor. Counts are exact over every element.
+
+    `negative` counts finite values below zero (-0 is a `zero`, -inf an `inf`); `subnormal` counts nonzero values
+    below the format's smallest normal, of either sign. `min` / `max` are over the finite values (None when there
+    is none); for 8-bit codes they are known only for small tensors (from `values`). `values` holds every value of a
+    tensor of at most `SMALL_TENSOR_ELEMENTS` elements, else None.
+    """
+
+    dtype: str
+    count: int
+    nan: int = 0
+    inf: int = 0
+    zero: int = 0
+    negative: int = 0
+    subnormal: int = 0
+    min: float | None = None
+    max: float | None = None
+    values: tuple[float, ...] | None = None
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.inf
+
+    @property
+    def scalar(self) -> float | None:
+        """The value of a one-element tensor, else None."""
+        return self.values[0] if self.values is not None and len(self.values) == 1 else None
+
+
+@dataclass(frozen=True)
+class ValueStats:
+    """Tensor name -> `TensorStats` for every tensor the value scan read, plus what the scan cost.
+
+    Weights are never rewritten by header-only repairs, so the statistics of a renamed checkpoint are these under the
+    new names: `renamed()`.
+    """
+
+    tensors: Mapping[str, TensorStats]
+    bytes_read: int = 0  # bytes the scan fetched (its ranges, coalesced gaps included)
+
+    def get(self, name: str) -> TensorStats | None:
+        return self.tensors.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def items(self) -> Iterable[tuple[str, TensorStats]]:
+        return self.tensors.items()
+
+    def renamed(self, mapping: Mapping[str, str | None]) -> ValueStats:
+        """The same statistics after a rename: `mapping` old name -> new name (None drops the tensor); names it does
+        not mention keep theirs."""
+        out: dict[str, TensorStats] = {}
+        for name, stats in self.tensors.items():
+            new = mapping.get(name, name)
+            if new is not None:
+                out[new] = stats
+        return replace(self, tensors=MappingProxyType(out))
+
+
+# ---- measuring ----------------------------------------------------------------------------------------------------
+
+_NEG_SIGN = bytes(range(0x80))  # translate(None, this) keeps the bytes whose top bit (a float's sign) is set
+WIDE_STEP = 64 * 1024  # bytes of F32 / BF16 / F16 decoded at a time (a multiple of every item size)
+
+
+class Accumulator:
+    """Statistics of one tensor fed in pieces of whole elements, in order (a piece may end anywhere inside the
+    tensor; the scan splits its chunks on element boundaries)."""
+
+    __slots__ = ("dtype", "count", "nan", "inf", "zero", "negative", "subnormal", "min", "max", "small")
+
+    def __init__(self, dtype: str, numel: int) -> None:
+        self.dtype = dtype
+        self.count = self.nan = self.inf = self.zero = self.negative = self.subnormal = 0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.small: bytearray | None = bytearray() if numel <= SMALL_TENSOR_ELEMENTS else None
+
+    def feed(self, piece: bytes) -> None:
+        if self.small is not None:
+            self.small += piece
+        if self.dtype in FLOAT8_DTYPES:
+            self._feed_float8(piece)
+        elif len(piece) <= WIDE_STEP:
+            self._feed_wide(piece)
+        else:  # decoded floats are Python objects: a bounded number at a time
+            for i in range(0, len(piece), WIDE_STEP):
+                self._feed_wide(piece[i : i + WIDE_STEP])
+
+    def _feed_float8(self, piece: bytes) -> None:
+        table = float8_table(self.dtype)
+        self.count += len(piece)
+        if _all_zero(piece):  # holes of sparse files, zero-filled tensors
+            self._add_class(table.classes[0], len(piece))
+            return
+        if (not table.ascii_first or piece.isascii()) and not any(c in piece for c in table.probe):
+            return  # every code positive, normal and finite: the common case, at memchr speed
+        rest = piece.translate(None, table.plain)  # typically empty or tiny: C speed over the piece
+        if not rest:
+            return
+        classes = rest.translate(table.classes)
+        counts = [0] * 7
+        left = len(classes)
+        # The most common class is found by subtraction; absent classes cost one memchr each.
+        for cls in (NAN, INF, NEGATIVE, SUBNORMAL, NEGATIVE_SUBNORMAL):
+            if cls in classes:
+                counts[cls] = classes.count(cls)
+                left -= counts[cls]
+        counts[ZERO] = left
+        for cls, n in enumerate(counts):
+            if n:
+                self._add_class(cls, n)
+
+    def _add_class(self, cls: int, n: int) -> None:
+        if cls == NAN:
+            self.nan += n
+        elif cls == INF:
+            self.inf += n
+        elif cls == ZERO:
+            self.zero += n
+        elif cls in (NEGATIVE, NEGATIVE_SUBNORMAL):
+            self.negative += n
+        if cls in (SUBNORMAL, NEGATIVE_SUBNORMAL):
+            self.subnormal += n
+
+    def _feed_wide(self, piece: bytes) -> None:
+        values = _decode_wide(self.dtype, piece)
+        n = len(values)
+        self.count += n
+        if not n:
+            return
+        if _all_zero(piece):
+            self.zero += n
+            self._extend(0.0, 0.0)
+            return
+        size = ITEM_SIZE[self.dtype]
+        top = piece[size - 1 :: size]  # sign and high exponent bits of every element
+        signed = len(top.translate(None, _NEG_SIGN))
+        edge = _EDGE_TOP[self.dtype]
+        if not any(b in top for b in edge):
+            # No element can be zero, subnormal, infinite or NaN: every value is a finite normal.
+            self.negative += signed
+            self._extend(min(values), max(values))
+            return
+        values = list(values)
+        finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
+        nan = sum(1 for v in values if v != v)
+        zero = values.count(0.0)
+        tiny = _SMALLEST_NORMAL[self.dtype]
+        self.nan += nan
+        self.inf += n - len(finite) - nan
+        self.zero += zero
+        self.negative += sum(1 for v in finite if v < 0)
+        self.subnormal += sum(1 for v in finite if v != 0 and -tiny < v < tiny)
+        if finite:
+            self._extend(min(finite), max(finite))
+
+    def _extend(self, lo: float, hi: float) -> None:
+        self.min = lo if self.min is None or lo < self.min else self.min
+        self.max = hi if self.max is None or hi > self.max else self.max
+
+    def result(self) -> TensorStats:
+        values = None
+        lo, hi = self.min, self.max
+        if self.small is not None:
+            values = tuple(decode_values(self.dtype, bytes(self.small)))
+            if self.dtype in FLOAT8_DTYPES:
+                finite = [v for v in values if math.isfinite(v)]
+                lo, hi = (min(finite), max(finite)) if finite else (None, None)
+        return TensorStats(self.dtype, self.count, self.nan, self.inf, self.zero, self.negative, self.subnormal,
+                           lo, hi, values)
+
+
+_zeros = b""
+
+
+def _all_zero(piece: bytes) -> bool:
+    """Whether every byte is zero: one memcmp against a shared zero buffer (`startswith` compares with memcmp)."""
+    global _zeros
+    if len(piece) > len(_zeros):
+        _zeros = bytes(max(len(piece), 1 << 20))
+    return _zeros.startswith(piece)
+
+
+# Top bytes (sign + high exponent bits) of the elements that may be zero, subnormal, infinite or NaN. F32 / BF16 keep
+# the exponent's lowest bit in the next byte, so 0x00 / 0x80 / 0x7F / 0xFF are only candidates; F16 holds its whole
+# exponent in the top byte.
+_EDGE_TOP: Mapping[str, bytes] = MappingProxyType({
+    "F32": b"\x00\x80\x7f\xff",
+    "BF16": b"\x00\x80\x7f\xff",
+    "F16": bytes(b for b in range(256) if (b & 0x7C) in (0x00, 0x7C)),
+})
+_SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
+
+
+def _decode_wide(dtype: str, blob: bytes) -> memoryview | list[float]:
+    """Values of little-endian F32 / BF16 / F16 bytes (whole elements): a float view where the platform has one."""
+    if dtype == "F32":
+        if struct.pack("=f", 1.0) == struct.pack("<f", 1.0):
+            return memoryview(blob).cast("f")
+        return [v for (v,) in struct.iter_unpack("<f", blob)]
+    if dtype == "BF16":
+        # A BF16 is the top half of an F32: interleave two zero bytes before each pair (C-speed slice assignment).
+        wide = bytearray(2 * len(blob))
+        wide[2::4] = blob[0::2]
+        wide[3::4] = blob[1::2]
+        return _decode_wide("F32", bytes(wide))
+    return list(struct.unpack(f"<{len(blob) // 2}e", blob))
+
+
+def decode_values(dtype: str, blob: bytes) -> list[float]:
+    """Every value of a tensor's bytes in a dtype the scan measures."""
+    if dtype in FLOAT8_DTYPES:
+        table = float8_table(dtype).values
+        return [table[b] for b in blob]
+    return list(_decode_wide(dtype, blob))

@@ -1,0 +1,45 @@
+"""Weight bytes from the headers: exact totals per component, and one rank's share under tensor parallelism."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from ..detect.resolve import component_of
+from ..knowledge import Family
+from ..model.tensors import TensorInfo
+from . import facts
+
+
+@dataclass(frozen=True)
+class Weights:
+    bytes: int  # every tensor's data bytes: exact
+    per_device_bytes: int  # one rank's share: replicated tensors in full, split ones divided (rounded up)
+    by_component: Mapping[str, int]
+    replicated_bytes: int
+    split_bytes: int
+
+
+def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
+    by_component: Counter[str] = Counter()
+    replicated = split = 0
+    for t in tensors:
+        by_component[component_of(t.name, family)] += t.nbytes
+        if tp > 1 and facts.split_across_ranks(t.name, len(t.shape)):
+            split += t.nbytes
+        else:
+            replicated += t.nbytes
+    total = replicated + split
+    per_device = replicated + -(-split // tp)
+    return Weights(bytes=total, per_device_bytes=per_device, by_component=dict(sorted(by_component.items())),
+                   replicated_bytes=replicated, split_bytes=split)
+
+
+def combine(a: Weights, b: Weights, component: str) -> Weights:
+    """`a` with `b` (a drafter) added under one component name."""
+    comps = dict(a.by_component)
+    comps[component] = comps.get(component, 0) + b.bytes
+    return Weights(bytes=a.bytes + b.bytes, per_device_bytes=a.per_device_bytes + b.per_device_bytes,
+                   by_component=comps, replicated_bytes=a.replicated_bytes + b.replicated_bytes,
+                   split_bytes=a.split_bytes + b.split_bytes)

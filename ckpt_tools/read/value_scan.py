@@ -1,0 +1,269 @@
+"""The streaming value scan: read the wanted tensors' byte ranges and turn them into `TensorStats`, in bounded memory.
+
+Per shard, the wanted tensors' ranges are coalesced (through gaps smaller than the gap limit) and cut into reads of
+at most `chunk` bytes, on element boundaries; a tensor may span many reads and a read many tensors, and each piece
+is fed to its tensor's accumulator in order, so statistics are exact whatever the cut. At most one read per worker
+is held at a time (plus the pieces cut from it): memory is a few `chunk`s per worker, whatever the checkpoint size.
+
+Local files are read with `os.pread` and `posix_fadvise`: SEQUENTIAL where the wanted bytes are dense (safetensors
+writers group tensors by dtype, so a shard's 8-bit block scales are usually one contiguous region), RANDOM where they
+are scattered (so the kernel's readahead does not pull in the weights between them), WILLNEED on the next
+`PREFETCH` bytes of reads so the disk works while the current one is measured, and DONTNEED once a read is consumed
+so the scan does not fill the page cache (which container memory limits count). Any other `Source` (the Hub, with
+`--deep`) is read through `Source.read_ranges`, one ranged request per read, shards in parallel threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+from ..errors import TargetError
+from ..model.tensors import Shard, TensorInfo
+from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, ValueStats
+from .source import Source
+
+CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
+PREFETCH = 2 * CHUNK  # bytes asked of the disk ahead of the read being measured (page cache, not memory we hold)
+LOCAL_GAP = 64 * 1024  # read through smaller gaps between wanted ranges rather than issue another read
+REMOTE_GAP = 256 * 1024  # a round trip costs more than this many bytes
+DENSE = 0.5  # wanted bytes / bytes spanned above which a shard is read as one sequential stream
+LOCAL_WORKERS = 2  # shards in parallel: one worker measures while the other waits on the disk
+REMOTE_WORKERS = 16
+PROGRESS_THRESHOLD = 64 * 1024 * 1024  # show a progress bar (on a terminal) from this many bytes on
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of a shard: `length` bytes from file offset `start`, and the tensor pieces in it as
+    (tensor index in the plan, offset in the read, length)."""
+
+    start: int
+    length: int
+    pieces: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    shard: str
+    tensors: tuple[TensorInfo, ...]
+    reads: tuple[Read, ...]
+
+    @property
+    def dense(self) -> bool:
+        if not self.reads:
+            return False
+        spanned = self.reads[-1].start + self.reads[-1].length - self.reads[0].start
+        return sum(t.nbytes for t in self.tensors) >= DENSE * spanned
+
+
+def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK, gap: int = LOCAL_GAP) -> ShardPlan:
+    """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`."""
+    ordered = tuple(sorted(tensors, key=lambda t: t.begin))
+    reads: list[Read] = []
+    start = end = -1  # the read being built: file offsets [start, end)
+    pieces: list[tuple[int, int, int]] = []
+
+    def close() -> None:
+        if pieces:
+            reads.append(Read(start, end - start, tuple(pieces)))
+            pieces.clear()
+
+    for index, t in enumerate(ordered):
+        item = ITEM_SIZE.get(t.dtype, 1)
+        pos, stop = shard.data_start + t.begin, shard.data_start + t.end
+        while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
+            room = chunk - (pos - start) if pieces and pos - end <= gap else 0
+            take = min(stop - pos, room - room % item)
+            if take <= 0:
+                close()
+                start = end = pos
+                take = min(stop - pos, max(chunk - chunk % item, item))
+            pieces.append((index, pos - start, take))
+            pos += take
+            end = pos
+    close()
+    return ShardPlan(shard.name, ordered, tuple(reads))
+
+
+class _LocalReader:
+    """pread with fadvise hints, on one file descriptor per shard. Hints are advice: a file system that refuses them
+    (EINVAL, ESPIPE) is read without."""
+
+    def __init__(self, path: str, dense: bool) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
+        if self.advise:
+            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if dense else os.POSIX_FADV_RANDOM)
+
+    def _hint(self, start: int, length: int, advice: int) -> None:
+        try:
+            os.posix_fadvise(self.fd, start, length, advice)
+        except OSError:
+            self.advise = False
+
+    def prefetch(self, read: Read) -> None:
+        if self.advise:
+            self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
+
+    def read(self, read: Read) -> bytes:
+        return os.pread(self.fd, read.length, read.start)
+
+    def done(self, read: Read) -> None:
+        if self.advise:
+            self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _SourceReader:
+    """Any `Source` (the Hub): one `read_ranges` call per read."""
+
+    def __init__(self, source: Source, name: str) -> None:
+        self.source, self.name = source, name
+
+    def prefetch(self, read: Read) -> None:
+        pass
+
+    def read(self, read: Read) -> bytes:
+        return self.source.read_ranges(self.name, [(read.start, read.length)])[0]
+
+    def done(self, read: Read) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class ScanCounters:
+    """What a scan cost, for benchmarks and tests: bytes fetched, reads issued, the largest read."""
+
+    bytes_read: int = 0
+    reads: int = 0
+    largest_read: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.bytes_read += n
+            self.reads += 1
+            self.largest_read = max(self.largest_read, n)
+
+
+def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader:
+    """The reader for one shard: pread + fadvise on a local file, `read_ranges` on any other source."""
+    local_path = getattr(source, "path", None) if not source.is_remote else None
+    if local_path is not None:
+        return _LocalReader(str(local_path(plan.shard)), plan.dense)
+    return _SourceReader(source, plan.shard)
+
+
+def read_pieces(source: Source, shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK,
+                counters: ScanCounters | None = None) -> Iterator[tuple[TensorInfo, int, bytes]]:
+    """(tensor, offset in its data, bytes) for the tensors' bytes, in file order, at most `chunk` bytes held at a time:
+    for repairs that need positions (scrub-nan), not statistics."""
+    plan = plan_shard(shard, tensors, chunk=chunk, gap=REMOTE_GAP if source.is_remote else LOCAL_GAP)
+    reader = open_reader(source, plan)
+    try:
+        for read in plan.reads:
+            blob = _fetch(reader, plan, read, counters)
+            for index, offset, length in read.pieces:
+                t = plan.tensors[index]
+                yield t, read.start + offset - (shard.data_start + t.begin), blob[offset : offset + length]
+            reader.done(read)
+    finally:
+        reader.close()
+
+
+def _fetch(reader: _LocalReader | _SourceReader, plan: ShardPlan, read: Read, counters: ScanCounters | None) -> bytes:
+    blob = reader.read(read)
+    if counters is not None:
+        counters.add(len(blob))
+    if len(blob) < read.length:
+        raise OSError(f"the file ended {read.length - len(blob)} bytes before the tensors its header lists")
+    return blob
+
+
+def scan_shard(plan: ShardPlan, reader: _LocalReader | _SourceReader, counters: ScanCounters,
+               progress: Callable[[int], object] = lambda n: None) -> dict[str, TensorStats]:
+    """The statistics of one shard's planned tensors."""
+    accs = [Accumulator(t.dtype, t.numel) for t in plan.tensors]
+    reads = plan.reads
+    ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
+    try:
+        for i, read in enumerate(reads):
+            if ahead <= i:
+                reader.prefetch(read)
+                ahead = i + 1
+            else:
+                pending -= read.length
+            while ahead < len(reads) and pending < PREFETCH:
+                reader.prefetch(reads[ahead])
+                pending += reads[ahead].length
+                ahead += 1
+            blob = _fetch(reader, plan, read, counters)
+            for index, offset, length in read.pieces:
+                accs[index].feed(blob[offset : offset + length] if length != len(blob) else blob)
+            del blob
+            reader.done(read)
+            progress(read.length)
+    finally:
+        reader.close()
+    return {t.name: acc.result() for t, acc in zip(plan.tensors, accs)}
+
+
+def scan_values(
+    source: Source,
+    tensors: Sequence[TensorInfo],
+    shards: Mapping[str, Shard],
+    *,
+    chunk: int = CHUNK,
+    workers: int | None = None,
+    progress: bool | None = None,
+    counters: ScanCounters | None = None,
+) -> ValueStats:
+    """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
+    worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
+    changed or vanished since its header was read) is a `TargetError`."""
+    counters = counters if counters is not None else ScanCounters()
+    by_shard: dict[str, list[TensorInfo]] = {}
+    for t in tensors:
+        if t.dtype in STATS_DTYPES:
+            by_shard.setdefault(t.shard, []).append(t)
+    gap = REMOTE_GAP if source.is_remote else LOCAL_GAP
+    plans = [plan_shard(shards[name], ts, chunk=chunk, gap=gap) for name, ts in by_shard.items()]
+    total = sum(r.length for p in plans for r in p.reads)
+    if workers is None:
+        workers = REMOTE_WORKERS if source.is_remote else LOCAL_WORKERS
+    workers = max(1, min(workers, len(plans)))
+
+    from tqdm import tqdm
+
+    disable = (total < PROGRESS_THRESHOLD) if progress is None else not progress
+    if os.environ.get("CKPT_NO_PROGRESS"):
+        disable = True
+    with tqdm(total=total, unit="B", unit_scale=True, desc="value scan", disable=disable, leave=False) as bar:
+        def one(plan: ShardPlan) -> dict[str, TensorStats]:
+            try:
+                return scan_shard(plan, open_reader(source, plan), counters, bar.update)
+            except OSError as exc:
+                raise TargetError(f"{source.label}: cannot read the scale values of {plan.shard} "
+                                  f"({exc.strerror or exc})") from None
+
+        if workers == 1:
+            results = [one(plan) for plan in plans]
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(one, plans))
+    out: dict[str, TensorStats] = {}
+    for part in results:  # in plan order, whatever order the reads finished in
+        out.update(part)
+    return ValueStats(MappingProxyType(out), bytes_read=counters.bytes_read)

@@ -1,0 +1,150 @@
+"""Where the memory plan plugs in: serve-flags' --max-model-len is the largest that fits and a checkpoint that cannot
+fit exits 1 with the plan's numbers on stderr; check-serve rates settings that cannot fit as an error with the
+largest values that fit; inspect shows the weight and KV figures; doctor stays a defect check. On header-only
+checkpoints the size of real ones (tests/memory_models.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckpt_tools.plan import Settings, memory_plan
+from tests.memory_models import dense_70b_bf16, qwen36_35b_a3b_nvfp4
+
+GENUINE = Path(__file__).resolve().parents[1] / "fixtures" / "genuine"
+
+
+def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("dense") / "llama-70b-bf16"
+    dense_70b_bf16(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The seed's layers, attention and vision tower with 16 of its 256 experts: the KV figures are the seed's, the
+    # header 16x smaller (bench/seed_plan.py plans the full one for the README).
+    folder = tmp_path_factory.mktemp("seed") / "qwen36-35b-a3b-nvfp4-16x"
+    qwen36_35b_a3b_nvfp4(folder, experts=16)
+    return folder
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+# ---- serve-flags ----------------------------------------------------------------------------------------------------
+def test_serve_flags_caps_max_model_len_at_what_fits(dense: Path) -> None:
+    out = ckpt("serve-flags", str(dense), "--hardware", "b200", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    plan = memory_plan(str(dense), Settings(hardware="b200"))
+    assert 0 < plan.answers.max_model_len < 131072
+    assert _flag(doc["argv"], "--max-model-len") == str(plan.answers.max_model_len)
+    flag = next(f for f in doc["flags"] if f["flag"] == "--max-model-len")
+    assert "largest context that fits one sequence on B200" in flag["why"] and "131,072" in flag["why"]
+    assert doc["memory"]["max_model_len"] == plan.answers.max_model_len and doc["blocked"] is None
+    # The emitted length fits one sequence and one block more does not.
+    assert plan.request_bytes(plan.answers.max_model_len) <= plan.kv_budget_bytes - plan.pages.null_block_bytes
+    assert plan.request_bytes(plan.answers.max_model_len + 16) > plan.kv_budget_bytes - plan.pages.null_block_bytes
+
+
+def test_serve_flags_keeps_the_context_when_it_fits(seed: Path) -> None:
+    # --headers-only: the synthetic's scale bytes are holes (zeros), which the value rules rightly refuse.
+    out = ckpt("serve-flags", str(seed), "--hardware", "gb10", "--explain", "--headers-only")
+    assert out.returncode == 0, out.stderr
+    assert "--max-model-len 262144" in out.stdout
+    assert "memory plan on DGX Spark (GB10):" in out.stdout
+    assert "full attention: 10 attention layers x 2,048 B per token" in out.stdout
+    assert "linear attention: 30 GatedDeltaNet layers x 1,097,728 B state" in out.stdout
+
+
+def test_serve_flags_refuses_a_checkpoint_that_cannot_fit(dense: Path) -> None:
+    out = ckpt("serve-flags", str(dense), "--hardware", "gb10")
+    assert out.returncode == 1 and out.stdout == ""  # no command; the reasons on stderr
+    err = out.stderr
+    assert "warning: does not fit on DGX Spark (GB10): the weights and the reserve leave no memory" in err
+    assert "error: CS172 memory-does-not-fit" in err and "ckpt: the checkpoint does not fit:" in err
+    assert "weights      131.42 GiB" in err and "-34.22 GiB for the KV cache" in err
+    asked = ckpt("serve-flags", str(dense), "--hardware", "b200", "--max-model-len", "131072")
+    assert asked.returncode == 1 and "--max-model-len 131,072 does not fit on B200" in asked.stderr
+    assert "largest that fits one sequence: --max-model-len" in asked.stderr
+
+
+def test_serve_flags_without_hardware_has_no_memory_plan() -> None:
+    out = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--format", "json")
+    assert out.returncode == 0 and json.loads(out.stdout)["memory"] is None
+
+
+# ---- check-serve ----------------------------------------------------------------------------------------------------
+def test_check_serve_rates_settings_that_cannot_fit(dense: Path) -> None:
+    plan = memory_plan(str(dense), Settings(hardware="b200", max_num_seqs=4, max_model_len=131072))
+    out = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
+               "--max-model-len", "131072", "--max-num-seqs", "4")
+    assert out.returncode == 1, out.stdout
+    finding = next(f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
+    assert finding["code"] == "CS172" and finding["severity"] == "error"
+    assert "one sequence of 131,072 tokens does not fit" in finding["message"]
+    assert finding["fix"] == f"--max-model-len {dict(plan.answers.context_at_seqs)[4]} for 4 sequences"
+
+    seqs = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
+                "--max-model-len", "32k", "--max-num-seqs", "8")
+    finding = next(f for f in json.loads(seqs.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
+    fits = memory_plan(str(dense), Settings(hardware="b200", max_model_len=32000))
+    assert "8 sequences of 32,000 tokens do not fit" in finding["message"]
+    assert f"--max-num-seqs {fits.answers.max_num_seqs} at 32,000 tokens" in finding["fix"]
+
+    # Split over two GPUs the same settings fit; and a command without --max-num-seqs is judged at one sequence.
+    for extra in (["-tp", "2"], []):
+        args = ["--max-model-len", "32768", "--max-num-seqs", "8"] if extra else ["--max-model-len", "32768"]
+        ok = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
+                  *args, *extra)
+        assert not [f for f in json.loads(ok.stdout)["findings"] if f["slug"] == "memory-does-not-fit"], extra
+
+
+def test_check_serve_on_the_seed_command_has_no_memory_finding(seed: Path) -> None:
+    out = ckpt("check-serve", str(seed), "--hardware", "gb10", "-f", "json", "--", "vllm", "serve", str(seed),
+               "--max-model-len", "262144", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.85",
+               "--enable-prefix-caching")
+    findings = json.loads(out.stdout)["findings"]
+    plan = memory_plan(str(seed), Settings(hardware="gb10", max_model_len=262144, max_num_seqs=64,
+                                           prefix_caching=True))
+    # 64 sequences of the full 262,144 tokens need more than GB10 holds: the finding says how many do fit.
+    assert not plan.fits and plan.answers.max_num_seqs < 64
+    finding = next(f for f in findings if f["slug"] == "memory-does-not-fit")
+    assert f"--max-num-seqs {plan.answers.max_num_seqs} at 262,144 tokens" in finding["fix"]
+
+
+# ---- inspect and doctor ---------------------------------------------------------------------------------------------
+def test_inspect_shows_weight_and_kv_figures_and_doctor_stays_a_defect_check(dense: Path) -> None:
+    out = ckpt("inspect", str(GENUINE / "modelopt-qwen35moe-nvfp4"), "-f", "json")
+    memory = json.loads(out.stdout)["memory"]
+    assert memory["weights"]["bytes"] == 1157240
+    assert memory["kv_cache"] == {"dtype": "bfloat16", "bytes_per_token": 256, "attention_layers": 1,
+                                  "sliding_window_layers": 0}
+    assert memory["state"] == {"bytes_per_sequence": 9728, "layers": 1}
+    text = ckpt("inspect", str(GENUINE / "modelopt-qwen35moe-nvfp4")).stdout
+    assert "KV cache  256 B per token (bfloat16, 1 attention layer)" in text
+    assert "state     9,728 B per sequence (1 linear-attention layer)" in text
+    # A checkpoint too big for any GPU profile is still a clean checkpoint: doctor judges defects, not fit.
+    doctor = ckpt("doctor", str(dense), "--headers-only", "-f", "json")
+    assert all("memory" not in f["slug"] for f in json.loads(doctor.stdout)["findings"])
+
+
+def test_a_length_above_the_context_is_not_a_memory_finding(dense: Path) -> None:
+    """--max-model-len past the model's context is the context check's business; memory is judged at that length."""
+    out = ckpt("check-serve", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "-f", "json", "--", "vllm",
+               "serve", "x", "--max-model-len", "8192")
+    assert not [f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit"]
+    flags = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "--max-model-len", "8192")
+    assert flags.returncode == 0 and "--max-model-len 8192" in flags.stdout
