@@ -23,26 +23,59 @@ LAYERS, EXPERTS, SHARDS = 60, 256, 160
 HIDDEN, MOE_INTER = 2048, 768
 
 
-def expert_tensors(layer: int, expert: int):
-    for proj, (out, inp) in (("gate_proj", (MOE_INTER, HIDDEN)), ("up_proj", (MOE_INTER, HIDDEN)),
-                             ("down_proj", (HIDDEN, MOE_INTER))):
-        p = f"model.layers.{layer}.mlp.experts.{expert}.{proj}"
-        yield f"{p}.weight", "U8", [out, inp // 2]
-        yield f"{p}.weight_scale", "F8_E4M3", [out, inp // 16]
-        yield f"{p}.weight_scale_2", "F32", []
-        yield f"{p}.input_scale", "F32", []
+def nvfp4_linear(prefix: str, out: int, inp: int):
+    """The four tensors of one ModelOpt NVFP4 linear layer: packed weight, FP8 block scales, two global scales."""
+    yield f"{prefix}.weight", "U8", [out, inp // 2]
+    yield f"{prefix}.weight_scale", "F8_E4M3", [out, inp // 16]
+    yield f"{prefix}.weight_scale_2", "F32", []
+    yield f"{prefix}.input_scale", "F32", []
 
 
-def build(root: Path) -> int:
+def expert_tensors(layer: int, expert: int, hidden: int = HIDDEN, moe_inter: int = MOE_INTER):
+    for proj, (out, inp) in (("gate_proj", (moe_inter, hidden)), ("up_proj", (moe_inter, hidden)),
+                             ("down_proj", (hidden, moe_inter))):
+        yield from nvfp4_linear(f"model.layers.{layer}.mlp.experts.{expert}.{proj}", out, inp)
+
+
+def dense_tensors(layer: int, hidden: int, experts: int):
+    """What a real MoE layer holds beside its experts: NVFP4 attention and shared expert, BF16 norms and router."""
+    p = f"model.layers.{layer}"
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        yield from nvfp4_linear(f"{p}.self_attn.{proj}", hidden, hidden)
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        yield from nvfp4_linear(f"{p}.mlp.shared_expert.{proj}", hidden, hidden)
+    yield f"{p}.mlp.gate.weight", "BF16", [experts, hidden]
+    yield f"{p}.input_layernorm.weight", "BF16", [hidden]
+    yield f"{p}.post_attention_layernorm.weight", "BF16", [hidden]
+
+
+def _nbytes(dtype: str, shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
+
+
+def build(root: Path, *, layers: int = LAYERS, experts: int = EXPERTS, shards: int = SHARDS, hidden: int = HIDDEN,
+          moe_inter: int = MOE_INTER, dense: bool = False) -> int:
+    """Write the synthetic under `root`. `dense` adds each layer's attention, shared expert, router and norms and the
+    embeddings (a whole model rather than its experts alone)."""
     root.mkdir(parents=True, exist_ok=True)
-    tensors = [t for layer in range(LAYERS) for e in range(EXPERTS) for t in expert_tensors(layer, e)]
-    per = -(-len(tensors) // SHARDS)
-    weight_map = {}
-    for s in range(SHARDS):
-        name = f"model-{s + 1:05d}-of-{SHARDS:05d}.safetensors"
+    tensors = []
+    for layer in range(layers):
+        if dense:
+            tensors += dense_tensors(layer, hidden, experts)
+        tensors += [t for e in range(experts) for t in expert_tensors(layer, e, hidden, moe_inter)]
+    if dense:
+        tensors += [("model.embed_tokens.weight", "BF16", [4096, hidden]), ("model.norm.weight", "BF16", [hidden]),
+                    ("lm_head.weight", "BF16", [4096, hidden])]
+    per = -(-len(tensors) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         entries, offset = {}, 0
         for tname, dtype, shape in tensors[s * per : (s + 1) * per]:
-            n = (1 if not shape else shape[0] * shape[1]) * (4 if dtype == "F32" else 1)
+            n = _nbytes(dtype, shape)
             entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
             offset += n
             weight_map[tname] = name
@@ -50,7 +83,9 @@ def build(root: Path) -> int:
         with open(root / name, "wb") as fh:
             fh.write(struct.pack("<Q", len(header)) + header)
             fh.truncate(8 + len(header) + offset)  # sparse: the data region takes no disk space
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        total += offset
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (root / "model.safetensors.index.json").write_text(json.dumps(index))
     cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
            "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
                                    "producer": {"name": "modelopt"}}}

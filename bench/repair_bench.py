@@ -14,6 +14,11 @@ temporary file), on real (non-sparse) data, and times a plain copy of the same s
 order, each started after `sync` and ending with fsync: the `copy_file_range` loop `cp` uses, and `shutil.copyfile`
 (sendfile); and, as the like-for-like baseline, `cp` to a new file then `mv` over the original (replacing a file frees
 the old one's blocks, which a copy that keeps both files never pays for). Medians and best runs are reported.
+
+Part 3 measures the window during which other loaders see a mix of old and new files (`Writer.mixed_seconds`: from
+the first change they can see to the last) in a repair that rebuilds 4 dense shards and the index, with every copy
+built before the first rename against the old order (each copy renamed as soon as it is built). Part 1 records the
+same window for its header-only repairs.
 """
 
 from __future__ import annotations
@@ -120,8 +125,10 @@ def part1(workdir: Path) -> list[dict]:
         folder = workdir / f"sparse-{gb}g"
         info = make_sparse_checkpoint(folder, gb * 1024**3)
         disk = sum(os.stat(p).st_blocks * 512 for p in folder.iterdir())
+        spy = WindowSpy()
         w0, t0 = wchar(), time.perf_counter()
         result = run(str(folder), fix_prefix.job(), progress=False)
+        spy.journal.apply_steps = spy.real
         wall, written_kernel = time.perf_counter() - t0, wchar() - w0
         assert result.applied and "misnested-prefix" not in {f.slug for f in result.after.findings}
         meta = info["shard_header_bytes"] + info["index_bytes"]
@@ -135,6 +142,7 @@ def part1(workdir: Path) -> list[dict]:
             "written_over_header_and_index": round(written_kernel / meta, 3),
             "written_over_shard_headers": round(written_kernel / info["shard_header_bytes"], 3),
             "repair_seconds": round(result.seconds, 4),
+            "mixed_seconds": round(spy.seconds, 5),
             "command_seconds": round(wall, 3),
         })
         shutil.rmtree(folder)
@@ -246,6 +254,59 @@ def part2(workdir: Path, copy_gb: float, repeat: int) -> dict:
     shutil.rmtree(folder)
     print(f"part 2: {out}", flush=True)
     return out
+
+
+class WindowSpy:
+    """Keeps the Writer of the last journaled repair, whose `mixed_seconds` is how long the folder held a mix of old
+    and new files (first to last change other loaders can see)."""
+
+    def __init__(self) -> None:
+        from ckpt_tools.repair import journal
+
+        self.journal, self.real, self.writer = journal, journal.apply_steps, None
+
+        def spy(folder, steps, writer, **kw):  # noqa: ANN001, ANN003, ANN202
+            self.writer = writer
+            return self.real(folder, steps, writer, **kw)
+
+        journal.apply_steps = spy
+
+    @property
+    def seconds(self) -> float:
+        return self.writer.mixed_seconds if self.writer is not None else 0.0
+
+
+def part3(workdir: Path, window_gb: float, repeat: int) -> dict:
+    """The inconsistency window of a multi-file repair: a rename to a longer prefix that makes every one of 4 dense
+    shards outgrow its header (4 rewrites + the index). Baseline: each copy renamed as soon as it is built (the old
+    order). Measured: every copy built first, then the renames and the index back to back. Alternating runs."""
+    from ckpt_tools.repair import journal
+
+    folder = workdir / "window"
+    make_dense_checkpoint(folder, int(window_gb * 1024**3), shards=4)
+    spy = WindowSpy()
+    prefix = "model.language_model"
+    runs: dict[str, list[tuple[float, float]]] = {"copy then rename, shard by shard": [], "copies first": []}
+    for r in range(2 * repeat):
+        mode = "copies first" if r % 2 else "copy then rename, shard by shard"
+        journal.COPIES_FIRST = mode == "copies first"
+        longer = f"model.language_model_{'x' * 48 * (r + 1)}"
+        os.sync()
+        result = run(str(folder), fix_prefix.job([(prefix, longer)]), progress=False)
+        assert [s.kind for s in result.steps] == ["rewrite"] * 4 + ["index"], [s.kind for s in result.steps]
+        runs[mode].append((spy.seconds, result.seconds))
+        prefix = longer
+    journal.COPIES_FIRST = True
+    out: dict = {"checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")), "shards": 4,
+                 "repeat": repeat}
+    for mode, vals in runs.items():
+        out[mode] = {"mixed_seconds_median": round(statistics.median(v[0] for v in vals), 4),
+                     "mixed_seconds_best": round(min(v[0] for v in vals), 4),
+                     "repair_seconds_median": round(statistics.median(v[1] for v in vals), 3)}
+    base, new = (out[m]["mixed_seconds_median"] for m in runs)
+    out["window_ratio_copies_first_vs_baseline"] = round(new / base, 5) if base else None
+    shutil.rmtree(folder)
+    print(f"part 3: {out}", flush=True)
 
 
 # ---- seed size: issue 11's fix-prefix target ------------------------------------------------------------------------
@@ -375,9 +436,13 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--copy-gb", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=8)
+    ap.add_argument("--window-gb", type=float, default=2.0)
+    ap.add_argument("--parts", default="1,2,3", help="which parts to run (comma-separated)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "repair_bench.json")
     args = ap.parse_args()
     os.environ["CKPT_NO_PROGRESS"] = "1"
+    parts = set(args.parts.split(","))
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}  # parts not run keep their numbers
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(tmp)
         if args.seed_size:
@@ -387,8 +452,13 @@ def main() -> None:
                                        "python": sys.version.split()[0]}, indent=2) + "\n")
             print(f"wrote {out}")
             return
-        results = {"part1_header_fits": part1(work), "part2_rewrite": part2(work, args.copy_gb, args.repeat),
-                   "python": sys.version.split()[0], "kernel": os.uname().release}
+        if "1" in parts:
+            results["part1_header_fits"] = part1(work)
+        if "2" in parts:
+            results["part2_rewrite"] = part2(work, args.copy_gb, args.repeat)
+        if "3" in parts:
+            results["part3_mixed_window"] = part3(work, args.window_gb, max(args.repeat // 2, 2))
+        results.update({"python": sys.version.split()[0], "kernel": os.uname().release})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")

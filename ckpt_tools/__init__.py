@@ -10,22 +10,20 @@ Python API::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-# The API is imported on first use (PEP 562), so `ckpt --help` and the CLI's start-up do not pay for the whole
-# pipeline, and Ctrl-C during start-up meets the CLI's handler rather than an import in progress.
+__version__ = "0.1.0"
+
+# The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the
+# whole pipeline (PEP 562 module __getattr__).
 _EXPORTS = {
-    "Analysis": "pipeline", "analyze": "pipeline", "doctor": "pipeline",
-    "Report": "report.model",
-    "CheckServeResult": "serve", "ServePlan": "serve", "check_serve": "serve", "serve_flags": "serve",
-    "CkptError": "errors", "TargetError": "errors", "UsageError": "errors",
+    "Analysis": ".pipeline", "analyze": ".pipeline", "doctor": ".pipeline", "Report": ".report.model",
+    "CheckServeResult": ".serve", "ServePlan": ".serve", "check_serve": ".serve", "serve_flags": ".serve",
+    "CkptError": ".errors", "TargetError": ".errors", "UsageError": ".errors",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
-
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
     from .errors import CkptError, TargetError, UsageError
     from .pipeline import Analysis, analyze, doctor
     from .report.model import Report
@@ -36,8 +34,13 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ckpt_tools' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
+    value = getattr(import_module(module, __name__), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+__all__ = [*_EXPORTS, "__version__"]

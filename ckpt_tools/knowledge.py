@@ -78,12 +78,27 @@ class Runtime:
         return table.get("previously_supported", {}) if isinstance(table, dict) else {}
 
 
+def _top_level(path: Path) -> Mapping[str, Any]:
+    """The keys of a TOML file that come before its first table, without parsing the tables (a runtime profile is
+    40 KB of flag tables; a command needs one profile, not all of them parsed to learn their ids). When the text
+    before the first line opening with `[` is not valid TOML by itself (that line was inside a multi-line value),
+    the whole file is parsed instead, so the answer is always the file's own."""
+    text = path.read_text(encoding="utf-8")
+    cut = next((i for i, line in enumerate(text.splitlines(keepends=True)) if line.startswith("[")), None)
+    if cut is not None:
+        try:
+            return tomllib.loads("".join(text.splitlines(keepends=True)[:cut]))
+        except tomllib.TOMLDecodeError:
+            pass
+    return tomllib.loads(text)
+
+
 @lru_cache(maxsize=None)
 def _runtime_files() -> Mapping[str, str]:
     """Profile id -> file. Upstream profiles are named after their id; image profiles after the image tag."""
     out: dict[str, str] = {}
     for p in sorted((rules_dir() / "runtimes").glob("*.toml")):
-        pid = load_toml(f"runtimes/{p.name}").get("id", p.stem)
+        pid = _top_level(p).get("id", p.stem)
         if pid in out:
             raise ValueError(f"runtime profile id {pid!r} is declared by {out[pid]} and {p.name}")
         out[pid] = p.name

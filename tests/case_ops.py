@@ -208,6 +208,22 @@ def op_write_file(folder: Path, name: str, text: str) -> None:
     (folder / name).write_text(text)
 
 
+def op_killed_repair(folder: Path, command: list[str], at: str) -> None:
+    """Run `ckpt COMMAND FOLDER` in its own process and SIGKILL it at crash point `at` (what a kill, power loss or
+    OOM leaves: the journal, and some files changed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CKPT_NO_PROGRESS": "1", "CKPT_REPAIR_CRASH_AT": at,
+           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", command[0], str(folder), *command[1:]],
+                          env=env, capture_output=True, timeout=120)
+    if proc.returncode != -signal.SIGKILL:
+        raise AssertionError(f"crash point {at} did not fire: {proc.stderr.decode()}")
+
+
 def op_index_map(folder: Path, tensor: str, shard: str = "") -> None:
     """Point the index entry of `tensor` at `shard`, or remove the entry when `shard` is empty."""
     _set_index(folder, tensor, shard or None)
@@ -257,6 +273,8 @@ def op_block_scales(folder: Path, block: list[int], value: float = 0.01) -> None
 
 OPS: dict[str, Callable[..., None]] = {
     "index_map": op_index_map,
+    "killed_repair": op_killed_repair,
+
     "truncate": op_truncate,
     "new_shard": op_new_shard,
     "block_scales": op_block_scales,

@@ -16,8 +16,12 @@ What it implements, and nothing more:
   wrong token; model info still succeeds, as on the Hub), 404 RevisionNotFound, 404 EntryNotFound.
 
 Per-repo settings in an optional `<repo>/.hub.json`: `{"private": true, "gated": "auto", "token": "hf_x",
-"branches": {"v1": "/abs/folder"}, "fail": {"file": [503, 2]}}`. `branches` maps a branch name to another folder
-holding that branch's files; `fail` makes the first n requests for a file answer that status. Revisions are
+"branches": {"v1": "/abs/folder"}, "fail": {"file": [503, 2]}, "mangle": {"file": ["truncate", 2]}}`. `branches` maps
+a branch name to another folder holding that branch's files; `fail` makes the first n requests for a file answer that
+status; `mangle` makes the first n range replies for a file misbehave as a broken server or proxy does:
+`content-range` (206 with the bytes and Content-Range of a range one byte later), `truncate` (the connection closes
+halfway through the declared body), `short` (a well-formed 206 with half the bytes asked for), `oversize` (the bytes
+asked for followed by 1 MiB more than declared: the client must stop reading). Revisions are
 `main`, the branches, and each branch's commit sha (sha1 over paths and blob ids). Every request is logged *before*
 the reply is written, so a test reading `log` after a client call never races it. Build the repos before serving
 them: a folder's commit sha is computed once, so files changed while the server runs would keep the old sha.
@@ -74,7 +78,7 @@ class HubServer:
         self.ignore_range = ignore_range  # answer every GET with the whole file, as a server without Range support
         self.delay = delay  # seconds to wait before each reply: a network round trip, for benchmarks
         self.log: list[Request] = []
-        self._failures: dict[tuple[str, str], int] = {}
+        self._failures: dict[tuple[str, str, str], int] = {}
         self._blobs: dict[tuple[str, int, int], Blob] = {}
         self._by_sha256: dict[str, Path] = {}
         self._commits: dict[str, str] = {}
@@ -167,15 +171,20 @@ class HubServer:
 
     def _should_fail(self, repo: str, settings: dict[str, Any], rel: str) -> int | None:
         rule = (settings.get("fail") or {}).get(rel)
-        if not rule:
-            return None
-        status, times = rule
+        return int(rule[0]) if rule and self._count(("fail", repo, rel), rule[1]) else None
+
+    def _mangling(self, repo: str, settings: dict[str, Any], rel: str) -> str | None:
+        rule = (settings.get("mangle") or {}).get(rel)
+        return str(rule[0]) if rule and self._count(("mangle", repo, rel), rule[1]) else None
+
+    def _count(self, key: tuple[str, str, str], times: int) -> bool:
+        """Whether this is one of the first `times` requests counted under `key`."""
         with self._lock:
-            done = self._failures.get((repo, rel), 0)
+            done = self._failures.get(key, 0)
             if done >= times:
-                return None
-            self._failures[(repo, rel)] = done + 1
-        return int(status)
+                return False
+            self._failures[key] = done + 1
+        return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -309,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._reply(302, b"", headers, head=head)
         else:
             headers["ETag"] = f'"{blob.git_oid}"'
-        self._send_file(blob.path, blob.size, headers, head)
+        self._send_file(blob.path, blob.size, headers, head, self.hub._mangling(repo, settings, rel))
 
     def _cdn(self, sha256: str, head: bool) -> None:
         path = self.hub._by_sha256.get(sha256)
@@ -317,7 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, b"no such object", head=head)
         self._send_file(path, path.stat().st_size, {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}, head)
 
-    def _send_file(self, path: Path, size: int, headers: dict[str, str], head: bool) -> None:
+    def _send_file(self, path: Path, size: int, headers: dict[str, str], head: bool,
+                   mangle: str | None = None) -> None:
         wanted = self.headers.get("range")
         start, end = 0, size - 1
         status = 200
@@ -337,10 +347,38 @@ class _Handler(BaseHTTPRequestHandler):
         length = end - start + 1
         if head:
             return self._reply(status, b"", headers, head=True, content_length=length)
+        if mangle == "content-range" and status == 206 and end + 1 < size:
+            start, end = start + 1, end + 1
+            headers = {**headers, "Content-Range": f"bytes {start}-{end}/{size}"}
         with open(path, "rb") as fh:
             fh.seek(start)
             body = fh.read(length)
+        if mangle == "truncate":
+            return self._reply_cut(status, body, headers)
+        if mangle == "short":
+            body = body[: len(body) // 2]
+            if status == 206:
+                headers = {**headers, "Content-Range": f"bytes {start}-{start + len(body) - 1}/{size}"}
+        if mangle == "oversize":
+            body += b"\0" * (1024 * 1024)
         self._reply(status, body, headers)
+
+    def _reply_cut(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        """Declare the whole body, send half of it, and close the connection."""
+        self.hub.log.append(Request(self.command, self.path, self.headers.get("range"), status, len(body) // 2,
+                                    self.headers.get("host", ""), "authorization" in self.headers))
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        try:
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
 
 
 def main() -> None:

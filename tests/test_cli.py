@@ -175,6 +175,39 @@ def test_header_path_imports_no_torch_or_numpy() -> None:
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
+HELP_PROBE = """
+import runpy, sys
+sys.argv = ["ckpt", *sys.argv[1:]]
+try:
+    runpy.run_module("ckpt_tools.cli.main", run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+print(code, sorted(m for m in sys.modules
+                   if m.split(".")[0] in ("rich", "numpy", "torch", "huggingface_hub", "tqdm", "safetensors")
+                   or m.startswith(("ckpt_tools.pipeline", "ckpt_tools.read", "ckpt_tools.rules",
+                                    "ckpt_tools.detect"))), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["doctor", "--help"], ["serve-flags", "--help"], []])
+def test_help_imports_no_pipeline(args: list[str]) -> None:
+    """Printing help registers the commands only: the pipeline, the Hub client, rich and numpy stay unimported."""
+    proc = subprocess.run([sys.executable, "-c", HELP_PROBE, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NO_COLOR": "1"})
+    code, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
+    assert loaded == "[]", proc.stderr
+    assert "Usage:" in proc.stdout + proc.stderr and "--help" in proc.stdout + proc.stderr
+    assert code in ("0", "2"), proc.stderr  # bare `ckpt` prints help and exits 2 (no_args_is_help)
+
+
+def test_package_import_is_lazy_but_complete() -> None:
+    code = ("import sys, ckpt_tools; lazy = 'ckpt_tools.pipeline' not in sys.modules; "
+            "print(lazy, ckpt_tools.Report.__name__, ckpt_tools.doctor.__module__, ckpt_tools.serve_flags.__module__, "
+            "set(ckpt_tools.__all__) <= set(dir(ckpt_tools)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["True", "Report", "ckpt_tools.pipeline", "ckpt_tools.serve", "True"], proc.stderr
+
+
 def test_readme_rule_table_lists_every_rule() -> None:
     from ckpt_tools.rules.base import all_rules
 

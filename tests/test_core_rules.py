@@ -302,3 +302,16 @@ def test_nan_scan_skipped_with_headers_only(fixture_copy) -> None:
     assert not [f for f in report.findings if f.slug == "nan-fp8-scale"]
     assert any(s["slug"] == "nan-fp8-scale" for s in report.skipped)
     assert findings(folder2, "nan-fp8-scale")
+
+
+def test_absent_experts_held_by_missing_shards_are_found_in_one_pass() -> None:
+    """The per-expert gap check asks, for each absent expert of each layer, whether a missing shard holds it; the
+    one-pass index answers exactly as testing every missing tensor's name for the `<layer>.<id>.` prefix."""
+    from ckpt_tools.rules._experts import _experts_touched
+
+    names = frozenset(["a.experts.3.up.weight", "b.experts.07.x", "c.experts.1.d.experts.2.e", "d.experts.5",
+                       "m.experts.12.gate.weight", "n.experts.x.w"])
+    layers = ("a.experts", "b.experts", "c.experts", "c.experts.1.d.experts", "d.experts", "m.experts", "n.experts")
+    brute = {(layer, e) for layer in layers for e in range(20) if any(n.startswith(f"{layer}.{e}.") for n in names)}
+    assert _experts_touched(names) == brute == {("a.experts", 3), ("c.experts", 1), ("c.experts.1.d.experts", 2),
+                                                 ("m.experts", 12)}

@@ -128,3 +128,31 @@ def test_modelopt_nvfp4_with_null_input_activations_is_weight_only(fixture_copy)
     det = _recipe_copy(fixture_copy, "modelopt-nvfp4-null-inputs")
     assert det.vllm_quantization == "modelopt_fp4"
     assert {r.declared.activation for r in det.rows if r.declared.quantized} == {"A16"}
+
+
+@pytest.mark.parametrize("name", ["llmc-qwen35moe-nvfp4", "modelopt-qwen3moe-nvfp4", "modelopt-llama-nvfp4"])
+def test_shared_lookups_answer_as_the_per_name_functions(name: str) -> None:
+    """Detection shares one component lookup per experts prefix and per module; the answers are those of the plain
+    per-name functions."""
+    from ckpt_tools.detect.resolve import component_of, is_linear_candidate
+
+    analysis = analyze(str(GENUINE / name), headers_only=True)
+    ckpt, det = analysis.checkpoint, analysis.detection
+    family = det.family
+    assert [r.component for r in det.rows] == [component_of(r.name + ".", family) for r in det.rows]
+    assert {r.name for r in det.rows} == {m for m, mod in ckpt.modules.items() if is_linear_candidate(mod)}
+    naive = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
+    assert list(det.components) == naive
+    assert any(r.is_expert for r in det.rows) or name == "modelopt-llama-nvfp4"
+
+
+@pytest.mark.parametrize("name", ["llmc-qwen35moe-nvfp4", "modelopt-qwen3moe-nvfp4"])
+def test_component_lookup_answers_as_component_of(name: str) -> None:
+    from ckpt_tools.detect.resolve import component_lookup, component_of
+
+    analysis = analyze(str(GENUINE / name), headers_only=True)
+    family = analysis.detection.family
+    names = [*analysis.checkpoint.tensors, "model.visual.blocks.0.attn.qkv.weight", "mtp.layers.0.x", "weight", "a.b"]
+    lookup = component_lookup(family)
+    assert [lookup(n) for n in names] == [component_of(n, family) for n in names]
+    assert {component_of(n, family) for n in names} >= {"text", "vision"}

@@ -4,8 +4,11 @@ including torn writes) and at random instants, in a real subprocess. After each 
 - every shard and the index hold either their old or their new bytes, unless a journal exists (it alone may cover
   an in-place write cut short); every shard that is old or new loads with the safetensors library;
 - with no journal, the checkpoint is entirely old or entirely new, and the index agrees with the shards;
-- the next `ckpt` run (doctor, or the same repair) completes the repair from the journal: every file then holds the
-  new bytes, every tensor's data equals the original, the index agrees, and nothing is left behind.
+- reading the checkpoint (doctor) reports the pending journal (CK109) and changes nothing;
+- the next writing run completes the repair from the journal (`ckpt repair --resume`, or the same repair): every
+  file then holds the new bytes, every tensor's data equals the original, the index agrees, and nothing is left
+  behind; or `ckpt repair --rollback` restores every file's old bytes, except once a shard was rebuilt (its old
+  bytes are not in the journal), where it refuses and changes nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from typing import Callable
 
 import pytest
 
+from ckpt_tools.errors import TargetError
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.repair import Job, drop_orphans, fix_prefix, run, scrub_nan
 from ckpt_tools.repair.journal import JOURNAL_NAME
+from ckpt_tools.repair.resume import resume
 from ckpt_tools.repair.steps import Step
 from tests.corrupt import patch_tensor_bytes
 from tests.repair_helpers import (
@@ -185,19 +190,39 @@ def library_view_of_one(shard: Path) -> None:
         assert fh.keys() is not None
 
 
-def next_run(folder: Path, scenario: Scenario, k: int, subprocess_doctor: bool) -> str:
-    """The next `ckpt` run: doctor as a subprocess, doctor in this process, or the same repair in this process.
-    Returns which ran."""
-    if subprocess_doctor:
-        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder), "--fail-on",
-                               "none", "--headers-only"], env={**os.environ, "PYTHONPATH": str(REPO)},
-                              capture_output=True, text=True, timeout=60)
+def assert_reported_not_acted_on(folder: Path, pending: bool) -> None:
+    """Reading (doctor, inspect, serve-flags) reports an interrupted repair as CK109 and writes nothing."""
+    before = file_bytes(folder)
+    report = analyze(str(folder), headers_only=True).report
+    assert file_bytes(folder) == before, "reading the checkpoint changed it"
+    assert any(f.code == "CK109" and f.severity == "error" for f in report.findings) == pending
+
+
+def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, old: dict[str, bytes],
+             pending: bool) -> str:
+    """The next writing run: `ckpt repair --resume` as its own process, or in this process `--resume`, `--rollback`
+    or the same repair. Returns which ran."""
+    if subprocess_resume:
+        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "repair", str(folder), "--resume"],
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        assert "completed the interrupted" in proc.stderr
-        return "doctor"
-    if k % 2:
-        analyze(str(folder), headers_only=True)
-        return "doctor"
+        assert "completed the interrupted" in proc.stdout
+        return "resume"
+    action = ("resume", "rollback", "repair")[k % 3]
+    if action == "rollback" and pending:
+        before = file_bytes(folder)
+        try:
+            resume(str(folder), rollback=True)
+        except TargetError as exc:  # a shard already rebuilt: its old bytes are not in the journal
+            assert "already rebuilt" in str(exc) and "--resume" in str(exc), exc
+            assert file_bytes(folder) == before, "a refused rollback changed the checkpoint"
+            resume(str(folder))
+            return "resume"
+        assert file_bytes(folder) == old, "the rollback did not restore the old bytes"
+        return "rollback"
+    if action != "repair":
+        resume(str(folder))  # with no journal: only removes a killed repair's temporary files
+        return "resume"
     run(str(folder), scenario.job())
     return "repair"
 
@@ -227,14 +252,16 @@ def test_kill_anywhere_then_next_run_completes(tmp_path, scenario):
     def verify(k: int, point: str, folder: Path) -> None:
         pending = check_after_kill(folder, old, new, point)
         state["pending"] += pending
-        # One doctor per scenario runs as its own process, on a pending journal; the others run in this process.
-        ran = next_run(folder, scenario, k, subprocess_doctor=pending and state["pending"] == 1)
+        assert_reported_not_acted_on(folder, pending)
+        # One resume per scenario runs as its own process, on a pending journal; the others run in this process.
+        ran = next_run(folder, scenario, k, pending and state["pending"] == 1, old, pending)
+        state[ran] = state.get(ran, 0) + pending
         after = file_bytes(folder)
-        if pending or ran == "repair":
+        if ran == "repair" or (pending and ran == "resume"):
             assert after == new, f"{point}: the next run did not complete the repair"
         else:
             assert after in (old, new), f"{point}: the next run left a mixed state"
-        if after == old:  # killed before the journal existed: doctor left it as it was; the repair still works
+        if after == old:  # rolled back, or killed before the journal existed: the repair still works
             run(str(folder), scenario.job())
             assert file_bytes(folder) == new
         assert library_view(folder) == scenario.expected_view(original_view)
@@ -254,6 +281,8 @@ def test_kill_anywhere_then_next_run_completes(tmp_path, scenario):
             assert code == -signal.SIGKILL, f"crash point {point} did not fire (exit {code}): {proc.stderr.read()}"
             verify(k, point, folder)
     assert state["pending"] >= len([p for p in injected if p.startswith("step")]) + ("done" in injected)
+    if not any(step.kind == "rewrite" for step in steps):  # every pending state of these can be rolled back
+        assert state.get("rollback", 0) >= 2, state
 
     # Random kills, one at a time so that the timing is the process's own.
     for r in range(RANDOM_KILLS):
@@ -262,3 +291,33 @@ def test_kill_anywhere_then_next_run_completes(tmp_path, scenario):
         shutil.copytree(base, folder)
         kill_at_random(spawn(scenario.argv, folder), folder, rng)
         verify(k, f"random{r}", folder)
+
+
+def test_kill_during_rollback_then_resume_leaves_old_or_new(tmp_path):
+    """A rollback is journaled like a repair: killed anywhere, the next `--resume` leaves every file entirely old
+    (the rollback's journal had replaced the repair's) or entirely new (it had not), never a mix."""
+    scenario = SCENARIOS[0]
+    base = scenario.build(tmp_path / "base")
+    old = file_bytes(base)
+    reference = tmp_path / "reference"
+    shutil.copytree(base, reference)
+    run(str(reference), scenario.job())
+    new = file_bytes(reference)
+    # Killed after its header step: the rollback's steps are the index (still old: skipped), then the header.
+    points = ["rollback:torn", "rollback:synced", "rollback:renamed", "step0:before", "step1:torn", "step1:after",
+              "done"]
+    outcomes = set()
+    for k, point in enumerate(points):
+        folder = tmp_path / f"rollback{k}"
+        shutil.copytree(base, folder)  # the journal names its folder: each case is killed where it is checked
+        assert spawn(scenario.argv, folder, crash_at="step0:after").wait(timeout=60) == -signal.SIGKILL
+        assert (folder / JOURNAL_NAME).exists()
+        proc = spawn(("repair", "--rollback"), folder, crash_at=point)
+        assert proc.wait(timeout=60) == -signal.SIGKILL, f"{point} did not fire: {proc.stderr.read()}"
+        assert_reported_not_acted_on(folder, (folder / JOURNAL_NAME).exists())
+        resume(str(folder))
+        after = file_bytes(folder)
+        assert after in (old, new), f"{point}: a mixed state after resuming a killed rollback"
+        outcomes.add("old" if after == old else "new")
+        assert leftovers(folder) == []
+    assert outcomes == {"old", "new"}

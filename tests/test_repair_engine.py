@@ -14,7 +14,8 @@ import pytest
 from ckpt_tools.errors import TargetError
 from ckpt_tools.repair.execute import apply_header, apply_index, apply_patch, apply_rewrite
 from ckpt_tools.repair.fsio import Folder, Writer
-from ckpt_tools.repair.journal import JOURNAL_NAME, Lock, decode_journal, encode_journal, finish_interrupted
+from ckpt_tools.repair.journal import JOURNAL_NAME, Lock, decode_journal, encode_journal
+from ckpt_tools.repair.resume import resume
 from ckpt_tools.repair.steps import HeaderStep, IndexStep, PatchStep, RewriteStep, Run, _dump_like, diff_span, sha256
 from ckpt_tools.write.header import build_file
 
@@ -75,8 +76,8 @@ def test_lock_is_exclusive_and_leaves_no_file(tmp_path):
                 pass
         (tmp_path / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", tmp_path, ()))
         with pytest.raises(TargetError, match="already running"):
-            finish_interrupted(tmp_path)  # doctor waits for nobody: it says a repair is running
-    assert finish_interrupted(tmp_path) == "fix-prefix"  # an empty journal completes at once
+            resume(str(tmp_path))  # waits for nobody: it says a repair is running
+    assert resume(str(tmp_path)).job == "fix-prefix"  # an empty journal completes at once
     with Lock(tmp_path):
         pass
     assert list(tmp_path.iterdir()) == []

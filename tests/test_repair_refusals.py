@@ -128,8 +128,12 @@ def test_damaged_journal_is_reported_not_guessed(tmp_path, capsys):
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
     (folder / JOURNAL_NAME).write_bytes(b"CKPTJRN1" + struct.pack("<Q", 4) + b"{}{}")
     refused(capsys, folder, ["fix-prefix"], "the repair journal is damaged")
-    code, _out, err = run_cli(["doctor", folder], capsys)
-    assert code == 2 and "the repair journal is damaged" in err
+    refused(capsys, folder, ["repair", "--resume"], "the repair journal is damaged")
+    refused(capsys, folder, ["repair", "--rollback"], "the repair journal is damaged")
+    before = file_bytes(folder)
+    code, out, _err = run_cli(["doctor", folder, "--headers-only"], capsys)  # reported, not acted on
+    assert code == 1 and "CK109 interrupted-repair" in out and "restore the checkpoint from a copy" in out
+    assert file_bytes(folder) == before
 
 
 
@@ -163,11 +167,14 @@ def test_interrupted_repair_that_cannot_be_written_is_explained(tmp_path, capsys
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(execute, "_open_checked", denied)
-    code, _out, err = run_cli(["doctor", folder], capsys)
+    code, _out, err = run_cli(["repair", folder, "--resume"], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert "must be completed before the checkpoint is read, and that failed (Permission denied)" in err
+    assert "internal error" not in err and "cannot be completed (Permission denied)" in err
     assert file_bytes(folder) == before
     monkeypatch.undo()
-    code, _out, err = run_cli(["doctor", folder], capsys)  # writable again: doctor completes it first
-    assert code == 0 and "completed the interrupted `fix-prefix` repair" in err
+    code, out, _err = run_cli(["doctor", folder, "--headers-only"], capsys)  # doctor reports and writes nothing
+    assert code == 1 and "CK109 interrupted-repair" in out and "fix: ckpt repair --resume" in out
+    assert file_bytes(folder) == before
+    code, out, err = run_cli(["repair", folder, "--resume"], capsys)
+    assert code == 0 and "completed the interrupted `fix-prefix` repair" in out, err
     assert not (folder / JOURNAL_NAME).exists() and file_bytes(folder) != before

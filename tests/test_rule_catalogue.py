@@ -153,3 +153,19 @@ def test_typed_views_load() -> None:
         "weight_scale_2": "direct", "input_scale": "direct",
         "weight_global_scale": "reciprocal", "input_global_scale": "reciprocal",
     }
+
+
+def test_runtime_ids_are_read_without_parsing_every_profile(tmp_path: Path) -> None:
+    """Runtime profile ids come from each file's top-level keys only; the answer is the whole file's, also when a
+    line inside a multi-line value opens with `[`."""
+    from ckpt_tools.knowledge import _top_level, tomllib
+
+    for p in sorted((rules_dir() / "runtimes").glob("*.toml")):
+        full = tomllib.loads(p.read_text(encoding="utf-8"))
+        assert _top_level(p).get("id") == full["id"]
+    tricky = tmp_path / "tricky.toml"
+    tricky.write_text('x = [\n[1, 2],\n]\nid = "late"\n[table]\nid = "inner"\n')
+    assert _top_level(tricky)["id"] == "late"
+    plain = tmp_path / "plain.toml"
+    plain.write_text('name = "n"\n[table]\nid = "inner"\n')
+    assert "id" not in _top_level(plain)

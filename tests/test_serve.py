@@ -241,3 +241,22 @@ def test_cli_exit_codes_and_json(tmp_path):
 
     missing = runner.invoke(app, ["serve-flags", str(tmp_path / "nope")])
     assert isinstance(missing.exception, TargetError)  # main() turns it into one line and exit 2
+
+
+def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve-flags is one analysis, doctor's: the headers are read once and the scale values once (the value rules
+    are part of the verdict); with headers_only no scale value is read."""
+    import ckpt_tools.pipeline as pipeline
+
+    loads: list[str] = []
+    scans: list[str] = []
+    real_load, real_scan = pipeline.load_checkpoint, pipeline.scan_values
+    monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
+    monkeypatch.setattr(pipeline, "scan_values",
+                        lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k))
+    target = str(GENUINE / "llmc-qwen35moe-nvfp4")
+    plan = serve_flags(target, hardware="gb10")
+    assert plan.argv and loads == [target] and scans == [target]
+    loads.clear(), scans.clear()
+    quick = serve_flags(target, hardware="gb10", headers_only=True)
+    assert quick.argv == plan.argv and loads == [target] and scans == []

@@ -20,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: rich's formatter costs more than the rest of `ckpt --help` together
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -7,8 +7,6 @@ from typing import List, Optional
 import typer
 
 from ..errors import UsageError
-from ..pipeline import analyze
-from ..report.formats import render, render_many
 from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_output
 
 
@@ -37,6 +35,9 @@ def doctor(
     ),
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
+    from ..pipeline import analyze  # the pipeline is imported when a command runs, not to print help
+    from ..report.formats import render, render_many
+
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     color = use_color() and output is None
@@ -91,6 +92,7 @@ def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s 
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import CkptError
+    from ..pipeline import analyze
 
     def one(target: str):  # noqa: ANN202 - Report
         try:

@@ -7,8 +7,6 @@ from typing import Optional
 import orjson
 import typer
 
-from ..pipeline import analyze
-from ..report.text import _size, checkpoint_lines, hub_lines
 from .app import TextOrJson, app, emit
 
 
@@ -21,16 +19,20 @@ def inspect_command(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
 ) -> None:
     """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
+    from ..pipeline import analyze
+    from ..report.text import _size, checkpoint_lines, hub_lines
+
     # A census of one shard is a fair question; its verdict lines describe that shard only.
     result = analyze(target, runtime=runtime, headers_only=True, revision=revision, lone_shard=True)
     target = result.report.target  # a Hub repo is named with the revision asked for
     ckpt, det = result.checkpoint, result.detection
-    from ..detect.resolve import component_of
+    from ..detect.resolve import component_lookup
 
+    component_of = component_lookup(det.family)
     census: Counter[tuple[str, str]] = Counter()
     census_bytes: Counter[tuple[str, str]] = Counter()
     for t in ckpt.tensors.values():
-        key = (component_of(t.name, det.family), t.dtype)
+        key = (component_of(t.name), t.dtype)
         census[key] += 1
         census_bytes[key] += t.nbytes
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]

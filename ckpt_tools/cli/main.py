@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -15,9 +16,22 @@ def _interrupted_at_startup(signum, frame) -> None:  # noqa: ANN001 - signal han
 
 def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_at_startup)
+    # One command per process, allocating a few objects per tensor and freeing them only at exit: the cyclic
+    # collector would re-walk all of them many times (the pipeline pauses it too), and once more at interpreter exit
+    # unless they are frozen. Reference counting frees memory as usual.
+    gc.disable()
+    try:
+        _run()
+    finally:
+        gc.freeze()
+
+
+def _run() -> None:
     try:
         from ..errors import CkptError
-        from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401  (commands register)
+        from . import (  # noqa: F401  (commands register on import)
+            doctor, inspect_cmd, plan_cmd, repair_cmd, resume_cmd, rules_cmd, serve_cmd,
+        )
         from .app import State, app, hoist_global_flags
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
         _interrupted_at_startup(signal.SIGINT, None)
@@ -25,7 +39,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     State.argv = list(sys.argv[1:])
     try:
-        app(args=hoist_global_flags(sys.argv[1:]), prog_name="ckpt")
+        _invoke(app, hoist_global_flags(sys.argv[1:]))
     except CkptError as exc:
         print(f"ckpt: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -45,11 +59,20 @@ def main() -> None:
         raise SystemExit(2) from None
 
 
+def _invoke(app, args: list[str]) -> None:  # noqa: ANN001 - typer app
+    from .app import State
+
+    try:
+        app(args=args, prog_name="ckpt")
+    finally:
+        State.argv = None  # an embedding process may invoke the app again, another way
+
+
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562
     """`from ckpt_tools.cli.main import app`: the typer app with every command registered (for tests and embedding)."""
     if name != "app":
         raise AttributeError(name)
-    from . import doctor, inspect_cmd, plan_cmd, repair_cmd, rules_cmd, serve_cmd  # noqa: F401
+    from . import doctor, inspect_cmd, plan_cmd, repair_cmd, resume_cmd, rules_cmd, serve_cmd  # noqa: F401
     from .app import app
 
     return app

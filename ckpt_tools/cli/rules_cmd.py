@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import typer
 
-from ..rules.base import all_rules, find_rule
 from .app import app, emit
 
 
 @app.command("rules")
 def list_rules() -> None:
     """List every rule: code, slug, default severity, title."""
+    from ..rules.base import all_rules
+
     from ..serve.profiles import checks  # check-serve findings (rules/serve-checks.toml)
 
     rows = [(r.code, r.slug, r.severity, "fixable" if r.fixable else "", r.title) for r in all_rules()]
@@ -21,6 +22,8 @@ def list_rules() -> None:
 @app.command("explain")
 def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvfp4-weight-only).")) -> None:
     """Print one rule's documentation: what it catches, why it matters, the anti-pattern and the fix."""
+    from ..rules.base import find_rule
+
     rule = find_rule(code)
     if rule is None:
         from ..serve.profiles import find_check
@@ -49,6 +52,7 @@ def _suggestion(asked: str) -> str:
     """`; did you mean CK401 (nvfp4-weight-only)?` for a near miss of a code or slug."""
     import difflib
 
+    from ..rules.base import all_rules
     from ..serve.profiles import checks
 
     names = {r.code: r.slug for r in all_rules()} | {c.code: c.slug for c in checks()}

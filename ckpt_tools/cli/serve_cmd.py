@@ -7,7 +7,6 @@ from typing import List, Optional
 
 import typer
 
-from ..report.formats import render
 from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, note, use_color
 
 
@@ -94,6 +93,7 @@ def check_serve_command(
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
     report also carries doctor's findings on the checkpoint (one verdict)."""
+    from ..report.formats import render
     from ..serve import check_serve
 
     if not command:

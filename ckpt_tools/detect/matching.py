@@ -46,6 +46,35 @@ def ct_first_match(entries: Iterable[str], vllm_name: str, family: Family) -> st
     return None
 
 
+class CtMatcher:
+    """`ct_first_match` over a fixed entry list, prepared once: exact entries are one dict lookup, so matching every
+    module of a checkpoint costs O(modules x regex entries), not O(modules x entries) (llm-compressor writes one
+    exact ignore entry per skipped module, hundreds of them on a big MoE)."""
+
+    def __init__(self, entries: Iterable[str], family: Family) -> None:
+        self._exact: dict[str, tuple[int, str]] = {}
+        self._regexes: list[tuple[int, str, re.Pattern[str]]] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, str):
+                continue
+            if entry.startswith("re:"):
+                rx = _regex(entry[3:])
+                if rx is not None:
+                    self._regexes.append((i, entry, rx))
+            else:
+                self._exact.setdefault(family.to_vllm(entry) if "." in entry else entry, (i, entry))
+
+    def first(self, vllm_name: str) -> str | None:
+        """The first entry, in list order, that covers `vllm_name` (what `ct_first_match` returns)."""
+        exact = self._exact.get(vllm_name)
+        for i, entry, rx in self._regexes:
+            if exact is not None and i > exact[0]:
+                break
+            if rx.match(vllm_name):
+                return entry
+        return exact[1] if exact is not None else None
+
+
 def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str, str]]:
     """(original entry, vLLM-side pattern) pairs after `apply_vllm_mapper`'s `*` split and prefix rename."""
     out: list[tuple[str, str]] = []

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
-from .matching import ct_entry_matches, ct_first_match, modelopt_excluded_by, modelopt_patterns
+from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
 EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
@@ -81,7 +81,7 @@ class Detection:
     def row_by_name(self) -> Mapping[str, ModuleRow]:
         return {r.name: r for r in self.rows}
 
-    @property
+    @cached_property
     def activation_mode(self) -> str | None:
         """What vLLM builds for the NVFP4 layers: the config decides W4A4 vs W4A16, whatever the tensors hold (a
         W4A4 config without input scales still builds W4A4, with uninitialised scales: CK401)."""
@@ -257,6 +257,30 @@ def component_of(name: str, family: Family) -> str:
     return "other"
 
 
+def _component_fixed_by(prefix: str, family: Family) -> bool:
+    """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
+    and the segment after it both lie within the first four segments, which `prefix` then holds."""
+    return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
+
+
+def component_lookup(family: Family) -> Callable[[str], str]:
+    """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
+    its prefix fixes it, so most names cost one dictionary lookup."""
+    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+
+    def lookup(name: str) -> str:
+        prefix = name.rpartition(".")[0]
+        try:
+            component = shared[prefix]
+        except KeyError:
+            component = component_of(name, family)
+            shared[prefix] = component if _component_fixed_by(prefix, family) else None
+            return component
+        return component if component is not None else component_of(name, family)
+
+    return lookup
+
+
 @lru_cache(maxsize=4096)
 def _rooted_component(root_component: str, first: str) -> str:
     # A marker directly below a root (model.language_model.visual.*) names the component the tensor really is.
@@ -273,6 +297,7 @@ class _Resolver:
         entries = view.get("ignore") or view.get("exclude_modules") or []
         self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
+        self.ignore_matcher = CtMatcher(self.ignore, family) if producer == "compressed-tensors" else None
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
@@ -347,7 +372,7 @@ class _Resolver:
 
     def _ct(self, name: str) -> tuple[Scheme, str | None, str | None]:
         vname = self.family.to_vllm(name)
-        hit = ct_first_match(self.ignore, vname, self.family)
+        hit = self.ignore_matcher.first(vname) if self.ignore_matcher is not None else None
         if hit is not None:
             return UNQUANTIZED, hit, None
         is_head = name.rsplit(".", 1)[-1] == "lm_head" or name == "lm_head"
@@ -406,12 +431,21 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     rows = []
-    for module in ckpt.modules.values():
+    found_components: set[str] = set()
+    by_layer: dict[str, str] = {}  # experts prefix -> the component all its expert modules share
+    for name, module in ckpt.modules.items():
+        where = module.expert
+        component = by_layer.get(where[0]) if where is not None else None
+        if component is None:
+            component = component_of(name + "." if name else "", family)  # one lookup serves rows and components
+            if where is not None and _component_fixed_by(where[0], family):
+                by_layer[where[0]] = component
+        found_components.add(component)
         if not is_linear_candidate(module):
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(module.name, component_of(module.name + ".", family), declared, disk_scheme(module), covered,
-                              group))
+        rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk_scheme(module),
+                              covered, group))
     rows.sort(key=lambda r: r.name)
 
     if producer == "none" and any(r.disk.quantized for r in rows):
@@ -425,7 +459,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
                              f"{bad.declared.detail}")
                 vllm_method = None
 
-    comps = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
+    comps = sorted(found_components, key=lambda c: (c != "text", c))
     return Detection(
         family=family,
         runtime=rt,

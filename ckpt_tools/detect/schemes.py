@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping
 
 from ..dtypes import FLOAT_HIGH_PRECISION
@@ -118,25 +119,31 @@ def modelopt_scheme(algo: str | None) -> Scheme:
 # ---- what the tensors say ----------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)
+def _shared_scheme(kind: str, activation: str | None = None, detail: str | None = None) -> Scheme:
+    """One `Scheme` object per distinct value: disk_scheme runs once per module, and its answers are a handful."""
+    return Scheme(kind, activation, detail)
+
+
 def disk_scheme(module: Module) -> Scheme:
     """Read a module's scheme from its tensor names and dtypes alone."""
     t = module.tensors
     weight = t.get("weight_packed") or t.get("weight")
     if weight is None:
-        return Scheme("unknown", None, "no weight")
+        return _shared_scheme("unknown", None, "no weight")
     scale = t.get("weight_scale")
     has_input = "input_scale" in t or "input_global_scale" in t
     if weight.dtype in FLOAT_HIGH_PRECISION:
-        return Scheme("unquantized", None, weight.dtype)
+        return _shared_scheme("unquantized", None, weight.dtype)
     if weight.dtype == "U8" and scale is not None and scale.dtype == "F8_E4M3":
-        return Scheme("nvfp4", "A4" if has_input else "A16")
+        return _shared_scheme("nvfp4", "A4" if has_input else "A16")
     if weight.dtype == "F4":
-        return Scheme("nvfp4", "A4" if has_input else "A16")
+        return _shared_scheme("nvfp4", "A4" if has_input else "A16")
     if weight.dtype == "U8" and scale is not None and scale.dtype in ("U8", "F8_E8M0"):
-        return Scheme("mxfp4", None)
+        return _shared_scheme("mxfp4", None)
     if weight.dtype in ("F8_E4M3", "F8_E5M2"):
         if scale is not None and scale.dtype in ("U8", "F8_E8M0"):
-            return Scheme("mxfp8", "A8")
+            return _shared_scheme("mxfp8", "A8")
         scale = scale or t.get("weight_scale_inv")
         strategy = None
         if scale is not None:
@@ -148,11 +155,11 @@ def disk_scheme(module: Module) -> Scheme:
                 strategy = "channel"
             else:
                 strategy = "block"
-        return Scheme("fp8", "A8" if has_input else None, strategy)
+        return _shared_scheme("fp8", "A8" if has_input else None, strategy)
     if weight.dtype == "I32" and "weight_packed" in t:
         # pack-quantized int weights; 4 vs 8 bits needs the values of `weight_shape`, so the config decides that.
-        return Scheme("int4", "A16" if not has_input else "A8", "packed")
+        return _shared_scheme("int4", "A16" if not has_input else "A8", "packed")
     if weight.dtype == "I8":
-        return Scheme("int8", "A8" if has_input else "A16")
-    return Scheme("unknown", None, f"{weight.dtype} weight")
+        return _shared_scheme("int8", "A8" if has_input else "A16")
+    return _shared_scheme("unknown", None, f"{weight.dtype} weight")
 

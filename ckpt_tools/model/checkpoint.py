@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from .modules import ExpertGroup, Module, group_experts, group_modules
-from .tensors import Index, LfsPointer, Problem, Shard, TensorInfo
+from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Checkpoint:
     hf_quant_config: Mapping[str, Any] | None = None
     values: ValueStats | None = None  # value statistics of the scanned tensors, when the value scan ran
     values_skipped: str | None = None  # why the value scan did not run, if it did not
+    pending_repair: PendingRepair | None = None  # an interrupted repair's journal / temporaries (local folders)
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     # ---- tensors -------------------------------------------------------------------------------------------------
@@ -55,6 +58,12 @@ class Checkpoint:
     def _tensor_index(self) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
         out: dict[str, TensorInfo] = {}
         dupes: dict[str, list[str]] = {}
+        # Fast path, in C: names are unique within a shard, so when the sizes add up no name is in two shards.
+        for shard in self.loaded_shards:
+            out.update(zip(map(_NAME, shard.tensors), shard.tensors))
+        if len(out) == sum(len(shard.tensors) for shard in self.loaded_shards):
+            return MappingProxyType(out), MappingProxyType({})
+        out = {}
         for shard in self.loaded_shards:
             for t in shard.tensors:
                 first = out.setdefault(t.name, t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
 from .tensors import TensorInfo
 
@@ -51,17 +51,39 @@ COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale",
 
 SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale"})
 
+V = TypeVar("V")
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
+
+
+class _computed_once(Generic[V]):
+    """`functools.cached_property` without its per-class lock (Python < 3.12 takes it on every first access, which
+    costs more than the value itself when tens of thousands of modules are read once each)."""
+
+    def __init__(self, fn: Callable[[Any], V]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> V:
+        if obj is None:
+            return self  # type: ignore[return-value]  # the descriptor itself, looked up on the class
+        value = obj.__dict__[self.name] = self.fn(obj)  # a frozen dataclass's __setattr__ is bypassed on purpose
+        return value
 
 
 @dataclass(frozen=True)
 class Module:
-    """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`)."""
+    """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`).
+
+    Derived views are computed once per module (detection and several rules read them for every module)."""
 
     name: str
     tensors: Mapping[str, TensorInfo]
 
-    @property
+    @_computed_once
     def weight(self) -> TensorInfo | None:
         return self.tensors.get("weight_packed") or self.tensors.get("weight")
 
@@ -69,9 +91,11 @@ class Module:
     def suffixes(self) -> frozenset[str]:
         return frozenset(self.tensors)
 
-    @property
+    @_computed_once
     def expert(self) -> tuple[str, int, str] | None:
         """(experts prefix, expert id, projection) for a per-expert module, else None."""
+        if ".experts." not in self.name:
+            return None
         m = _EXPERT.match(self.name)
         return (m["layer"], int(m["expert"]), m["proj"]) if m else None
 
@@ -101,15 +125,21 @@ def join_name(prefix: str, suffix: str) -> str:
 
 def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
     buckets: dict[str, dict[str, TensorInfo]] = {}
+    get = buckets.get
     for t in tensors:
-        prefix, suffix = split_name(t.name)
-        buckets.setdefault(prefix, {})[suffix] = t
+        prefix, _, suffix = t.name.rpartition(".")  # split_name, inlined: this runs once per tensor
+        bucket = get(prefix)
+        if bucket is None:
+            buckets[prefix] = bucket = {}
+        bucket[suffix] = t
     return {p: Module(p, MappingProxyType(ts)) for p, ts in buckets.items()}
 
 
 def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
     layers: dict[str, dict[int, dict[str, Module]]] = {}
-    for module in modules.values():
+    for name, module in modules.items():
+        if ".experts." not in name:
+            continue
         where = module.expert
         if where is None:
             continue

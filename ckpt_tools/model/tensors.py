@@ -76,3 +76,16 @@ class Index:
     name: str
     weight_map: Mapping[str, str]
     metadata: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class PendingRepair:
+    """What an interrupted repair left in a local folder: its journal (with the job it records, or why it cannot be
+    read), and temporary files at the names repairs use (`foreign`: ones that are not regular files, with what they
+    are)."""
+
+    journal: bool
+    job: str | None
+    problem: str | None
+    temps: tuple[str, ...]
+    foreign: tuple[str, ...]

@@ -42,7 +42,7 @@ def read_index(source: Source, name: str) -> tuple[Index | None, Problem | None]
     if not isinstance(data, dict) or not isinstance(data.get("weight_map"), dict):
         return None, Problem(name, "invalid-index", "has no `weight_map` object")
     weight_map = data["weight_map"]
-    if not all(isinstance(v, str) for v in weight_map.values()):
+    if not set(map(type, weight_map.values())) <= {str}:  # JSON strings are exactly `str`; checked in C
         return None, Problem(name, "invalid-index", "`weight_map` values must be shard file names")
     metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
     return Index(name, MappingProxyType(weight_map), MappingProxyType(metadata)), None

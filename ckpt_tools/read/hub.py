@@ -14,6 +14,7 @@ All reads use the pinned sha, so a branch moving mid-run cannot mix two commits.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,6 +31,8 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 ATTEMPTS = 3  # a range read is retried twice on a transport error or a retryable status
 BACKOFF = 0.5  # seconds before the first retry, doubled for the next
 CHUNK = 64 * 1024
+SKIP_LIMIT = 64 * 1024 * 1024  # a server without Range support is read from the start only this far
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
 
 
 class HubSource:
@@ -83,6 +86,7 @@ class HubSource:
         self.private = info.private
         self._cache = RangeCache(self._cache_file(cache_dir))
         self._timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
+        self._ignores_range = False  # learnt from a 200 answer to a range request
 
     # ---- Source protocol ----------------------------------------------------------------------------------------
     @property
@@ -150,6 +154,8 @@ class HubSource:
         from huggingface_hub import hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
+        if start > SKIP_LIMIT and self._ignores_range:
+            raise self._no_ranges(name, start)
         url = hf_hub_url(self.target.repo_id, name, revision=self.sha, endpoint=self.endpoint)
         headers = build_hf_headers(token=self._token, library_name=LIBRARY, library_version=__version__)
         headers["range"] = f"bytes={start}-{start + length - 1}"
@@ -158,7 +164,7 @@ class HubSource:
         with hub_errors(self._ctx):
             for attempt in range(ATTEMPTS):
                 try:
-                    data = self._get(url, headers, start, length)
+                    data = self._get(url, headers, name, start, length)
                 except _Retryable as retry:
                     if attempt == ATTEMPTS - 1:
                         raise retry.error from None
@@ -168,11 +174,19 @@ class HubSource:
                 else:
                     break
                 time.sleep(BACKOFF * 2**attempt)
-        if len(data) != length:
-            raise TargetError(f"{self.label}: {name}: the Hub sent {len(data)} bytes for a {length}-byte range")
         return data
 
-    def _get(self, url: str, headers: dict[str, str], start: int, length: int) -> bytes:
+
+    def _no_ranges(self, name: str, start: int) -> TargetError:
+        return TargetError(f"{self.label}: {name}: the server ignores HTTP range requests, so reading byte {start:,} "
+                           f"would download the file up to there; use a server (or HF_ENDPOINT) that supports ranges, "
+                           f"or a local copy")
+
+    def _get(self, url: str, headers: dict[str, str], name: str, start: int, length: int) -> bytes:
+
+        """One range request. Never holds more than `length` bytes of the body, whatever the server sends; a
+        Content-Range that is not the one asked for is refused (the bytes would come from the wrong place), and a
+        body cut short is retried."""
         from huggingface_hub.utils import get_session, hf_raise_for_status
 
         with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as response:
@@ -185,9 +199,19 @@ class HubSource:
                         raise _Retryable(exc) from None
                     raise
             hf_raise_for_status(response)
+            if response.status_code == 206:
+                wrong = _wrong_content_range(response.headers.get("content-range"), start, length, self.size(name))
+                if wrong:
+                    raise TargetError(f"{self.label}: {name}: asked for bytes {start}-{start + length - 1}, the "
+                                      f"server answered {wrong}; refusing bytes from the wrong place (a proxy or "
+                                      f"mirror that rewrites ranges?)")
             # A server that ignores Range answers 200 with the whole file: skip to `start` and stop after `length`
             # bytes, closing the connection, rather than download the weights.
             skip = start if response.status_code != 206 else 0
+            if response.status_code != 206:
+                self._ignores_range = True
+                if start > SKIP_LIMIT:
+                    raise self._no_ranges(name, start)
             parts: list[bytes] = []
             got = 0
             for chunk in response.iter_bytes(CHUNK):
@@ -200,7 +224,25 @@ class HubSource:
                 got += len(parts[-1])
                 if got >= length:
                     break
+            if got < length:
+                raise _Retryable(TargetError(f"{self.label}: {name}: the server sent {got:,} of the {length:,} bytes "
+                                             f"asked for (bytes {start}-{start + length - 1}), {ATTEMPTS} times; "
+                                             f"the connection keeps closing early, try again later"))
             return b"".join(parts)
+
+
+def _wrong_content_range(value: str | None, start: int, length: int, total: int) -> str | None:
+    """What is wrong with a 206's Content-Range for the request [start, start + length), or None if it fits. A
+    server may send less than asked only at the end of the file."""
+    m = _CONTENT_RANGE.match(value or "")
+    if m is None:
+        return f"with Content-Range {value!r}" if value else "206 without a Content-Range"
+    first, last, size = int(m.group(1)), int(m.group(2)), m.group(3)
+    if size != "*" and int(size) != total:
+        return f"`Content-Range: {value}` (the file is {total:,} bytes)"
+    if first != start or last < first or last > start + length - 1:
+        return f"`Content-Range: {value}`"
+    return None
 
 
 class _Retryable(Exception):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Sequence
 
 from ..errors import TargetError
-from ..model.checkpoint import CONFIG_NAMES
+from ..model.checkpoint import CONFIG_NAMES, INDEX_NAME
+from .repair_state import kind_of
+
+CHECKPOINT_JSON = (INDEX_NAME, *CONFIG_NAMES)
 
 
 class LocalSource:
@@ -51,7 +56,8 @@ class LocalSource:
             entries = list(os.scandir(self.root))
         except OSError as exc:
             raise TargetError(f"{self._label}: cannot list folder ({exc.strerror})") from None
-        return sorted(entry.name for entry in entries if _is_file(entry) or _broken_checkpoint_link(entry))
+        return sorted(entry.name for entry in entries
+                      if _is_file(entry) or _broken_checkpoint_link(entry) or _odd_checkpoint_file(entry))
 
     def size(self, name: str) -> int:
         path = self.root / name
@@ -63,19 +69,46 @@ class LocalSource:
             raise
 
     def read_range(self, name: str, start: int, length: int) -> bytes:
-        with open(self.root / name, "rb") as fh:
-            return os.pread(fh.fileno(), length, start)
+        fd = open_regular(self.root / name)
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
 
     def read_ranges(self, name: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        with open(self.root / name, "rb") as fh:
-            fd = fh.fileno()
+        fd = open_regular(self.root / name)
+        try:
             return [os.pread(fd, length, start) for start, length in ranges]
+        finally:
+            os.close(fd)
 
     def read_file(self, name: str, limit: int) -> bytes:
-        path = self.root / name
-        if path.stat().st_size > limit:
-            raise ValueError(f"{name} is larger than {limit} bytes")
-        return path.read_bytes()
+        fd = open_regular(self.root / name)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise ValueError(f"{name} is larger than {limit} bytes")
+            data = os.pread(fd, size + 1, 0)
+            if len(data) > limit:  # grew since fstat
+                raise ValueError(f"{name} is larger than {limit} bytes")
+            return data
+        finally:
+            os.close(fd)
+
+
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of a regular file. Links are followed (a Hugging Face cache snapshot's files are links
+    into its blobs); anything else (a directory, a FIFO, whose open would wait for a writer forever, a device, a
+    socket) raises `OSError` naming what it is, before or instead of being opened."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, f"is {kind_of(st.st_mode)}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped between the two calls
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"is {kind_of(st.st_mode)}, not a regular file")
+    return fd
 
 
 def _is_file(entry: os.DirEntry) -> bool:
@@ -83,6 +116,14 @@ def _is_file(entry: os.DirEntry) -> bool:
         return entry.is_file()
     except OSError:  # a symlink loop (ELOOP)
         return False
+
+
+def _odd_checkpoint_file(entry: os.DirEntry) -> bool:
+    """A directory, FIFO, device or socket at the name of a checkpoint file (a shard, the index, a config). It is
+    listed so that reading it reports what it is, instead of the file silently counting as absent."""
+    name = entry.name
+    return (not name.startswith(".") and (name.endswith(".safetensors") or name in CHECKPOINT_JSON)
+            and not _is_file(entry))
 
 
 def _broken_checkpoint_link(entry: os.DirEntry) -> bool:

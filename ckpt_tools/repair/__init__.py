@@ -13,6 +13,19 @@ Layout: `plan` (what changes, in checkpoint terms), `steps` (the exact bytes, de
 
 from __future__ import annotations
 
-from .runner import Job, RepairResult, run
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .runner import Job, RepairResult, run
 
 __all__ = ["Job", "RepairResult", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # The runner is imported on first use: every analysis imports `repair.journal` (to finish an interrupted
+    # repair first), and that should not cost the whole repair engine.
+    if name in __all__:
+        from . import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'ckpt_tools.repair' has no attribute {name!r}")

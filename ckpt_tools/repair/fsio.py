@@ -11,14 +11,18 @@ import errno
 import os
 import signal
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..errors import TargetError
+from ..read.repair_state import TMP_SUFFIX, is_temp_name, kind_of, temp_name
+
+__all__ = ["TMP_SUFFIX", "Folder", "Writer", "atomic_write", "crashpoint", "is_temp_name", "kind_of", "symlink_refusal",
+           "temp_name", "write_temp"]
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
-TMP_SUFFIX = ".ckpt-tmp"
 COPY_CHUNK = 64 * 1024 * 1024  # one progress update (and one crash point) per chunk
 _NO_ZERO_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
 
@@ -37,6 +41,23 @@ class Writer:
     written: int = 0
     copied_with: set[str] = field(default_factory=set)  # which system calls moved the data
     method: str = "copy_file_range"  # the copy method to try first
+    first_visible: float | None = None  # perf_counter() of the first change other loaders can see
+    last_visible: float | None = None  # ... and of the last
+
+    def visible(self) -> None:
+        """Record that a change other loaders can see was just made (a write into a checkpoint file, a rename over
+        one)."""
+        now = time.perf_counter()
+        if self.first_visible is None:
+            self.first_visible = now
+        self.last_visible = now
+
+    @property
+    def mixed_seconds(self) -> float:
+        """How long the folder held a mix of old and new files (0 for a repair that changes one file at once)."""
+        if self.first_visible is None or self.last_visible is None:
+            return 0.0
+        return self.last_visible - self.first_visible
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int, *, crash: str | None = None) -> None:
         """Write all of `data` at `offset`. With `crash`, the crash point of that name fires halfway through (a
@@ -112,25 +133,6 @@ _ZERO_COPY: dict[str, Callable[[int, int, int, int, int], int]] = {
     "sendfile": _sendfile,
 }
 _NEXT = {"copy_file_range": "sendfile", "sendfile": "read/write"}
-
-
-def temp_name(file: str) -> str:
-    """The temporary file built beside `file` before it is renamed over it: hidden, and not ending in .safetensors
-    or .json, so no loader ever picks it up."""
-    return f".{file}{TMP_SUFFIX}"
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".") and name.endswith(TMP_SUFFIX) and len(name) > len(TMP_SUFFIX) + 1
-
-
-_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def kind_of(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
 
 
 def symlink_refusal(folder: Path, name: str) -> TargetError:
@@ -244,10 +246,9 @@ class Folder:
         os.fsync(self.fd)
 
 
-def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
-                 crash: str | None = None) -> None:
-    """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
-    fsynced."""
+def write_temp(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
+               crash: str | None = None) -> str:
+    """Write `data` to a new file beside `name` (its temporary name, returned) and fsync it; `name` keeps its mode."""
     tmp = temp_name(name)
     if mode is None:
         st = folder.lstat(name)
@@ -260,7 +261,14 @@ def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode
         os.close(fd)
     if crash:
         crashpoint(f"{crash}:synced")
-    folder.replace(tmp, name)
+    return tmp
+
+
+def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
+                 crash: str | None = None) -> None:
+    """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
+    fsynced."""
+    folder.replace(write_temp(folder, name, data, writer, mode=mode, crash=crash), name)
     if crash:
         crashpoint(f"{crash}:renamed")
     folder.fsync()

@@ -7,8 +7,9 @@ Protocol (what makes a repair crash-safe, whatever instant the process dies at):
 2. The steps run. Each is idempotent and checks that its file holds either the old bytes, the new bytes or (an
    in-place header write that was cut short) a mix of the two in the span it writes; anything else stops the repair.
 3. The journal is removed (folder fsynced).
-Any later `ckpt` command on the checkpoint (a repair, or doctor through `finish_interrupted`) that finds a journal
-replays it before reading anything, so an interrupted repair is always completed, never half-applied.
+A repair that finds a journal completes it before planning its own work. Reading never acts on a journal: doctor,
+inspect and serve-flags report it (CK109), and `ckpt repair --resume` completes it or `ckpt repair --rollback` writes
+the old bytes back (journaled in the same way, so a killed rollback is carried on, never undone).
 
 File format: `CKPTJRN1`, an 8-byte little-endian manifest length, the manifest (JSON: job, the folder's real path,
 steps with their small fields, the blob's sha256), then one blob holding the steps' byte fields back to back.
@@ -20,23 +21,26 @@ import fcntl
 import os
 import stat
 import struct
-
-import sys
-from dataclasses import fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
+
 
 import orjson
 
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME
+from ..read.repair_state import JOURNAL_MAGIC, JOURNAL_NAME
 from .execute import apply_steps
 from .fsio import Folder, Writer, atomic_write, crashpoint, is_temp_name
-from .steps import STEP_TYPES, Run, Step, sha256
+from .space import check_free_space
 
-JOURNAL_NAME = ".ckpt-repair.journal"
-MAGIC = b"CKPTJRN1"
+from .steps import STEP_TYPES, HeaderStep, IndexStep, PatchStep, RewriteStep, Run, Step, sha256
+
+MAGIC = JOURNAL_MAGIC
+COPIES_FIRST = True  # build every rebuilt shard before the first visible change, when the disk has room (the bench
+# turns it off for its baseline)
 
 
 # ---- lock ---------------------------------------------------------------------------------------------------------
@@ -131,6 +135,8 @@ def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
     cls = STEP_TYPES[item["kind"]]
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
+        if f.name not in item and f.default is not MISSING:  # a field newer than the journal's writer
+            continue
         value = item[f.name]
         if isinstance(value, dict) and "blob" in value:
             start, length = value["blob"]
@@ -150,13 +156,52 @@ def _checkpoint_file(name: object) -> bool:
 
 
 def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
-    """Carry out `steps` under the journal protocol. The caller holds the lock."""
+    """Carry out `steps` under the journal protocol. The caller holds the lock.
+
+    A write that fails (a full disk, a quota, an I/O error) leaves the folder as it was: before the journal exists,
+    the partial temporary file is removed; after, the steps already applied are undone from the journal and the
+    journal is removed. Only when that cannot be done (a shard was already rebuilt) is the journal kept, and the
+    refusal says to complete it with `ckpt repair --resume` once the cause is gone."""
     with Folder(root) as folder:
         refuse_foreign_temps(folder)
-        atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644, crash="journal")
-        apply_steps(folder, steps, writer)
+        journal = encode_journal(job, root, steps)
+        copies_first = COPIES_FIRST and check_free_space(folder, steps, len(journal))
+        try:
+            atomic_write(folder, JOURNAL_NAME, journal, writer, mode=0o644, crash="journal")
+        except OSError as exc:
+            _remove_stale_temps(folder)
+            raise TargetError(f"{root}: the `{job}` repair could not write its journal ({_why(exc)}); nothing was "
+                              f"changed") from None
+        try:
+            apply_steps(folder, steps, writer, copies_first=copies_first)
+        except OSError as exc:
+            _undo(folder, job, steps, exc)
         crashpoint("done")
         _remove_journal(folder)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _undo(folder: Folder, job: str, steps: tuple[Step, ...], exc: OSError) -> NoReturn:
+    """After a failed write: put back the old bytes of the steps already applied (in place: a full disk does not
+    stop it), remove the journal and temporaries, and refuse. The journal stays in place until the old bytes are
+    back, so a kill meanwhile still leaves a folder `--resume` completes."""
+    why = f"{folder.path}: the `{job}` repair failed while writing ({_why(exc)})"
+    _remove_stale_temps(folder)
+    try:
+        inverse = tuple(inverse_steps(folder, job, steps))
+    except TargetError:
+        raise TargetError(f"{why}; a shard was already rebuilt, so it cannot be undone: the journal is kept, and "
+                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+    try:
+        apply_steps(folder, inverse, Writer())
+        _remove_journal(folder)
+    except OSError as again:
+        raise TargetError(f"{why}, and undoing it failed too ({_why(again)}): the journal is kept; "
+                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+    raise TargetError(f"{why}; it was undone and nothing changed") from None
 
 
 def _remove_journal(folder: Folder) -> None:
@@ -174,50 +219,123 @@ def refuse_foreign_temps(folder: Folder) -> None:
                 raise folder.not_ours(name, st.st_mode)
 
 
+# ---- interrupted repairs: complete or roll back -------------------------------------------------------------------
+
+ROLLBACK = " rollback"  # the job of a rollback's own journal ends with this
+
+
 def recover(root: Path, writer: Writer) -> str | None:
     """Complete the repair an interrupted process left in the journal; returns its job name, or None if there was
     none. Also removes temporary files a killed repair left behind. The caller holds the lock."""
     with Folder(root) as folder:
-        return _recover(folder, writer)
+        refuse_foreign_temps(folder)
+        job = None
+        if folder.lstat(JOURNAL_NAME) is not None:
+            job, steps = decode_journal(folder.read(JOURNAL_NAME), root)
+            _replay(folder, job, steps, writer, "completed")
+        _remove_stale_temps(folder)
+        return job
 
 
-def _recover(folder: Folder, writer: Writer) -> str | None:
-    root, path = folder.path, journal_path(folder.path)
-    refuse_foreign_temps(folder)
-    job = None
-    if folder.lstat(JOURNAL_NAME) is not None:
-        job, steps = decode_journal(folder.read(JOURNAL_NAME), root)
-        try:
-            apply_steps(folder, steps, writer)
-            _remove_journal(folder)
-        except TargetError as exc:
-            raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be completed: restore the file, or "
-                              f"delete {path} to abandon it") from None
-        except OSError as exc:
-            raise TargetError(f"{root}: an interrupted `{job}` repair must be completed before the checkpoint is "
-                              f"read, and that failed ({exc.strerror or exc}); make the folder and its files "
-                              f"writable and run ckpt again") from None
-    for stale in stale_temps(root):
+def rollback(root: Path, writer: Writer) -> str | None:
+    """Restore the state before the repair an interrupted process left in the journal; returns its job name, or
+    None if there was none. The rollback is itself journaled: the journal is replaced, in one rename, by one whose
+    steps write the old bytes back, so a rollback killed in turn is completed by `--resume` or `--rollback`. Refused,
+    with nothing changed, when a shard was already rebuilt (the journal does not keep a rebuilt file's old bytes).
+    The caller holds the lock."""
+    with Folder(root) as folder:
+        refuse_foreign_temps(folder)
+        job = None
+        if folder.lstat(JOURNAL_NAME) is not None:
+            job, steps = decode_journal(folder.read(JOURNAL_NAME), root)
+            if not job.endswith(ROLLBACK):  # a rollback killed in turn is carried on, not undone
+                steps = tuple(inverse_steps(folder, job, steps))
+                job += ROLLBACK
+                try:
+                    atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644,
+                                 crash="rollback")
+                except OSError as exc:
+                    _remove_stale_temps(folder)
+                    raise TargetError(f"{root}: the rollback could not write its journal ({_why(exc)}); nothing was "
+                                      f"changed") from None
+            _replay(folder, job, steps, writer, "rolled back")
+        _remove_stale_temps(folder)
+        return job.removesuffix(ROLLBACK) if job else None
+
+
+
+def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Step]:
+    """Steps that write the journal's old bytes back, last file first. Raises `TargetError` when the old state
+    cannot be rebuilt from the journal."""
+    out: list[Step] = []
+    for step in reversed(steps):
+        if isinstance(step, RewriteStep):
+            state = _rewrite_state(folder, step)
+            if state == "new":
+                raise TargetError(f"{step.file} was already rebuilt by the interrupted `{job}` repair ({step.reason}); "
+                                  f"the journal does not keep the old file's bytes, so it cannot be rolled back: "
+                                  f"complete it with `ckpt repair --resume` (nothing was changed)")
+            if state != "old":
+                raise TargetError(f"{step.file}: its header is neither what the interrupted `{job}` repair found nor "
+                                  f"what it writes (was the file changed meanwhile?); nothing was changed")
+            continue  # the original is untouched; its half-built copy is a stale temporary file
+        old = getattr(step, "old", None)
+        if isinstance(step, PatchStep):
+            out.append(replace(step, runs=tuple(Run(r.offset, r.new, r.old) for r in step.runs)))
+        elif old is None:
+            raise TargetError(f"the journal of the interrupted `{job}` repair was written by a ckpt version that did "
+                              f"not record the old bytes of {step.file}, so it cannot be rolled back: complete it "
+                              f"with `ckpt repair --resume` (nothing was changed)")
+        elif isinstance(step, HeaderStep):
+            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note=f"restore {step.note}"))
+        elif isinstance(step, IndexStep):
+            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note="restore"))
+    return out
+
+
+def _rewrite_state(folder: Folder, step: RewriteStep) -> str:
+    """`new` if the rebuilt copy has replaced the original already, `old` if the original is still there, else
+    `other`."""
+    fd = folder.open_file(step.file, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == step.new_size and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix:
+            return "new"
+        if size == step.old_size and sha256(os.pread(fd, step.old_prefix_len, 0)) == step.old_prefix_sha256:
+            return "old"
+        return "other"
+    finally:
+        os.close(fd)
+
+
+
+def _replay(folder: Folder, job: str, steps: tuple[Step, ...], writer: Writer, done: str) -> None:
+    copies_first = COPIES_FIRST and check_free_space(folder, steps, 0)
+    try:
+        apply_steps(folder, steps, writer, copies_first=copies_first)
+        crashpoint("done")
+        _remove_journal(folder)
+
+
+    except TargetError as exc:
+        raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be {done}: restore the file, or delete "
+                          f"{folder.path / JOURNAL_NAME} to abandon it") from None
+    except OSError as exc:
+        _remove_stale_temps(folder)
+        raise TargetError(f"{folder.path}: the interrupted `{job}` repair cannot be {done} ({exc.strerror or exc}); "
+                          f"its journal is kept: make the folder and its files writable and run "
+                          f"`ckpt repair --resume` again") from None
+
+
+
+def _remove_stale_temps(folder: Folder) -> None:
+    for stale in stale_temps(folder.path):
         try:
             folder.unlink(stale.name)
         except OSError:
             pass  # debris in a folder we may not write to harms nothing: no loader reads these names
-    return job
 
 
 def stale_temps(root: Path) -> list[Path]:
     """Temporary files of a killed repair (journal or copies being written); only ever ours, by their names."""
     return [Path(e.path) for e in os.scandir(root) if is_temp_name(e.name) and e.is_file(follow_symlinks=False)]
-
-
-def finish_interrupted(root: Path | None) -> str | None:
-    """Called before a checkpoint is read: if a repair was interrupted, complete it (taking the lock) and say so on
-    stderr; remove a killed repair's temporary files. Returns the job completed, or None. Raises `TargetError` while
-    another process is repairing the checkpoint."""
-    if root is None or not (os.path.lexists(journal_path(root)) or stale_temps(root)):
-        return None
-    with Lock(root):
-        job = recover(root, Writer())
-    if job:
-        print(f"ckpt: completed the interrupted `{job}` repair of {root} from its journal", file=sys.stderr)
-    return job

@@ -170,19 +170,11 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
 
 def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report | None:
     """Doctor's verdict on the checkpoint the steps leave, judged in memory like the before-state."""
-    import gc
-
     from .predict import after_checkpoint
 
     if not steps:
         return None
-    # The before-state's objects (one per tensor) live until the command ends: keep the collector from walking them
-    # again and again while the after-state is judged.
-    gc.freeze()
-    try:
-        return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report
-    finally:
-        gc.unfreeze()
+    return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report  # collector paused there
 
 
 def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:
@@ -198,10 +190,11 @@ def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:
 
 
 def refuse_pending(local: LocalTarget) -> None:
-    """A dry run writes nothing, so it cannot plan on top of an interrupted repair (reading would complete it)."""
-    if journal_path(local.root).exists():
-        raise TargetError(f"{local.root}: an interrupted repair is pending; run a repair (or `ckpt doctor`) without "
-                          f"--dry-run to complete it first")
+    """A dry run writes nothing, so it cannot plan on top of an interrupted repair."""
+    if os.path.lexists(journal_path(local.root)):
+        raise TargetError(f"{local.root}: an interrupted repair is pending; complete it with `ckpt repair --resume "
+                          f"{local.root}` (or roll it back with `--rollback`) first")
+
 
 
 def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget,

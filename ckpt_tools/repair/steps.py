@@ -58,6 +58,7 @@ class HeaderStep:
     old_sha256: str  # of the span's old bytes
     keep_sha256: str  # of the prefix bytes outside the span (unchanged by the step)
     note: str
+    old: bytes | None = None  # the span's old bytes, which `ckpt repair --rollback` writes back
 
     kind = "header"
 
@@ -110,6 +111,7 @@ class IndexStep:
     old_sha256: str
     new: bytes
     note: str
+    old: bytes | None = None  # the whole old index, which `ckpt repair --rollback` writes back
 
     kind = "index"
 
@@ -224,6 +226,7 @@ def _in_place(shard: Shard, prefix: bytes, new_prefix: bytes, edit: ShardEdit, s
                 old_sha256=sha256(prefix[i:j]),
                 keep_sha256=sha256(prefix[:i] + prefix[j:]),
                 note=note,
+                old=prefix[i:j],
             )
         )
     if edit.patches:
@@ -326,7 +329,8 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     renamed = sum(1 for k in weight_map if k in plan.index_renames and k not in plan.index_drops)
     note = ", ".join(p for p in (f"{renamed} key(s) renamed" if renamed else "",
                                   f"{removed} key(s) removed" if removed else "") if p)
-    return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten")
+    return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw)
+
 
 
 def _has_float(value: Any) -> bool:

@@ -37,8 +37,25 @@ def configured_experts(ckpt: Checkpoint) -> int | None:
     return None
 
 
+def _experts_touched(names: frozenset[str]) -> set[tuple[str, int]]:
+    """(experts prefix, expert id) for every `<prefix>.experts.<id>.` a name starts with: one pass over the names,
+    so that asking it for each absent expert of each layer stays linear in the number of names."""
+    out: set[tuple[str, int]] = set()
+    for n in names:
+        at = n.find(".experts.")
+        while at != -1:
+            rest = n[at + 9:]
+            head, dot, _ = rest.partition(".")
+            if dot and head.isdigit() and str(int(head)) == head:
+                out.add((n[:at + 8], int(head)))
+            at = n.find(".experts.", at + 1)
+    return out
+
+
 def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
     expected = configured_experts(ckpt)
+    gone = ckpt.unavailable_tensors
+    gone_experts = _experts_touched(gone) if gone else set()
     out = []
     for layer, group in sorted(ckpt.experts.items()):
         have: dict[int, set[str]] = {
@@ -54,11 +71,10 @@ def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
         if expected is not None and max(have) < expected:
             absent = tuple(e for e in range(expected) if e not in have)
         # Tensors held by a missing or broken shard are that shard's finding, not an expert gap.
-        gone = ckpt.unavailable_tensors
         if gone:
             missing = {k: [e for e in ids if f"{layer}.{e}.{k}" not in gone] for k, ids in missing.items()}
             missing = {k: ids for k, ids in missing.items() if ids}
-            absent = tuple(e for e in absent if not any(n.startswith(f"{layer}.{e}.") for n in gone))
+            absent = tuple(e for e in absent if (layer, e) not in gone_experts)
         if missing or absent:
             out.append(LayerGap(layer, len(have), {k: tuple(v) for k, v in sorted(missing.items())}, absent))
     return tuple(out)

@@ -33,6 +33,8 @@ class IndexMissingShard(Rule):
         if index is None:
             return
         missing: dict[str, list[str]] = {}
+        if all(shard in ctx.ckpt.files for shard in set(index.weight_map.values())):
+            return
         for tensor, shard in index.weight_map.items():
             if shard not in ctx.ckpt.files:
                 missing.setdefault(shard, []).append(tensor)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import Iterable
 
 from ..catalogue import dtype_support
@@ -39,7 +40,7 @@ class ReaderDtypeSupport(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         table = dtype_support()
-        census = Counter(t.dtype for t in ctx.ckpt.tensors.values())
+        census = Counter(map(attrgetter("dtype"), ctx.ckpt.tensors.values()))
         reported = sorted(d for d in census if d in table and table[d].report)
         if not reported:
             return

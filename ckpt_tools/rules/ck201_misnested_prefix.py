@@ -18,21 +18,33 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
     family = ctx.det.family
     comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
     plan: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for name, module in ctx.ckpt.modules.items():
+
+    def move(name: str) -> tuple[str, str] | None:
         hit = family.root_of(name + ".")
         if hit is None:
-            continue
+            return None
         root, prefix = hit
         first = name[len(prefix):].split(".", 1)[0]
         if root.children is None or first in root.children:
-            continue
+            return None
         comp = comp_of_marker.get(first)
         if comp is None:
-            continue
+            return None
         new = prefix if comp == root.component else family.canonical_root(comp)
-        if new is None:
-            continue
-        plan[(prefix + first + ".", new)].extend(t.name for t in module.tensors.values())
+        return None if new is None else (prefix + first + ".", new)
+
+    # The answer depends on the first four segments only: every expert below one experts prefix that long shares it.
+    by_layer: dict[str, tuple[str, str] | None] = {}
+    for name, module in ctx.ckpt.modules.items():
+        where = module.expert
+        if where is not None and where[0].count(".") >= 3:
+            if where[0] not in by_layer:
+                by_layer[where[0]] = move(name)
+            key = by_layer[where[0]]
+        else:
+            key = move(name)
+        if key is not None:
+            plan[key].extend(t.name for t in module.tensors.values())
     return plan
 
 

@@ -9,16 +9,6 @@ from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
 
-def _foreign(ctx: Context, name: str) -> ForeignLayout | None:
-    arch = ctx.ckpt.architecture or ""
-    for layout in foreign_layouts():
-        if layout.architecture_suffix and not arch.endswith(layout.architecture_suffix):
-            continue
-        if name.startswith(layout.prefixes):
-            return layout
-    return None
-
-
 def _head(name: str, depth: int = 2) -> str:
     return ".".join(name.split(".")[:depth]) + ".*"
 
@@ -34,22 +24,75 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     homeless: dict[str, list[str]] = defaultdict(list)
     own = {r.component for r in family.roots}
     comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
-    for name in ctx.ckpt.tensors:
+    arch = ctx.ckpt.architecture or ""
+    applicable = [layout for layout in foreign_layouts()
+                  if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)]
+    longest = max((len(p) for layout in applicable for p in layout.prefixes), default=0)
+
+    def classify(name: str) -> tuple[str, str, ForeignLayout | None] | None:
         hit = family.root_of(name)
         if hit is None:
-            layout = _foreign(ctx, name)
+            layout = next((lay for lay in applicable if name.startswith(lay.prefixes)), None)
             if layout is None and not explicit:
-                continue
-            key = _head(name)
-            unrooted[key].append(name)
-            if layout is not None:
-                layouts[key] = layout
-            continue
+                return None
+            return "unrooted", _head(name), layout
         root, prefix = hit
         first = name[len(prefix):].split(".", 1)[0]
         comp = comp_of_marker.get(first)
         if explicit and comp is not None and comp not in own and root.children is not None:
-            homeless[f"{prefix}{first}.*"].append(name)
+            return "homeless", f"{prefix}{first}.*", None
+        return None
+
+    # The verdict depends on a name's first four segments and on the foreign prefixes it starts with, so it is
+    # decided once per prefix that holds both: per module, and per MoE experts prefix (all its experts share it).
+    def decides(prefix: str) -> bool:
+        return prefix.count(".") >= 3 and len(prefix) >= longest
+
+    modules = ctx.ckpt.modules
+    by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+    by_layer: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+
+    def flagged(module: str, held) -> bool:  # noqa: ANN001 - Module
+        """Whether any tensor of `module` gets a verdict (filling the caches the ordered pass below reads)."""
+        where = held.expert
+        if where is not None and decides(where[0]):
+            if where[0] not in by_layer:
+                by_layer[where[0]] = classify(next(iter(held.tensors.values())).name)
+            by_module[module] = by_layer[where[0]]
+            return by_module[module] is not None
+        if decides(module):
+            by_module[module] = classify(next(iter(held.tensors.values())).name)
+            return by_module[module] is not None
+        return any(classify(t.name) is not None for t in held.tensors.values())
+
+    # A healthy checkpoint has nothing to report: one pass over the modules shows it. Only when something is found
+    # are the names gathered, in tensor order.
+    if not any(flagged(module, held) for module, held in modules.items()):
+        return unrooted, layouts, homeless
+    for name in ctx.ckpt.tensors:
+        module = name.rpartition(".")[0]
+        try:
+            verdict = by_module[module]
+        except KeyError:
+            held = modules.get(module)
+            where = held.expert if held is not None else None
+            if where is not None and decides(where[0]):
+                if where[0] not in by_layer:
+                    by_layer[where[0]] = classify(name)
+                verdict = by_layer[where[0]]
+            else:
+                verdict = classify(name)
+            if decides(module):
+                by_module[module] = verdict
+        if verdict is None:
+            continue
+        kind, key, layout = verdict
+        if kind == "unrooted":
+            unrooted[key].append(name)
+            if layout is not None:
+                layouts[key] = layout
+        else:
+            homeless[key].append(name)
     return unrooted, layouts, homeless
 
 

@@ -87,7 +87,7 @@ class IgnoreListMismatch(Rule):
             return
         # Modules under a wrong prefix are misnested-prefix's / non-hf-layout's: once renamed, the list may match.
         wrong = {n for names in rename_plan(ctx).values() for n in names} | misplaced_names(ctx)
-        rows = [r for r in det.rows if f"{r.name}.{_weight_suffix(ctx, r)}" not in wrong]
+        rows = [r for r in det.rows if f"{r.name}.{_weight_suffix(ctx, r)}" not in wrong] if wrong else list(det.rows)
         # Nothing declared quantized and nothing quantized on disk: quant-config-mismatch's business, not ours.
         if not any(r.declared.quantized for r in rows) or not any(r.disk.quantized for r in rows):
             return
@@ -167,13 +167,21 @@ class IgnoreListMismatch(Rule):
 
     def _fused_disagree(self, ctx: Context, rows, source: str) -> Iterable[Finding]:
         by_name = {r.name: r for r in rows}
+        groups = fused_groups_for(ctx.det.family.id)
+        # One pass over the rows: each fused group's shard rows, by parent module, in row order.
+        parents_of: list[dict[str, list[ModuleRow]]] = [defaultdict(list) for _ in groups]
+        groups_of_shard: dict[str, list[int]] = defaultdict(list)
+        for i, group in enumerate(groups):
+            for shard in set(group.shards):
+                groups_of_shard[shard].append(i)
+        for name, row in by_name.items():
+            parent, _, last = name.rpartition(".")
+            hits = groups_of_shard.get(last)
+            if hits and not row.is_expert:
+                for i in hits:
+                    parents_of[i][parent].append(row)
         mixed: list[tuple[str, list[ModuleRow]]] = []
-        for group in fused_groups_for(ctx.det.family.id):
-            parents: dict[str, list[ModuleRow]] = defaultdict(list)
-            for name, row in by_name.items():
-                parent, _, last = name.rpartition(".")
-                if last in group.shards and not row.is_expert:
-                    parents[parent].append(row)
+        for group, parents in zip(groups, parents_of):
             for parent, shard_rows in sorted(parents.items()):
                 if len({r.declared.quantized for r in shard_rows}) > 1:
                     mixed.append((f"{parent}.{group.fused}", shard_rows))

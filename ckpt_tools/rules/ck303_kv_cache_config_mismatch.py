@@ -3,7 +3,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from ..catalogue import is_kv_scale_name, kv_runtime
+from ..catalogue import KV_SUFFIXES, is_kv_scale_name, kv_runtime
 from ..detect.resolve import component_of
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
@@ -28,7 +28,9 @@ def attention_layers(ctx: Context) -> list[str]:
 
 @once_per
 def kv_tensors(ctx: Context) -> list[str]:
-    return sorted(n for n in ctx.ckpt.tensors if is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision")
+    tails = (*KV_SUFFIXES, "output_scale")  # a cheap superset test first: this runs over every tensor name
+    return sorted(n for n in ctx.ckpt.tensors
+                  if n.endswith(tails) and is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision")
 
 
 def _owner(name: str) -> str:

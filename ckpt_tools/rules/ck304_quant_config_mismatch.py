@@ -173,10 +173,10 @@ class QuantConfigMismatch(Rule):
         for r in declared_q:
             if r.declared.kind != "nvfp4" or r.disk.kind != "nvfp4":
                 continue
-            suffixes = set(ctx.ckpt.modules[r.name].tensors)
-            if producer == "compressed-tensors" and (suffixes & MODELOPT_NVFP4 or "weight" in suffixes):
+            suffixes = ctx.ckpt.modules[r.name].tensors  # membership tests only: no set per module
+            if producer == "compressed-tensors" and (any(s in suffixes for s in MODELOPT_NVFP4) or "weight" in suffixes):
                 wrong.append(r.name)
-            elif producer == "modelopt" and suffixes & COMPRESSED_TENSORS_SUFFIXES:
+            elif producer == "modelopt" and any(s in suffixes for s in COMPRESSED_TENSORS_SUFFIXES):
                 wrong.append(r.name)
         if wrong:
             other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"

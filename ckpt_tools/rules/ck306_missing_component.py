@@ -5,7 +5,7 @@ import json
 from typing import Any, Iterable
 
 from ..catalogue import ComponentExpectation, component_expectations, family_is_explicit
-from ..detect.resolve import component_of
+from ..detect.resolve import component_lookup, component_of
 from .base import Context, Finding, Rule, register
 
 
@@ -34,10 +34,20 @@ def _prefixes(ctx: Context, entry: ComponentExpectation) -> list[str]:
 
 def _present(ctx: Context, entry: ComponentExpectation) -> bool:
     names = ctx.ckpt.tensors
-    if entry.expect_prefixes and any(n.startswith(tuple(_prefixes(ctx, entry))) for n in names):
+    prefixes = tuple(_prefixes(ctx, entry)) if entry.expect_prefixes else ()
+    if prefixes and any(n.startswith(prefixes) for n in names):
         return True
-    if entry.expect_component and any(component_of(n, ctx.det.family) == entry.expect_component for n in names):
-        return True
+    if entry.expect_component:
+        # The tensors of the modules detection already placed in the component are tried first: when the component is
+        # there (the usual case) one of them answers, without a pass over every tensor name.
+        modules = ctx.ckpt.modules
+        likely = (t.name for r in ctx.det.rows if r.component == entry.expect_component
+                  for t in modules[r.name].tensors.values())
+        if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
+            return True
+        lookup = component_lookup(ctx.det.family)
+        if any(lookup(n) == entry.expect_component for n in names):
+            return True
     if entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names):
         return True
     return False

@@ -85,8 +85,11 @@ class Nvfp4WeightOnly(Rule):
         # input scales, so one defect is reported once.
         partial = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
         total = len(rows)
-        rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in INPUT_SUFFIXES)]
-        lacking = sorted(r.name for r in rows if r.disk.activation == "A16")
+        # Only modules without input scales on disk are reported below, so only those are filtered.
+        rows = [r for r in rows if r.disk.activation == "A16"]
+        if partial:
+            rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in INPUT_SUFFIXES)]
+        lacking = sorted(r.name for r in rows)
         if not lacking:
             return
         consequence = kernel_consequence(ctx.hardware)

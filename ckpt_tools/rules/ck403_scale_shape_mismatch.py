@@ -87,17 +87,23 @@ def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpe
 def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str],
                     cache: dict | None = None) -> list[Problem]:
     """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
-    the same problems, so `cache` shares the work between the thousands of identical expert projections."""
+    the same problems, so `cache` shares the work between the thousands of identical expert projections. The cache
+    knows schemes by identity: share it only between rows of one detection, while they are alive."""
     weight = module.weight
     if weight is None:
         return []
     cache = {} if cache is None else cache
-    # repr: a hostile config can put unhashable values (lists) into a scheme's detail.
-    key = (tuple(sorted((s, t.dtype, t.shape) for s, t in module.tensors.items())), repr(row.declared),
-           repr(row.disk), repr(row.group))
-    if key not in cache:
-        cache[key] = _layout_problems(ctx, row, module)
-    return [Problem(row.name, *p[:3]) for p in cache[key] if not (p[3] and f"{row.name}.{p[0]}" in skip)]
+    # The key is built for every module, so it is kept cheap: the layout in header order (a different order only
+    # makes another cache entry), and the schemes by identity (rows share a few scheme objects, all alive while
+    # the rule runs; identity also keeps a hostile, unhashable scheme detail out of the hash).
+    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared), id(row.disk),
+           row.group)
+    layout = cache.get(key)
+    if layout is None:
+        layout = cache[key] = _layout_problems(ctx, row, module)
+    if not layout:
+        return []
+    return [Problem(row.name, *p[:3]) for p in layout if not (p[3] and f"{row.name}.{p[0]}" in skip)]
 
 
 def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:

@@ -1,0 +1,360 @@
+"""Scale benchmark: the header path on checkpoints the size of the biggest real ones, as whole processes.
+
+One command builds the synthetics (sparse files whose headers are real and whose data regions are holes) and prints
+one table: each `ckpt` command's wall time and peak RSS, and its ratio against a baseline process measured in the
+same run. Usage:
+
+    python bench/scale_bench.py [--dir bench/out/scale] [--repeat 3] [--only seed,s163] [--skip-1m] [--code DIR]
+
+`--stages DIR` prints where one `doctor --headers-only` of the checkpoint in DIR spends its CPU time instead (one
+process, stage by stage: imports, read + validate, tensor map, modules, detection, each rule, the report).
+
+`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
+before / after tables measured on the same synthetics.
+
+Synthetics (built once, reused while their parameters match; never committed):
+
+- `s10`, `s50`, `s163`: Kimi/DeepSeek-class ModelOpt NVFP4 MoE (hidden 7168, 2048-wide experts, 256 experts per
+  layer, attention, shared expert and router per layer) in 10 / 50 / 163 shards, the layer count growing with the
+  shard count (4 / 19 / 61 layers; `s163` is 189k tensors and 43 GB of FP8 block scales, like the real exports).
+- `m1`: the same layout with 1,024 experts per layer, 82 layers in 163 shards: just over a million tensors.
+- `seed`: the seed model's layout (Qwen3.6-35B-A3B, `Qwen3_5MoeForConditionalGeneration`, compressed-tensors
+  NVFP4 by llm-compressor): 40 hybrid layers (3 GatedDeltaNet : 1 full attention), 256 experts + a shared expert,
+  the 27-block vision tower (333 tensors), real dimensions, 5 shards: 124k tensors, about 21 GB of (sparse) data.
+
+Baselines, each a whole process like the command it is compared with:
+
+- `orjson`: a Python process that reads every shard's header (8-byte length, then the JSON) and parses it with
+  `orjson.loads`, keeping the parsed objects: the floor of any header-only tool written in Python.
+- `python`: a Python process that does nothing (`python -c pass`), the floor of `ckpt --help`.
+
+Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most): wall time, and
+CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the child's own `ru_maxrss` from
+`wait4`, so every row is one process measured alone. The value scan of the sparse
+synthetics reads holes (zeros from the kernel), so its rows measure memory, not disk speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from header_bench import build as build_moe  # noqa: E402
+from ckpt_tools.write.header import encode_header  # noqa: E402
+
+KIMI = {"hidden": 7168, "moe_inter": 2048, "dense": True}
+SYNTHETICS = {
+    "s10": {"layers": 4, "experts": 256, "shards": 10, **KIMI},
+    "s50": {"layers": 19, "experts": 256, "shards": 50, **KIMI},
+    "s163": {"layers": 61, "experts": 256, "shards": 163, **KIMI},
+    "m1": {"layers": 82, "experts": 1024, "shards": 163, **KIMI},
+}
+BASELINE = r"""
+import orjson, struct, sys
+from pathlib import Path
+kept = []
+for p in sorted(Path(sys.argv[1]).glob("*.safetensors")):
+    with open(p, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        kept.append(orjson.loads(fh.read(n)))
+print(sum(len(h) for h in kept))
+"""
+
+
+# ---- the seed-size synthetic --------------------------------------------------------------------------------------
+
+SEED_LAYERS, SEED_EXPERTS, SEED_SHARDS, SEED_VISION_BLOCKS = 40, 256, 5, 27
+H, MOE, VOCAB = 2048, 512, 248320
+
+
+def _ct_linear(prefix: str, out: int, inp: int):
+    """compressed-tensors NVFP4 (nvfp4-pack-quantized): packed weight, FP8 group scales, two global scales."""
+    yield f"{prefix}.weight_packed", "U8", [out, inp // 2]
+    yield f"{prefix}.weight_scale", "F8_E4M3", [out, inp // 16]
+    yield f"{prefix}.weight_global_scale", "F32", [1]
+    yield f"{prefix}.input_global_scale", "F32", [1]
+
+
+def seed_tensors() -> tuple[list[tuple[str, str, list[int]]], list[str]]:
+    """(tensors, ignore list) of the seed layout, named as llm-compressor writes Qwen3.5-MoE (the genuine
+    fixtures/genuine/llmc-qwen35moe-nvfp4, grown to the real model's dimensions)."""
+    out: list[tuple[str, str, list[int]]] = []
+    ignore: list[str] = []
+    for b in range(SEED_VISION_BLOCKS):
+        p = f"model.visual.blocks.{b}"
+        for m, shape in (("attn.qkv", [3456, 1152]), ("attn.proj", [1152, 1152]), ("mlp.linear_fc1", [4304, 1152]),
+                         ("mlp.linear_fc2", [1152, 4304])):
+            out += [(f"{p}.{m}.weight", "BF16", shape), (f"{p}.{m}.bias", "BF16", shape[:1])]
+            ignore.append(f"{p}.{m}")
+        out += [(f"{p}.{n}", "BF16", [1152]) for n in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")]
+    v = "model.visual"
+    out += [(f"{v}.merger.linear_fc1.weight", "BF16", [4608, 4608]), (f"{v}.merger.linear_fc1.bias", "BF16", [4608]),
+            (f"{v}.merger.linear_fc2.weight", "BF16", [H, 4608]), (f"{v}.merger.linear_fc2.bias", "BF16", [H]),
+            (f"{v}.merger.norm.weight", "BF16", [1152]), (f"{v}.merger.norm.bias", "BF16", [1152]),
+            (f"{v}.patch_embed.proj.weight", "BF16", [1152, 3, 2, 16, 16]),
+            (f"{v}.patch_embed.proj.bias", "BF16", [1152]), (f"{v}.pos_embed.weight", "BF16", [2304, 1152])]
+    ignore += [f"{v}.merger.linear_fc1", f"{v}.merger.linear_fc2"]
+    for layer in range(SEED_LAYERS):
+        p = f"model.language_model.layers.{layer}"
+        out += [(f"{p}.input_layernorm.weight", "BF16", [H]), (f"{p}.post_attention_layernorm.weight", "BF16", [H])]
+        if layer % 4 == 3:  # full attention (q_proj carries the output gate: 2 x 16 heads x 256)
+            out += _ct_linear(f"{p}.self_attn.q_proj", 8192, H)
+            out += _ct_linear(f"{p}.self_attn.k_proj", 512, H)
+            out += _ct_linear(f"{p}.self_attn.v_proj", 512, H)
+            out += _ct_linear(f"{p}.self_attn.o_proj", H, 4096)
+            out += [(f"{p}.self_attn.q_norm.weight", "BF16", [256]), (f"{p}.self_attn.k_norm.weight", "BF16", [256])]
+        else:  # GatedDeltaNet linear attention
+            a = f"{p}.linear_attn"
+            out += _ct_linear(f"{a}.in_proj_qkv", 8192, H)
+            out += _ct_linear(f"{a}.in_proj_z", 4096, H)
+            out += _ct_linear(f"{a}.out_proj", H, 4096)
+            out += [(f"{a}.in_proj_a.weight", "BF16", [32, H]), (f"{a}.in_proj_b.weight", "BF16", [32, H]),
+                    (f"{a}.conv1d.weight", "BF16", [8192, 1, 4]), (f"{a}.A_log", "BF16", [32]),
+                    (f"{a}.dt_bias", "BF16", [32]), (f"{a}.norm.weight", "BF16", [128])]
+            ignore += [f"{a}.in_proj_b", f"{a}.in_proj_a"]
+        out += [(f"{p}.mlp.gate.weight", "BF16", [SEED_EXPERTS, H]),
+                (f"{p}.mlp.shared_expert_gate.weight", "BF16", [1, H])]
+        ignore += [f"{p}.mlp.gate", f"{p}.mlp.shared_expert_gate"]
+        for proj, (o, i) in (("gate_proj", (MOE, H)), ("up_proj", (MOE, H)), ("down_proj", (H, MOE))):
+            out += _ct_linear(f"{p}.mlp.shared_expert.{proj}", o, i)
+        for e in range(SEED_EXPERTS):
+            for proj, (o, i) in (("gate_proj", (MOE, H)), ("up_proj", (MOE, H)), ("down_proj", (H, MOE))):
+                out += _ct_linear(f"{p}.mlp.experts.{e}.{proj}", o, i)
+    out += [("model.language_model.embed_tokens.weight", "BF16", [VOCAB, H]),
+            ("model.language_model.norm.weight", "BF16", [H]), ("lm_head.weight", "BF16", [VOCAB, H])]
+    ignore.append("lm_head")
+    return out, ignore
+
+
+def seed_config(ignore: list[str]) -> dict:
+    scheme = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
+              "dynamic": False, "scale_dtype": "torch.float8_e4m3fn", "observer": "memoryless_minmax",
+              "actorder": None, "block_structure": None, "observer_kwargs": {}, "zp_dtype": None}
+    return {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "quantization_config": {
+            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "quantization_status": "compressed",
+            "config_groups": {"group_0": {"targets": ["Linear"], "format": "nvfp4-pack-quantized", "weights": scheme,
+                                          "input_activations": {**scheme, "dynamic": "local",
+                                                                "observer": "static_minmax"},
+                                          "output_activations": None}},
+            "ignore": ignore, "kv_cache_scheme": None, "sparsity_config": {}, "transform_config": {},
+            "version": "0.19.0"},
+        "text_config": {
+            "model_type": "qwen3_5_moe_text", "hidden_size": H, "num_hidden_layers": SEED_LAYERS,
+            "num_experts": SEED_EXPERTS, "num_experts_per_tok": 8, "moe_intermediate_size": MOE,
+            "shared_expert_intermediate_size": MOE, "num_attention_heads": 16, "num_key_value_heads": 2,
+            "head_dim": 256, "vocab_size": VOCAB, "max_position_embeddings": 262144,
+            "layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(SEED_LAYERS)],
+            "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                "mrope_section": [11, 11, 10], "mrope_interleaved": True}},
+        "vision_config": {"model_type": "qwen3_5_moe", "depth": SEED_VISION_BLOCKS, "hidden_size": 1152,
+                          "intermediate_size": 4304, "out_hidden_size": H},
+    }
+
+
+def _nbytes(dtype: str, shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
+
+
+def build_seed(root: Path) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    tensors, ignore = seed_tensors()
+    tensors.sort()  # the writer deals tensors to shards in name order
+    per = -(-len(tensors) // SEED_SHARDS)
+    weight_map, total = {}, 0
+    for s in range(SEED_SHARDS):
+        name = f"model-{s + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
+        entries, offset = {}, 0
+        for tname, dtype, shape in tensors[s * per: (s + 1) * per]:
+            n = _nbytes(dtype, shape)
+            entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+            weight_map[tname] = name
+        header = encode_header(entries, {"format": "pt"})
+        with open(root / name, "wb") as fh:
+            fh.write(struct.pack("<Q", len(header)) + header)
+            fh.truncate(8 + len(header) + offset)
+        total += offset
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    (root / "config.json").write_text(json.dumps(seed_config(ignore), indent=2))
+    return len(tensors)
+
+
+def ensure(root: Path, name: str) -> Path:
+    """Build synthetic `name` under `root` unless an identical build is already there."""
+    folder = root / name
+    params = {"seed": True} if name == "seed" else SYNTHETICS[name]
+    stamp = folder / "BUILD.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == params:
+        return folder
+    if folder.exists():
+        for p in folder.iterdir():
+            p.unlink()
+    t0 = time.perf_counter()
+    count = build_seed(folder) if name == "seed" else build_moe(folder, **params)
+    stamp.write_text(json.dumps(params))
+    print(f"built {name}: {count:,} tensors in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return folder
+
+
+# ---- measuring ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    cpu: float
+    rss_mib: float
+    code: int
+
+
+def run_once(argv: list[str], code_dir: str | None = None) -> Run:
+    env = {**os.environ, "CKPT_NO_PROGRESS": "1"}
+    if code_dir:
+        env["PYTHONPATH"] = code_dir
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code_dir)
+    _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.strip()[-400:]}")
+    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+
+
+def best(argv: list[str], repeat: int, code_dir: str | None = None) -> Run:
+    runs = [run_once(argv, code_dir) for _ in range(repeat)]
+    return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
+
+
+def header_mb(folder: Path) -> float:
+    total = 0
+    for p in folder.glob("*.safetensors"):
+        with open(p, "rb") as fh:
+            total += struct.unpack("<Q", fh.read(8))[0]
+    return total / 1e6
+
+
+def tensor_count(folder: Path) -> int:
+    return len(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"])
+
+
+def stages(folder: str) -> None:
+    """CPU seconds per stage of one header-only analysis, in this process (the collector paused, as the CLI does)."""
+    import gc
+
+    gc.disable()
+    t0 = time.process_time()
+    from ckpt_tools.detect.resolve import detect
+    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.pipeline import checkpoint_summary
+    from ckpt_tools.read import open_source
+    from ckpt_tools.read.loader import load_checkpoint
+    from ckpt_tools.rules.base import Context, all_rules
+
+    out: list[tuple[str, float]] = [("imports", time.process_time() - t0)]
+
+    def timed_stage(label: str, fn):  # noqa: ANN001, ANN202
+        t = time.process_time()
+        value = fn()
+        out.append((label, time.process_time() - t))
+        return value
+
+    ckpt = timed_stage("read + validate headers, index, configs", lambda: load_checkpoint(open_source(folder)))
+    timed_stage("tensor map", lambda: ckpt.tensors)
+    timed_stage("modules", lambda: ckpt.modules)
+    det = timed_stage("detection (vLLM resolution, per module)", lambda: detect(ckpt))
+    timed_stage("experts", lambda: ckpt.experts)
+    ctx = Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=folder)
+    rules: list[tuple[str, float]] = []
+    for rule in all_rules():
+        if not rule.needs_values:
+            t = time.process_time()
+            list(rule().check(ctx))
+            rules.append((f"{rule.code} {rule.slug}", time.process_time() - t))
+    timed_stage("report summary", lambda: checkpoint_summary(ckpt, det))
+    out.append(("all rules", sum(s for _, s in rules)))
+    total = time.process_time() - t0
+    print(f"{len(ckpt.tensors):,} tensors; CPU seconds per stage (total {total:.2f} s)")
+    for label, s in [*out, *sorted(rules, key=lambda r: -r[1])[:8]]:
+        print(f"  {label:<44} {s:6.3f} s  {s / total:5.1%}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / "out" / "scale"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated synthetics (default: all)")
+    ap.add_argument("--skip-1m", action="store_true", help="leave out the million-tensor synthetic")
+    ap.add_argument("--no-value-scan", action="store_true", help="leave out the default doctor (value scan) rows")
+    ap.add_argument("--code", default=None, help="source tree to run the ckpt commands from (default: this one)")
+    ap.add_argument("--stages", default=None, metavar="DIR", help="print one analysis' CPU time per stage, and stop")
+    args = ap.parse_args()
+    if args.stages:
+        stages(args.stages)
+        return
+    code_dir = str(Path(args.code).resolve()) if args.code else None
+    root = Path(args.dir)
+    names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
+    if args.skip_1m and "m1" in names:
+        names.remove("m1")
+    py = sys.executable
+    ckpt = [py, "-m", "ckpt_tools.cli.main"]
+    rows: list[tuple[str, str, float, int, Run, Run]] = []
+
+    def measure(label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int) -> None:
+        r = best(argv, repeat, code_dir)
+        mb = header_mb(folder) if folder else 0.0
+        n = tensor_count(folder) if folder else 0
+        rows.append((label, what, mb, n, r, base))
+        print(f"  {label:<6} {what:<34} {r.seconds:7.2f} s {r.cpu:7.2f} cpu-s {r.rss_mib:7.0f} MiB  "
+              f"{r.seconds / base.seconds:5.2f}x wall {r.cpu / base.cpu:5.2f}x cpu", file=sys.stderr)
+
+    bare = best([py, "-c", "pass"], args.repeat)
+    measure("-", "ckpt --help", [*ckpt, "--help"], bare, None, args.repeat)
+    for name in names:
+        folder = ensure(root, name)
+        repeat = 1 if name == "m1" else args.repeat
+        base = best([py, "-c", BASELINE, str(folder)], repeat)
+        rows.append((name, "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
+        measure(name, "doctor --headers-only", [*ckpt, "doctor", str(folder), "--headers-only"], base, folder, repeat)
+        if name == "seed":
+            measure(name, "serve-flags", [*ckpt, "serve-flags", str(folder)], base, folder, repeat)
+            measure(name, "inspect", [*ckpt, "inspect", str(folder)], base, folder, repeat)
+            if not args.no_value_scan:
+                measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
+
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
+          + (f"; commands from {code_dir}" if code_dir else ""))
+    print("| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for label, what, mb, n, r, base in rows:
+        wall = "1.00" if r is base else f"{r.seconds / base.seconds:.2f}"
+        cpu = "1.00" if r is base else f"{r.cpu / base.cpu:.2f}"
+        print(f"| {label} | {n:,} | {mb:.1f} | {what} | {r.seconds:.2f} | {r.cpu:.2f} | {r.rss_mib:.0f} | {wall} | {cpu} |"
+              if n else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
+              f"(vs `python -c pass`) |")
+
+
+if __name__ == "__main__":
+    main()
