@@ -285,6 +285,7 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection, profiles: Sequence[Hard
         "family": det.family.id,
         "quant_config_source": det.config.source,
         "rejection": det.rejection,
+        "made_by": det.made_by,
         "schemes": _scheme_counts(det),
         "disk_activation_mode": det.disk_activation_mode,
         "nvfp4_kernels": nvfp4_kernels(det.activation_mode, profiles),

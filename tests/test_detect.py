@@ -42,9 +42,47 @@ EXPECTED: dict[str, tuple] = {
     "modelopt-qwen3moe-nvfp4": (MO, "NVFP4", "modelopt_fp4", "W4A4", None, ["text"]),
     "modelopt-qwen3moe-nvfp4-awq": (MO, "NVFP4_AWQ", None, "W4A4", None, ["text"]),
     "modelopt-qwen3moe-w4a16-nvfp4": (MO, "W4A16_NVFP4", "modelopt_fp4", "W4A16", None, ["text"]),
+    # Formats beyond NVFP4 (rules/formats.toml; vLLM 0.33.0 auto_gptq.py, auto_awq.py, inc/inc.py, fp8.py, quark/).
+    "llmc-llama-fp8-block": (CT, "FP8", CT, None, None, ["text"]),
+    "llmc-llama-w8a8-int8": (CT, "W8A8", CT, None, None, ["text"]),
+    "llmc-llama-w4a8-int": (CT, "W4A8", CT, None, None, ["text"]),
+    "llmc-llama-mxfp4": (CT, "MXFP4", CT, None, None, ["text"]),
+    # FP8 attention + NVFP4 experts: the experts resolve through `model.layers.N.mlp.experts` in quantized_layers.
+    "modelopt-qwen3moe-mixed": (MO, "MIXED_PRECISION", "modelopt_mixed", "W4A4", None, ["text"]),
+    "modelopt-llama-mxfp8": (MO, "MXFP8", "modelopt_mxfp8", None, None, ["text"]),
+    # gptq -> auto_gptq, awq -> auto_awq (override_quantization_method), auto-round -> inc.
+    "autoround-llama-gptq": ("gptq", "W4A16", "auto_gptq", None, None, ["text"]),
+    "autoround-llama-awq": ("awq", "W4A16", "auto_awq", None, None, ["text"]),
+    "autoround-llama-int": ("auto-round", "W4A16", "inc", None, None, ["text"]),
+    "autoround-llama-mxfp4": ("auto-round", "MXFP4", "inc", None, None, ["text"]),
+    # INCConfig refuses data_type nv_fp and packing auto_round:fp8_static.
+    "autoround-llama-nvfp4": ("auto-round", "NVFP4", None, "W4A4", None, ["text"]),
+    "autoround-llama-fp8-static": ("auto-round", "FP8", None, None, None, ["text"]),
+    "transformers-llama-fp8-block": ("fp8", "FP8", "fp8", None, None, ["text"]),
+    "transformers-qwen3moe-fp8-block": ("fp8", "FP8", "fp8", None, None, ["text"]),
+    "quark-llama-fp8": ("quark", "FP8", "quark", None, None, ["text"]),
+    "quark-llama-mxfp4": ("quark", "MXFP4", "quark", None, None, ["text"]),
+}
+# Who wrote each new-format fixture, as the report names it (from the versions the producers record).
+MADE_BY = {
+    "autoround-llama-gptq": "Intel AutoRound 0.16.1",
+    "autoround-llama-nvfp4": "Intel AutoRound 0.16.1",
+    "transformers-qwen3moe-fp8-block": "transformers FineGrainedFP8",
+    "quark-llama-mxfp4": "AMD Quark 0.13",
+    "modelopt-qwen3moe-mixed": "NVIDIA ModelOpt 0.47.0",
+    "llmc-llama-w8a8-int8": "llm-compressor / compressed-tensors 0.19.0",
 }
 # Errors that are the truth about a genuine fixture under upstream vLLM 0.33 (it rejects NVFP4_AWQ).
-EXPECTED_ERRORS = {name: {"unsupported-quant-algo"} for name in EXPECTED if "awq" in name}
+EXPECTED_ERRORS = {name: {"unsupported-quant-algo"} for name in EXPECTED if "nvfp4-awq" in name}
+EXPECTED_ERRORS["autoround-llama-nvfp4"] = {"unsupported-quant-algo"}
+EXPECTED_ERRORS["autoround-llama-fp8-static"] = {"unsupported-quant-algo"}
+# 128x128 blocks on the tiny llama's 64-wide k_proj / v_proj: vLLM refuses every tensor-parallel size.
+EXPECTED_ERRORS["llmc-llama-fp8-block"] = {"block-fp8-tp-sizes"}
+
+
+@pytest.mark.parametrize("name", sorted(MADE_BY))
+def test_made_by(name: str) -> None:
+    assert analyze(str(GENUINE / name), headers_only=True).report.checkpoint["made_by"] == MADE_BY[name]
 
 
 def test_every_fixture_has_expectations() -> None:

@@ -25,7 +25,18 @@ JUSTIFIED = {
     # llm-compressor 0.14 observes Qwen3.5's in_proj_qkv and in_proj_z separately, but vLLM fuses them into
     # in_proj_qkvz with one global scale: weight_global_scale 33792 vs 32768 (3%), which vLLM only warns about.
     "llmc-qwen35moe-nvfp4": {"CK502"},
+    # vLLM 0.33's INCConfig refuses AutoRound's nv_fp data type and its auto_round:fp8_static packing: true errors.
+    "autoround-llama-nvfp4": {"CK310"},
+    "autoround-llama-fp8-static": {"CK310"},
+    # The tiny llama's k_proj / v_proj have 64 outputs: llm-compressor's FP8_BLOCK preset (128x128 blocks) cannot be
+    # served at any tensor-parallel size (vLLM validate_fp8_block_shape raises for the merged qkv_proj even at TP 1),
+    # a true error; transformers' 64x64 blocks only rule out TP 2 and 4 (warning).
+    "llmc-llama-fp8-block": {"CK308"},
+    "transformers-llama-fp8-block": {"CK308"},
+    "transformers-qwen3moe-fp8-block": {"CK308"},
 }
+# True errors beyond CK310 (the runtime refuses the checkpoint as exported).
+JUSTIFIED_ERRORS = {"llmc-llama-fp8-block": {"CK308"}}
 
 
 def test_genuine_fixture(genuine: str) -> None:
@@ -36,6 +47,6 @@ def test_genuine_fixture(genuine: str) -> None:
     assert not unexpected, f"{genuine}: unjustified findings {unexpected}"
     assert set(found) == expected, f"{genuine}: expected {sorted(expected)}, got {sorted(found)}"
     errors = {f.code for f in report.findings if f.severity == "error"}
-    assert errors <= {"CK310"}, f"{genuine}: errors {errors}"
+    assert errors <= {"CK310"} | JUSTIFIED_ERRORS.get(genuine, set()), f"{genuine}: errors {errors}"
     if genuine.startswith(("llmc-", "modelopt-")) and "nvfp4" in genuine:
         assert report.checkpoint["activation_mode"] in ("W4A4", "W4A16")

@@ -116,7 +116,7 @@ def test_cli_explain_unknown_rule_is_usage_error() -> None:
 
 DATA_FILES = {
     "modules.toml": "modules/1", "scales.toml": "scales/1", "kv_scales.toml": "kv-scales/1",
-    "layouts.toml": "layouts/1", "dtypes.toml": "dtypes/1",
+    "layouts.toml": "layouts/1", "dtypes.toml": "dtypes/1", "formats.toml": "formats/1",
 }
 
 

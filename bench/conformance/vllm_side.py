@@ -201,6 +201,8 @@ def _key_bits(key: Any) -> str | None:
 def _weight_kind(key: Any) -> str:
     text = str(getattr(key, "dtype", key)).lower()
     scale = str(getattr(getattr(key, "scale", None), "dtype", "")).lower()
+    if "uint8" in scale and ("float8" in text or "fp8" in text):
+        scale = "e8m0"  # MX scales are stored as uint8 (kMxfp8Static: ScaleDesc(torch.uint8, group 1x32))
     if "fp4" in text or "float4" in text or "uint8" in text:
         return "nvfp4" if "e8m0" not in scale else "mxfp4"
     if "float8" in text or "fp8" in text:
@@ -255,6 +257,43 @@ def classify_method(method: Any, layer: Any) -> tuple[str, str | None, str]:
         return "fp8", "A8", sname
     if sname == "CompressedTensorsW8A8Int8":
         return "int8", "A8", sname
+    if sname == "CompressedTensorsW4A4Mxfp4":
+        return "mxfp4", "A4", sname
+    if sname in ("CompressedTensorsW4A8Int", "CompressedTensorsWNA8Int"):
+        return f"int{getattr(scheme, 'num_bits', 4)}", "A8", sname
+    # Quark: the scheme class the config chose for the layer (quark/schemes/*.py).
+    if sname in ("QuarkW8A8Fp8", "QuarkW8A8Fp8PerBlock"):
+        return "fp8", "A8" if getattr(scheme, "is_static_input_scheme", True) is not None else "A16", sname
+    if sname == "QuarkOCP_MX":
+        act = getattr(scheme, "input_dtype", None)
+        return "mxfp4", "A4" if act is None or "fp4" in str(act) else "A8", sname
+    if sname == "QuarkW8A8Int8":
+        return "int8", "A8", sname
+    # INC wraps its per-layer scheme (inc/inc_linear.py INCLinearMethod.scheme).
+    if name == "INCLinearMethod":
+        inner = getattr(method, "scheme", None)
+        iname = type(inner).__name__
+        bits = getattr(getattr(inner, "layer_config", None), "bits", None) or getattr(inner, "weight_bits", 4)
+        if "WNA16" in iname or "Wna16" in iname or "XPULinear" in iname or "ARK" in iname:
+            return f"int{bits}", "A16", f"{name}/{iname}"
+        if "Mxfp4" in iname:
+            return "mxfp4", "A4", f"{name}/{iname}"
+        if "Mxfp8" in iname:
+            return "mxfp8", "A8", f"{name}/{iname}"
+        if "Fp8" in iname:
+            return "fp8", "A8", f"{name}/{iname}"
+        return "other", None, f"{name}/{iname}"
+    # GPTQ / AWQ / INC int methods (auto_gptq.py, auto_awq.py, inc/schemes): weight-only int, bits from the config.
+    qc = getattr(method, "quant_config", None)
+    if any(k in name for k in ("GPTQ", "AWQ", "WNA16", "Wna16")):
+        bits = getattr(qc, "weight_bits", None) or getattr(getattr(method, "layer_config", None), "bits", 4)
+        return f"int{bits}", "A16", name
+    if "Mxfp4" in name:
+        return "mxfp4", "A4", name
+    if "Mxfp8" in name:
+        return "mxfp8", "A8", name
+    if name.startswith("INCFp8"):
+        return "fp8", "A8", name
     return "other", None, f"{name}/{sname}"
 
 

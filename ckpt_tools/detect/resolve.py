@@ -15,10 +15,13 @@ from ..catalogue import model_unquantized
 from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
+from . import formats
 from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
 EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
+# Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
+FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Detection:
     kv_cache: str | None
     rows: tuple[ModuleRow, ...] = field(repr=False)
     components: tuple[str, ...] = ()
+    made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -174,8 +178,20 @@ def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str
         method = "modelopt_mxfp8"
     if not method:
         return None, None, "quantization_config has no quant_method"
+    fmt = formats.format_for(method)
+    if fmt is not None:
+        # The config class's override_quantization_method renames the method (gptq -> auto_gptq, awq -> auto_awq,
+        # auto-round -> inc), then from_config validates it (rules/formats.toml).
+        vllm_method, problem = formats.resolve_method(method, data, rt.quant.get("methods", []))
+        return method, vllm_method, problem
+    if method == "compressed-tensors":
+        sparsity = data.get("sparsity_config")
+        rejected = (rt.quant.get("compressed_tensors") or {}).get("sparsity_rejection")
+        if rejected and isinstance(sparsity, dict) and sparsity.get("targets"):
+            return method, None, rejected
     if method not in rt.quant.get("methods", []):
-        return method, None, f"Unknown quantization method: {method}"
+        hint = formats.unsupported_hints().get(method)
+        return method, None, f"Unknown quantization method: {method}" + (f" ({hint})" if hint else "")
     return method, method, None
 
 
@@ -353,6 +369,12 @@ class _Resolver:
             return self._modelopt(name, experts_prefix)
         if self.method == "fp8":
             return self._fp8(name, experts_prefix)
+        if self.producer in FORMAT_PRODUCERS:
+            module = self.ckpt.modules.get(name)
+            disk_q = module is not None and disk_scheme(module).quantized
+            scheme, covered = formats.declared_scheme(self.producer, self.view.data or {}, name,
+                                                       self.family.to_vllm(name), disk_q)
+            return scheme, covered, (self.producer if scheme.quantized else None)
         return UNQUANTIZED, None, None
 
     def _fp8(self, name: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
@@ -405,7 +427,12 @@ class _Resolver:
         if hit is not None:
             return UNQUANTIZED, hit, None
         if self.algo == "MIXED_PRECISION":
+            # ModelOptMixedPrecisionConfig._resolve_quant_algo: the layer's own prefix first; a FusedMoE layer is
+            # looked up by its experts prefix (`model.layers.N.mlp.experts`), which ModelOpt writes as the key of
+            # the whole expert bank.
             entry = self.mixed_layers.get(name) or self.mixed_layers.get(name.rsplit(".", 1)[0])
+            if entry is None and experts_prefix is not None:
+                entry = self.mixed_layers.get(experts_prefix)
             if not isinstance(entry, dict):
                 return UNQUANTIZED, None, None
             algo = str(entry.get("quant_algo", "")).upper()
@@ -425,6 +452,8 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "modelopt"
     elif method == "compressed-tensors":
         producer = "compressed-tensors"
+    elif method in FORMAT_PRODUCERS or method in formats.formats():
+        producer = method or "unknown"
     else:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
@@ -450,8 +479,9 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     if producer == "none" and any(r.disk.quantized for r in rows):
         producer = _producer_from_tensors(ckpt)
-    if producer == "compressed-tensors":
+    if producer == "compressed-tensors" or producer in formats.formats():
         algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
+    if producer == "compressed-tensors":
         if rejection is None:
             bad = next((r for r in rows if r.declared.kind == "unknown"), None)
             if bad is not None:
@@ -472,6 +502,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         kv_cache=_kv_cache(view, producer),
         rows=tuple(rows),
         components=tuple(comps),
+        made_by=formats.made_by(view.data),
     )
 
 

@@ -129,6 +129,11 @@ def disk_scheme(module: Module) -> Scheme:
     """Read a module's scheme from its tensor names and dtypes alone."""
     t = module.tensors
     weight = t.get("weight_packed") or t.get("weight")
+    if weight is None and "qweight" in t:
+        # GPTQ / AWQ / AutoRound int packing: I32 words along the input (GPTQ) or output (AWQ) dimension; the bit
+        # width is the config's.
+        return _shared_scheme("int4", "A16", "qweight") if t["qweight"].dtype == "I32" else _shared_scheme(
+            "unknown", None, f"{t['qweight'].dtype} qweight")
     if weight is None:
         return _shared_scheme("unknown", None, "no weight")
     scale = t.get("weight_scale")
@@ -160,6 +165,7 @@ def disk_scheme(module: Module) -> Scheme:
         # pack-quantized int weights; 4 vs 8 bits needs the values of `weight_shape`, so the config decides that.
         return _shared_scheme("int4", "A16" if not has_input else "A8", "packed")
     if weight.dtype == "I8":
+        # compressed-tensors int-quantized stores int4 W4A8 weights unpacked in I8 too; the config says which.
         return _shared_scheme("int8", "A8" if has_input else "A16")
     return _shared_scheme("unknown", None, f"{weight.dtype} weight")
 

@@ -41,6 +41,18 @@ ROLES: Mapping[str, str] = MappingProxyType(
         "q_zero_point": "kv_scale",
         "k_bias": "kv_scale",
         "v_bias": "kv_scale",
+        # GPTQ / AWQ / AutoRound int packing (vLLM auto_gptq.py, auto_awq.py): `qweight` I32, `scales`, `qzeros`,
+        # `g_idx` (dropped by vLLM's checkpoint weight mapper).
+        "qweight": "weight",
+        # Signed: AutoRound / GPTQ symmetric scales carry the sign of the group's largest-magnitude weight.
+        "scales": "signed_weight_scale",
+        "qzeros": "zero_point",
+        "g_idx": "g_idx",
+        # gpt-oss MXFP4 experts (vLLM mxfp4.py): E8M0 scales beside the `*_blocks` of each fused projection.
+        "gate_up_proj_scales": "weight_scale",
+        "down_proj_scales": "weight_scale",
+        "gate_up_proj_blocks": "weight",
+        "down_proj_blocks": "weight",
         "svdquant_lora_a": "lora",
         "svdquant_lora_b": "lora",
     }
@@ -49,7 +61,8 @@ ROLES: Mapping[str, str] = MappingProxyType(
 # Suffixes only compressed-tensors writes (its NVFP4 / pack-quantized naming; vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3)).
 COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale", "input_global_scale"})
 
-SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale"})
+SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale",
+                         "signed_weight_scale"})
 
 V = TypeVar("V")
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
@@ -85,7 +98,7 @@ class Module:
 
     @_computed_once
     def weight(self) -> TensorInfo | None:
-        return self.tensors.get("weight_packed") or self.tensors.get("weight")
+        return self.tensors.get("weight_packed") or self.tensors.get("weight") or self.tensors.get("qweight")
 
     @property
     def suffixes(self) -> frozenset[str]:

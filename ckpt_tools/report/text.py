@@ -35,6 +35,8 @@ def activation_text(ck: dict) -> str:
 
 def checkpoint_lines(ck: dict) -> list[str]:
     quant = "not quantized" if ck["producer"] == "none" else f"{ck['producer']} {ck.get('quant_algo') or ''}".strip()
+    if ck.get("made_by"):
+        quant += f" (written by {ck['made_by']})"
     vq = ck.get("vllm_quantization")
     lines = [
         f"  quantization  {quant}"

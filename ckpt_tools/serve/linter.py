@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..detect.formats import format_for
 from ..rules.base import Finding
 from .facts import CheckpointFacts
 from .parser import ParsedCommand, ParsedFlag
@@ -180,6 +181,14 @@ def _quantization(ctx: _Ctx) -> Iterable[Finding]:
                  f"quantizes nothing from it or fails", fix="remove --quantization")
         return
     if user == resolved:
+        return
+    fmt = format_for(facts.producer)
+    if fmt is not None and user in fmt.override_from:
+        return  # the config class's override accepts it and resolves `resolved` (rules/formats.toml)
+    if fmt is not None and fmt.id == "auto-round":
+        # INCConfig.override_quantization_method ignores the user's value: it becomes inc without an error.
+        yield _f("quantization-mismatch", f"--quantization {user}: vLLM silently replaces it with {resolved} for "
+                 f"this AutoRound checkpoint; the flag misstates what runs", fix=planned, severity="warning")
         return
     if facts.producer == "modelopt" and user.startswith("modelopt") or (
             facts.producer == "modelopt" and user == "compressed-tensors" and resolved == "modelopt_fp4"):

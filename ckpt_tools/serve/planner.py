@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..errors import UsageError
 from ..knowledge import runtime_ids
+from ..detect.formats import format_for
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
@@ -207,11 +208,25 @@ def plan(
 
 def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
     src = "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); " + rt.source_of("--quantization")
-    if facts.vllm_quantization:
+    fmt = format_for(facts.producer)
+    if facts.vllm_quantization and fmt is not None and fmt.id in fmt.override_from:
+        # gptq / awq: the config class's override accepts the checkpoint's own name and turns it into the resolved
+        # method; AutoAWQConfig has no override on a CPU platform, where only `awq` matches the checkpoint.
+        b.add("--quantization", fmt.id,
+              f"{fmt.name} checkpoint: vLLM resolves {facts.vllm_quantization} from --quantization {fmt.id} "
+              f"({fmt.config_class}.override_quantization_method), and `{fmt.id}` also matches the checkpoint where "
+              f"no override runs; stating it makes a wrong copy-paste fail loudly.", fmt.source)
+    elif facts.vllm_quantization:
         b.add("--quantization", facts.vllm_quantization,
               f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
               f"{facts.vllm_quantization} from its config; stating it makes a wrong copy-paste fail loudly.".replace(
                   "  ", " "), src)
+        deprecated = rt.data.get("quantization", {}).get("deprecated_methods", [])
+        if facts.vllm_quantization in deprecated:
+            b.add("--allow-deprecated-quantization", None,
+                  f"--quantization {facts.vllm_quantization} is deprecated in {rt.name}: vLLM refuses to start "
+                  f"without this switch", "vllm/model_executor/layers/quantization/__init__.py "
+                  "DEPRECATED_QUANTIZATION_METHODS; vllm/config/model.py _verify_quantization (vLLM 0.33.0)")
     elif facts.producer == "none":
         b.notes.append("--quantization omitted: the checkpoint is not quantized")
     else:

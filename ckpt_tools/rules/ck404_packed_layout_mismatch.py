@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+from ..catalogue import ScaleScheme, scheme_for
+from ..detect.resolve import ModuleRow
+from ..model.checkpoint import Checkpoint
+from ..model.modules import Module
+from .base import Context, Finding, Rule, module_files, register
+
+# Formats whose int packing follows GPTQ's layout ([in/p, out]) or AWQ's ([in, out/p]) (rules/formats.toml).
+_LAYOUT_PRODUCERS = {"gptq": "gptq", "awq": "awq"}
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _int_layout(ctx: Context) -> tuple[str, int, int] | None:
+    """(layout, bits, group_size) of a GPTQ / AWQ / AutoRound-int checkpoint, None for other formats."""
+    cfg = ctx.det.config.data or {}
+    producer = ctx.det.producer
+    if producer == "auto-round":
+        if str(cfg.get("data_type", "int")) != "int":
+            return None
+        layout = "awq" if "awq" in str(cfg.get("packing_format", "")) else "gptq"
+    elif producer in _LAYOUT_PRODUCERS:
+        layout = _LAYOUT_PRODUCERS[producer]
+    else:
+        return None
+    bits, group = cfg.get("bits", cfg.get("w_bit")), cfg.get("group_size", cfg.get("q_group_size"))
+    if not isinstance(bits, int) or bits <= 0 or 32 % bits or not isinstance(group, int):
+        return None
+    return layout, bits, group
+
+
+def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
+    """(out, in) features the model config gives a projection, for the standard attention / MLP / expert names."""
+    def num(key: str) -> int | None:
+        v = ckpt.config_value(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    hidden, heads = num("hidden_size"), num("num_attention_heads")
+    if hidden is None:
+        return None
+    kv = num("num_key_value_heads") or heads
+    head_dim = num("head_dim") or (hidden // heads if heads else None)
+    proj = name.rsplit(".", 1)[-1]
+    if ".experts." in name:
+        inter = num("moe_intermediate_size")
+    elif ".shared_expert." in name:
+        inter = num("shared_expert_intermediate_size")
+    else:
+        inter = num("intermediate_size")
+    if ".self_attn." in name and heads and head_dim:
+        return {"q_proj": (heads * head_dim, hidden), "k_proj": (kv * head_dim, hidden),
+                "v_proj": (kv * head_dim, hidden), "o_proj": (hidden, heads * head_dim)}.get(proj)
+    if ".mlp." in name and inter:
+        return {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}.get(proj)
+    return None
+
+
+def _logical(module: Module, scheme: ScaleScheme, bits: int) -> tuple[int, int] | None:
+    """(out, in) of the weight as its scheme stores it."""
+    w = module.tensors.get(scheme.weight.suffix)
+    if w is None or len(w.shape) != 2:
+        return None
+    rows, cols = w.shape
+    pack = 32 // bits
+    return {"gptq-qweight": (cols, rows * pack), "awq-qweight": (cols * pack, rows), "packed4": (rows, cols * 2),
+            "logical4": (rows, cols), "full": (rows, cols)}.get(scheme.weight.shape)
+
+
+def _stored(shape: str, want: tuple[int, int], bits: int) -> tuple[int, int]:
+    """The stored shape of an [out, in] weight in this layout."""
+    n, k = want
+    pack = 32 // bits
+    return {"gptq-qweight": (k // pack, n), "awq-qweight": (k, n // pack), "packed4": (n, k // 2)}.get(shape, (n, k))
+
+
+def _transposed(actual: tuple[int, ...], shape: str, want: tuple[int, int], bits: int) -> bool:
+    """The weight holds the projection transposed: the stored shape reversed (`[in/2, out]` for packed NVFP4), or
+    the [in, out] transpose packed in this layout."""
+    right, a = _stored(shape, want, bits), tuple(actual)
+    return a != right and (a == right[::-1] or a == _stored(shape, (want[1], want[0]), bits))
+
+
+def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, ...] | None:
+    g = k if group == -1 else group
+    pack = 32 // bits
+    return {"gptq-qweight": (k // pack, n), "awq-qweight": (k, n // pack), "group-kn": (_ceil(k, g), n),
+            "zeros-gptq": (_ceil(k, g), _ceil(n, pack)), "g_idx": (k,)}.get(shape)
+
+
+def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
+              ) -> list[tuple[str, str, str]]:
+    """(suffix, problem, detail) for one quantized module."""
+    out: list[tuple[str, str, str]] = []
+    kind = row.declared.kind if row.declared.quantized else row.disk.kind
+    weight = module.weight
+    if weight is None:
+        return out
+    producer = {"auto-round": "gptq" if layout and layout[0] == "gptq" else "awq"}.get(
+        ctx.det.producer, ctx.det.producer)
+    scheme = scheme_for(kind, module.suffixes, weight.dtype, producer)
+    if scheme is None:
+        return out
+    bits = layout[1] if layout else (8 if kind == "int8" else 4)
+    dims = _logical(module, scheme, bits)
+    want = config_features(ctx.ckpt, row.name)
+    # Only the transposed layout is judged against the config: some families widen a projection on purpose (Qwen3.5's
+    # gated q_proj is 2 x heads x head_dim), so other differences are not evidence of a defect.
+    if want is not None and want[0] != want[1] and _transposed(
+            weight.shape, scheme.weight.shape, want, bits):
+        out.append((scheme.weight.suffix, "features",
+                    f"`{scheme.weight.suffix}` {weight.dtype} {list(weight.shape)} is stored transposed: the config "
+                    f"gives this projection [out {want[0]}, in {want[1]}], so the packed weight should be "
+                    f"{list(_stored(scheme.weight.shape, want, bits))}"))
+        return out
+    if layout is None or dims is None:
+        return out
+    n, k = dims
+    _, bits, group = layout
+    if want is not None and k != want[1]:
+        out.append((scheme.weight.suffix, "features",
+                    f"`{scheme.weight.suffix}` {list(weight.shape)} unpacks to {k} input features at {bits} bits, the "
+                    f"config gives this projection {want[1]}: the declared `bits` does not match the packing"))
+        return out
+    known = {t.suffix for t in scheme.tensors}
+    for spec in scheme.tensors:
+        if spec.role == "weight":
+            continue
+        t = module.tensors.get(spec.suffix)
+        if t is None:
+            if spec.required:
+                out.append((spec.suffix, "missing", f"no `{spec.suffix}`"))
+            continue
+        if t.dtype not in spec.dtypes:
+            out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}"))
+        exp = _expected(spec.shape, n, k, bits, group)
+        if exp is not None and tuple(t.shape) != exp:
+            out.append((spec.suffix, "shape",
+                        f"`{spec.suffix}` has shape {list(t.shape)}, expected {list(exp)} for {bits}-bit group "
+                        f"{group} ({n} out x {k} in)"))
+    if k % (32 // bits) or (group not in (-1, 0) and k % group):
+        out.append((scheme.weight.suffix, "features", f"{k} input features do not split into {bits}-bit words "
+                                                      f"and groups of {group}"))
+    extra = sorted(s for s in module.suffixes - known if s not in ("bias",))
+    for s in extra:
+        out.append((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`"))
+    return out
+
+
+@register
+class PackedLayoutMismatch(Rule):
+    """Packed quantized weights whose layout does not fit their format or the model's dimensions.
+
+    What it catches
+    - GPTQ (and AutoRound `auto_round:auto_gptq`): `qweight` I32 `[in / (32/bits), out]`, `scales`
+      `[ceil(in/group), out]`, `qzeros` I32 `[ceil(in/group), out / (32/bits)]`, `g_idx` `[in]`; AWQ (and
+      `auto_round:auto_awq`): `qweight` I32 `[in, out / (32/bits)]`, `qzeros` and `scales` `[in/group, ...]`. Missing
+      required tensors, wrong dtypes, shapes that do not match the declared `bits` / `group_size`, tensors of another
+      layout beside the `qweight` (a float `weight`), and input widths that do not split into words and groups;
+    - any quantized weight (NVFP4, MXFP4, FP8, int) whose unpacked `[out, in]` is not what config.json gives the
+      projection (`hidden_size`, `intermediate_size`, `moe_intermediate_size`, heads x `head_dim`), including a packed
+      NVFP4 weight stored transposed as `[in/2, out]`: its byte size is right, so nothing else notices.
+
+    Why it matters
+    vLLM allocates `qweight` / `scales` / `qzeros` from the config's `bits` and `group_size` and the layer sizes
+    (vLLM 0.33 auto_gptq.py, auto_awq.py `create_weights`) and copies the tensors in: a mismatch fails at load
+    ("Attempted to load weight ... into parameter ...") or, where the element count agrees (a transposed packed
+    weight), loads scrambled weights and serves garbage or fails in the FP4 GEMM's shape check.
+
+    Anti-pattern
+    Repacking GPTQ as AWQ (or back) by renaming tensors, editing `bits` / `group_size` after export, hand-written
+    converters that transpose packed weights (some Gemma-4 NVFP4 uploads stored `[in/2, out]`).
+
+    Fix
+    Re-export the model with the producer (AutoRound, GPTQModel, AutoAWQ, ModelOpt, llm-compressor) and keep the
+    config it wrote; never transpose or rename packed tensors by hand.
+    """
+
+    code = "CK404"
+    slug = "packed-layout-mismatch"
+    severity = "error"
+    title = "Packed quantized weight layout does not fit its format or the model"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        if ctx.det.rejection:
+            return
+        layout = _int_layout(ctx)
+        grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+        cache: dict[Any, list[tuple[str, str, str]]] = {}
+        for row in ctx.det.rows:
+            if not (row.disk.quantized or row.declared.quantized):
+                continue
+            module = ctx.ckpt.modules[row.name]
+            key = (tuple(sorted((s, t.dtype, t.shape) for s, t in module.tensors.items())), repr(row.declared),
+                   row.name.rsplit(".", 1)[-1], ".experts." in row.name)
+            if key not in cache:
+                cache[key] = _problems(ctx, row, module, layout)
+            for suffix, problem, detail in cache[key]:
+                grouped[(suffix, problem)].append((row.name, detail))
+        for (suffix, problem), items in sorted(grouped.items()):
+            modules = [m for m, _ in items]
+            what = {"missing": f"lack `{suffix}`", "dtype": f"have a `{suffix}` of the wrong dtype",
+                    "shape": f"have a `{suffix}` of the wrong shape", "extra": f"carry a stray `{suffix}`",
+                    "features": "have weights whose dimensions do not match the model"}[problem]
+            yield self.finding(
+                f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0][1]}); vLLM fails to load "
+                f"them or loads scrambled weights. Re-export these modules with the producer.",
+                tensors=[f"{m}.{suffix}" for m in modules] if problem != "missing" else modules,
+                files=module_files(ctx.ckpt, modules),
+                details={"tensor": suffix, "problem": problem, "examples": dict(items[:20])},
+            )
