@@ -1,7 +1,7 @@
 """Resolve a checkpoint the way vLLM does: which config wins, the `--quantization` method, whether the runtime
 accepts the algo, and the scheme vLLM builds for every linear layer and expert projection.
 
-Ground truth: docs/reference/vllm-0.33.md1 (method resolution), 2 (compressed-tensors), 3 (ModelOpt). The runtime's
+Ground truth: the vLLM 0.33.0 release, restated in docs/reference/vllm-0.33.md sections 1 (method resolution), 2 (compressed-tensors), 3 (ModelOpt). The runtime's
 accepted values come from its profile in `rules/runtimes/`, so an image profile can differ from upstream.
 """
 

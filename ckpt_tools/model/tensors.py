@@ -34,8 +34,11 @@ class Problem:
     """Something wrong with a file itself, found while reading it (not a judgement about quantization).
 
     `kind` is a stable machine word: `lfs-pointer`, `header-too-small`, `header-too-large`, `truncated`,
-    `invalid-utf8`, `invalid-json`, `invalid-schema`, `unknown-dtype`, `invalid-offset`, `invalid-span`,
-    `misaligned-slice`, `incomplete-buffer`, `duplicate-key`, `unreadable`, `invalid-index`, `invalid-config`.
+    `invalid-utf8`, `invalid-json`, `nesting-too-deep` (128 levels or more), `invalid-schema`, `duplicate-field`
+    (a tensor entry's field or `__metadata__` given twice), `unknown-dtype`, `invalid-offset`, `shape-overflow` (the
+    element or bit count overflows 64 bits), `invalid-span`, `misaligned-slice`, `incomplete-buffer`,
+    `duplicate-key` (a repeated tensor name: the reader keeps the last), `unreadable`, `invalid-index`,
+    `invalid-config`.
     """
 
     file: str

@@ -29,6 +29,7 @@ import orjson
 from ..errors import TargetError
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import Shard
+from ..read.header import parse_header
 from ..write.header import encode_header
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
@@ -155,8 +156,7 @@ def read_prefix(path: Path, shard: Shard) -> bytes:
 def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) -> list[Step]:
     path = root / shard.name
     prefix = read_prefix(path, shard)
-    header: dict[str, Any] = orjson.loads(prefix[8:])
-    metadata = header.pop("__metadata__", None)
+    header, metadata = _reader_view(shard, prefix)
     drops = edit.drops
     kept = [(name, info) for name, info in header.items() if name not in drops]
 
@@ -209,6 +209,26 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
             note=note,
         )
     ]
+
+
+def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal.
+
+    A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
+    rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
+    are written back in the reader's terms (dtype, shape, data_offsets); fields the reader ignores are not kept.
+    """
+    read = parse_header(shard.name, shard.size, prefix[8:])
+    if read.shard is None or not read.shard.valid or read.problems:
+        message = read.problems[0].message if read.problems else "not a safetensors file"
+        raise TargetError(f"{shard.name}: {message}; the safetensors reader rejects or drops part of this header, so "
+                          f"the repair refuses to rewrite it (re-download or re-export it; `ckpt doctor` explains)")
+    if read.shard.tensors != shard.tensors:
+        raise TargetError(f"{shard.name}: changed while the repair was being planned; run it again")
+    header = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]}
+              for t in read.shard.tensors}
+    metadata = dict(read.shard.metadata) if read.shard.metadata is not None else None
+    return header, metadata
 
 
 def _in_place(shard: Shard, prefix: bytes, new_prefix: bytes, edit: ShardEdit, size: int, note: str) -> list[Step]:

@@ -5,9 +5,9 @@ from typing import Iterable
 from .base import Context, Finding, Rule, register
 
 FILE_KINDS = {
-    "header-too-small", "header-too-large", "truncated", "invalid-utf8", "invalid-json", "invalid-schema",
-    "unknown-dtype", "invalid-offset", "invalid-span", "misaligned-slice", "incomplete-buffer", "duplicate-key",
-    "unreadable", "invalid-index", "invalid-config",
+    "header-too-small", "header-too-large", "truncated", "invalid-utf8", "invalid-json", "nesting-too-deep",
+    "invalid-schema", "duplicate-field", "unknown-dtype", "invalid-offset", "shape-overflow", "invalid-span",
+    "misaligned-slice", "incomplete-buffer", "duplicate-key", "unreadable", "invalid-index", "invalid-config",
 }
 
 
@@ -16,11 +16,14 @@ class InvalidHeader(Rule):
     """A file is not a valid safetensors file (or a config/index is not valid JSON).
 
     What it catches
-    Everything the safetensors reader rejects (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2)): a header length over 100,000,000 bytes or past
-    the end of the file, a header that is not UTF-8 JSON object, an unknown dtype, offsets with a gap or overlap,
-    a byte span that does not equal shape x dtype size, a data region that does not end exactly at the end of the
-    file (truncated download or trailing bytes). Also duplicate tensor names (warning: the format forbids them but
-    the reader keeps the last) and unreadable config.json / hf_quant_config.json / index files.
+    Everything the safetensors reader rejects (`safetensors/src/tensor.rs`, `SafeTensors::read_metadata`): a header
+    length over 100,000,000 bytes or past the end of the file, a header that is not a UTF-8 JSON object (or nests
+    128 levels deep, or holds a number beyond f64), a tensor entry that repeats a field (two `dtype` keys) or a
+    repeated `__metadata__`, an unknown dtype, a shape or offset that is not an unsigned 64-bit integer (`-0`
+    included), offsets with a gap or overlap, a shape whose element count overflows 64 bits, a byte span that does
+    not equal shape x dtype size, a data region that does not end exactly at the end of the file (truncated
+    download or trailing bytes). Also duplicate tensor names (warning: the format forbids them but the reader keeps
+    the last) and unreadable config.json / hf_quant_config.json / index files.
 
     Why it matters
     vLLM fails at load with `SafetensorError: Error while deserializing header: ...`, usually after minutes of
