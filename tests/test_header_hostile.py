@@ -81,6 +81,17 @@ CASES = {
     "f64-max": (entry('"x":1.7976931348623157e308'), True),
     "lone-surrogate-name": ('{"\\ud800":{%s}}' % E, False),
     "surrogate-pair-name": ('{"\\ud83d\\ude00":{%s}}' % E, True),
+    # The whole-list fast path compares value types: a bool or float equal to an int seen earlier is still refused.
+    "bool-dim-after-equal-int": ('{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
+                                 '"b":{"dtype":"U8","shape":[2,true],"data_offsets":[2,4]}}', False),
+    "float-dim-after-equal-int": ('{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
+                                  '"b":{"dtype":"U8","shape":[2,1.0],"data_offsets":[2,4]}}', False),
+    "bool-offset-after-equal-int": ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
+                                    '"b":{"dtype":"U8","shape":[3],"data_offsets":[true,4]}}', False),
+    "offsets-out-of-header-order": ('{"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},'
+                                    '"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}', True),
+    "span-mismatch-in-order": ('{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},'
+                               '"b":{"dtype":"U8","shape":[3],"data_offsets":[2,4]}}', False),
 }
 
 

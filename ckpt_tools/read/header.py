@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import struct
 from math import prod
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter, mul, sub
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +34,10 @@ from .source import Source
 
 MAX_HEADER_SIZE = 100_000_000
 _BY_OFFSETS = attrgetter("begin", "end")
+_DTYPE, _SHAPE, _BEGIN, _END = itemgetter(1), itemgetter(2), itemgetter(4), itemgetter(5)  # TensorInfo fields
+_GET_DTYPE, _GET_SHAPE, _GET_OFFSETS = itemgetter("dtype"), itemgetter("shape"), itemgetter("data_offsets")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_DTYPES = {dtype: dtype for dtype in BITS}  # one str object per dtype: tensors share it, comparisons hit identity
 FIRST_READ = 64 * 1024  # one read covers the length field and most headers
 LFS_MAGIC = b"version https://git-lfs"
 FIELDS = ("dtype", "shape", "data_offsets")
@@ -86,10 +91,6 @@ def read_shard(source: Source, name: str, first_read: int = FIRST_READ) -> Shard
         except OSError as exc:
             return _fail(name, "unreadable", f"cannot read header: {exc.strerror or exc}")
     return parse_header(name, size, raw)
-
-
-def _fail(name: str, kind: str, message: str, tensor: str | None = None) -> ShardRead:
-    return ShardRead(None, None, (Problem(name, kind, message, tensor),))
 
 
 def _fail(name: str, kind: str, message: str, tensor: str | None = None) -> ShardRead:
@@ -172,31 +173,10 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
 
     # Integers from either parser are within [-2**63, 2**64 - 1] (orjson and serde_number make floats beyond that;
     # the standard library's int only runs on tokens under 20 digits), so a non-negative int is a u64 as it is.
-    # Plain entries are checked inline; anything else goes through `_entry`, the one statement of the rules.
-    tensors: list[TensorInfo] = []
-    append = tensors.append
-    bits = BITS
-    exact = raw is None
-    new, info_type = tuple.__new__, TensorInfo  # TensorInfo(...) would go through a Python-level __new__
+    tensors = _plain_entries(name, obj) if raw is not None else None
     unusual_keys = 0  # keys beyond three per entry (an enum-map dtype), or fewer (an array entry)
-    for tname, info in items:
-        kind = type(info)
-        if kind is dict and len(info) == 3:
-            try:
-                dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                dtype = None
-            if (type(dtype) is str and dtype in bits and type(shape) is list and type(begin) is int
-                    and type(end) is int and begin >= 0 and end >= 0):
-                for d in shape:
-                    if type(d) is not int or d < 0:
-                        break
-                else:
-                    append(new(info_type, (tname, dtype, tuple(shape), name, begin, end)))
-                    continue
-        dtype, shape, begin, end, entry_keys = _entry(tname, info, exact)
-        append(TensorInfo(tname, dtype, shape, name, begin, end))
-        unusual_keys += entry_keys - 3
+    if tensors is None:
+        tensors, unusual_keys = _entries_one_by_one(name, items, raw is None)
     keys += 3 * len(tensors) + unusual_keys
     dupes: list[str] = []
     if pairs is not None:  # a repeated tensor name: every entry had to be valid, serde's map keeps the last
@@ -211,6 +191,67 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     if raw is not None and raw.count(b":") != keys:
         _check_colons(raw, keys, obj, metadata)
     return tensors, metadata, dupes
+
+
+def _plain_entries(name: str, obj: dict[str, Any]) -> list[TensorInfo] | None:
+    """The tensors of an orjson tree whose every entry is plain (an object of exactly `dtype`, `shape`,
+    `data_offsets`, a known dtype string, a list of non-negative ints, a [begin, end] pair of non-negative ints), in
+    whole-list operations without a per-tensor Python loop; None if any entry is not, for `_entries_one_by_one` to
+    judge. `type(x) is int` is the test (a bool is not an int here), as in the entry-by-entry path."""
+    infos = list(obj.values())
+    if not infos:
+        return []
+    if set(map(type, infos)) != {dict} or set(map(len, infos)) != {3}:
+        return None
+    try:
+        dtypes = list(map(_GET_DTYPE, infos))
+        shapes = list(map(_GET_SHAPE, infos))
+        offsets = list(map(_GET_OFFSETS, infos))
+    except KeyError:
+        return None
+    if (set(map(type, dtypes)) != {str} or not _DTYPES.keys() >= set(dtypes) or set(map(type, shapes)) != {list}
+            or set(map(type, offsets)) != {list} or set(map(len, offsets)) != {2}):
+        return None
+    # Types over the flat lists, never over a set of the values: `{1, True}` and `{2, 2.0}` collapse to one member.
+    dims = list(chain.from_iterable(shapes))
+    if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
+        return None
+    bounds = list(chain.from_iterable(offsets))
+    if set(map(type, bounds)) != {int} or min(bounds) < 0:
+        return None
+    return list(map(tuple.__new__, repeat(TensorInfo), zip(
+        obj, map(_DTYPES.__getitem__, dtypes), map(tuple, shapes), repeat(name), map(_FIRST, offsets),
+        map(_SECOND, offsets))))
+
+
+def _entries_one_by_one(name: str, items: Any, exact: bool) -> tuple[list[TensorInfo], int]:
+    """Tensors entry by entry; plain entries are checked inline, anything else goes through `_entry`, the one
+    statement of the rules. Also returns the keys beyond three per entry (an enum-map dtype; fewer for an array)."""
+    tensors: list[TensorInfo] = []
+    append = tensors.append
+    bits = BITS
+    new, info_type = tuple.__new__, TensorInfo  # TensorInfo(...) would go through a Python-level __new__
+    dtypes = _DTYPES
+    unusual_keys = 0
+    for tname, info in items:
+        kind = type(info)
+        if kind is dict and len(info) == 3:
+            try:
+                dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                dtype = None
+            if (type(dtype) is str and dtype in bits and type(shape) is list and type(begin) is int
+                    and type(end) is int and begin >= 0 and end >= 0):
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        break
+                else:
+                    append(new(info_type, (tname, dtypes[dtype], tuple(shape), name, begin, end)))
+                    continue
+        dtype, shape, begin, end, entry_keys = _entry(tname, info, exact)
+        append(TensorInfo(tname, dtypes[dtype], shape, name, begin, end))
+        unusual_keys += entry_keys - 3
+    return tensors, unusual_keys
 
 
 def _entry(tname: str, info: Any, exact: bool) -> tuple[str, tuple[int, ...], int, int, int]:
@@ -294,6 +335,8 @@ def _enum_form(dtype: Any) -> Any:
 
 def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo]) -> list[Problem]:
     """`Metadata::validate` in its order of checks, then the file length. Raises `_Invalid`."""
+    if _layout_in_order(file_size, n, tensors):
+        return []
     expected = 0
     for t in sorted(tensors, key=_BY_OFFSETS):
         if t.begin != expected or t.end < t.begin:
@@ -315,6 +358,27 @@ def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo
         what = f"{gap:,} trailing bytes after the last tensor" if gap > 0 else f"file is {-gap:,} bytes short (truncated)"
         raise _Invalid("incomplete-buffer", f"data region does not match the file size: {what}")
     return []
+
+
+def _layout_in_order(file_size: int, n: int, tensors: list[TensorInfo]) -> bool:
+    """True if the tensors, in header order, pass every check of `_validate_layout`: whole-list operations in C,
+    no per-tensor Python loop. Writers emit tensors in offset order, so this is the common case. Header order
+    contiguous from 0 is already the order `sorted(key=(begin, end))` gives (begins and ends never decrease, and a
+    stable sort keeps it), so a True here is exactly the verdict of the sorted walk; on False that walk runs and
+    reports the first problem in the reader's order."""
+    if not tensors:
+        return 8 + n == file_size
+    begins = list(map(_BEGIN, tensors))
+    ends = list(map(_END, tensors))
+    if begins[0] != 0 or begins[1:] != ends[:-1] or 8 + n + ends[-1] != file_size:
+        return False
+    # Bits per tensor: numel x bit width, compared with 8 x the span (so also whole bytes and end >= begin).
+    bits = list(map(mul, map(prod, map(_SHAPE, tensors)), map(BITS.__getitem__, map(_DTYPE, tensors))))
+    if bits != list(map(mul, map(sub, ends, begins), repeat(8))) or max(bits) > U64_MAX:
+        return False
+    # A zero dimension hides an overflowing partial product from `prod` (the reader's `checked_mul` fails on it):
+    # such tensors, rare, are left to the exact walk.
+    return not bits.count(0) or all(len(t.shape) < 3 for t in tensors if t.begin == t.end)
 
 
 def _checked_numel(t: TensorInfo) -> int:

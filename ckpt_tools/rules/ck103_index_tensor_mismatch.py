@@ -42,9 +42,8 @@ class IndexTensorMismatch(Rule):
             return
         readable = {s.name for s in ckpt.shards}
         # Shards we could not read say nothing about their contents; other rules report them.
-        unreadable = {n for n in ckpt.shard_files if n not in readable} | {
-            n for n in index.weight_map.values() if n not in ckpt.files
-        }
+        unreadable = {n for n in ckpt.shard_files if n not in readable} | set(index.weight_map.values()).difference(
+            ckpt.files)
         # `ckpt.tensors` covers the shards the index names (what vLLM loads); a stray shard and its tensors are
         # stray-shard's (CK107), and a tensor in two loaded shards is duplicate-tensor's (CK108): nothing twice.
         tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
