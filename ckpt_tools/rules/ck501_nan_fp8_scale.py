@@ -36,14 +36,15 @@ class NanFp8Scale(Rule):
     NaN encodings in 8-bit float scale tensors: NVFP4 block scales and FP8 weight scales stored as F8_E4M3
     (0x7F / 0xFF), MX shared-exponent scales (E8M0 0xFF, whether the header says F8_E8M0 or U8 as the
     compressed-tensors, Quark, AutoRound, ModelOpt MXFP8 and gpt-oss layouts store them), and the FNUZ / E5M2 NaN
-    patterns (vllm-facts.md 6.1). Only the scale tensors' byte ranges are read.
+    patterns (the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)). Only the scale
+    tensors' byte ranges are read.
 
     Why it matters
     An unclamped FP32 -> E4M3 cast above 448 writes NaN (NVIDIA/Model-Optimizer#1633, ModelOpt 0.42-0.44 exports).
     In vLLM 0.33 a NaN in a ModelOpt NVFP4 linear `weight_scale` fails the load with a misleading "was never loaded
     (still NaN)" error; in MoE experts and compressed-tensors layers nothing checks, and the output collapses to
-    `!!!!` (vllm-facts.md 6.2). vLLM's MX kernels read an E8M0 0xFF as NaN too: every weight of the 32-element
-    group it scales dequantizes to NaN.
+    `!!!!` (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §6.2)).
+    vLLM's MX kernels read an E8M0 0xFF as NaN too: every weight of the 32-element group it scales dequantizes to NaN.
 
     Anti-pattern
     Exporting with an old ModelOpt release that casts block scales to E4M3 without clamping.

@@ -76,15 +76,16 @@ class InvalidScaleValue(Rule):
     KV-cache scales, fine-grained FP8 `weight_scale_inv` block scales, GPTQ / AWQ / AutoRound `scales`), measured by
     the value scan from their byte ranges only: NaN or infinite values anywhere, negative values (scales are
     magnitudes; GPTQ / AWQ `scales` are exempt, as they legitimately carry the sign of each group's largest-magnitude
-    weight), a zero global, input or KV scale (failure-catalogue.md class 10, "non-finite or <= 0 in F32 scalars"), a
+    weight), a zero global, input or KV scale (docs/reference/failures.md #10, "non-finite or <= 0 in F32 scalars"), a
     zero `weight_scale_inv` block scale, and a weight scale tensor whose every value is zero. 8-bit float block scales
     are nan-fp8-scale's (CK501). Skipped with `--headers-only`.
 
     Why it matters
     vLLM inverts or divides by these scales when it prepares the kernels (`input_global_scale_inv = 1 / ...`,
-    `alpha = input_gs * weight_gs`, vllm-facts.md 3.1): a zero becomes inf, NaN spreads through every matmul of the
-    layer, and the model answers `!!!!` or NaN logits. Fine-grained FP8 and GPTQ / AWQ kernels multiply each block or
-    group by its scale, so a zero scale silently erases those weights. Nothing checks them at load time.
+    `alpha = input_gs * weight_gs`, vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0
+    (docs/reference/vllm-0.33.md §3.1)): a zero becomes inf, NaN spreads through every matmul of the layer, and the
+    model answers `!!!!` or NaN logits. Fine-grained FP8 and GPTQ / AWQ kernels multiply each block or group by its
+    scale, so a zero scale silently erases those weights. Nothing checks them at load time.
 
     Anti-pattern
     Calibration that never saw data for a module (amax 0 gives a zero direct scale or an infinite reciprocal one),
