@@ -15,7 +15,7 @@ from .knowledge import Hardware, hardware, hardware_profiles
 from .errors import TargetError
 from .model.checkpoint import INDEX_NAME, Checkpoint
 from .model.tensors import TensorInfo
-from .model.values import STATS_DTYPES
+from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
 from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
@@ -62,7 +62,7 @@ def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
     asks = [rule.wants_values for rule in rules]
 
     def wanted(t: TensorInfo) -> bool:
-        if t.dtype not in STATS_DTYPES:
+        if value_dtype(t) not in STATS_DTYPES:
             return False
         for ask in asks:
             if ask(t):

@@ -62,6 +62,7 @@ EXPECTED: dict[str, tuple] = {
     "transformers-qwen3moe-fp8-block": ("fp8", "FP8", "fp8", None, None, ["text"]),
     "quark-llama-fp8": ("quark", "FP8", "quark", None, None, ["text"]),
     "quark-llama-mxfp4": ("quark", "MXFP4", "quark", None, None, ["text"]),
+    "sourcebuilt-gptoss-mxfp4": ("mxfp4", "MXFP4", "gpt_oss_mxfp4", None, None, ["text"]),
 }
 # Who wrote each new-format fixture, as the report names it (from the versions the producers record).
 MADE_BY = {

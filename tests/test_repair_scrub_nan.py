@@ -88,6 +88,21 @@ def test_e8m0_scales_saturate_and_have_no_zero(tmp_path, capsys):
     assert (tmp_path / "model.safetensors").read_bytes().endswith(b"\x7f\xfe\x7f\xfe")
 
 
+def test_u8_mx_scales_of_a_genuine_mxfp4_export_are_scrubbed_as_e8m0(tmp_path, capsys):
+    """compressed-tensors stores MXFP4 exponents as U8: its 0xFF is E8M0 NaN, patched to 0xFE and nothing else."""
+    folder = copy_of("llmc-llama-mxfp4", tmp_path)
+    shard = patch_tensor_bytes(folder, SCALE, {2: 0xFF, 17: 0xFF})
+    before = file_bytes(folder)
+    code, out, err = run_cli(["scrub-nan", folder, "--format", "json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["plan"]["details"]["replacement"] == {"F8_E8M0": "0xFE"}
+    assert "CK501 nan-fp8-scale" not in result["after"]["findings"]
+    s = tensor_start(shard, SCALE)
+    assert diff_positions(before[shard.name], file_bytes(folder)[shard.name]) == {s + 2: (0xFF, 0xFE),
+                                                                                   s + 17: (0xFF, 0xFE)}
+
+
 def test_sharded_only_the_affected_shard_changes(tmp_path, capsys):
     folder = make_sharded(copy_of("modelopt-llama-nvfp4", tmp_path))
     shard = patch_tensor_bytes(folder, OTHER, {0: 0x7F})

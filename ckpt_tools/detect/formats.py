@@ -11,6 +11,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..knowledge import load_toml
@@ -44,6 +45,9 @@ class Format:
     layout: str
     accepts: tuple[Accept, ...]
     source: str
+    # model_type -> the method an override_quantization_method renames this one to for that model (mxfp4 on gpt_oss
+    # -> gpt_oss_mxfp4)
+    model_type_methods: Mapping[str, str]
 
 
 @lru_cache(maxsize=None)
@@ -63,7 +67,7 @@ def formats() -> Mapping[str, Format]:
         )
         out[f["id"]] = Format(f["id"], f["name"], f["vllm_method"], tuple(f.get("override_from", ())),
                               f["config_class"], bool(f.get("deprecated", False)), f.get("layout", f["id"]), accepts,
-                              f["source"])
+                              f["source"], MappingProxyType(dict(f.get("model_type_methods", {}))))
     return out
 
 
@@ -150,15 +154,17 @@ def _inc_scheme_rejection(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
-def resolve_method(method: str, cfg: Mapping[str, Any], known_methods: list[str]) -> tuple[str | None, str | None]:
+def resolve_method(method: str, cfg: Mapping[str, Any], known_methods: list[str], model_type: str | None = None
+                  ) -> tuple[str | None, str | None]:
     """(`--quantization` value, rejection) for a checkpoint of a formats.toml format."""
     fmt = format_for(method)
     if fmt is None:
         return None, None
-    if fmt.vllm_method not in known_methods:
+    vllm_method = fmt.model_type_methods.get(model_type or "", fmt.vllm_method)
+    if vllm_method not in known_methods:
         return None, f"Unknown quantization method: {method}"
     problem = rejection(fmt, cfg)
-    return (None, problem) if problem else (fmt.vllm_method, None)
+    return (None, problem) if problem else (vllm_method, None)
 
 
 # ---- per-layer schemes --------------------------------------------------------------------------------------------
@@ -175,6 +181,11 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
                     ) -> tuple[Scheme, str | None]:
     """(scheme, the config entry that keeps it unquantized) for one linear `name` (vLLM-side `vname`)."""
     is_head = name == "lm_head" or name.endswith(".lm_head")
+    if method == "mxfp4":
+        # Mxfp4Config.get_quant_method: MoE experts take the MXFP4 method, every linear layer is unquantized.
+        if name.endswith(".experts"):
+            return Scheme("mxfp4", "A16", "gpt-oss"), None
+        return UNQUANTIZED, "(Mxfp4Config quantizes only the MoE experts)"
     if method == "gptq":
         if is_head and not cfg.get("lm_head"):
             return UNQUANTIZED, "(lm_head: `lm_head` is false)"

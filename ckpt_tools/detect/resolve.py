@@ -21,7 +21,7 @@ from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_schem
 
 EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
 # Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
-FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8"})
+FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ def modelopt_algo(view: QuantConfigView) -> str | None:
     return str(algo).upper() if algo else None
 
 
-def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str | None, str | None]:
+def _resolve_method(view: QuantConfigView, rt: Runtime, model_type: str | None = None
+                    ) -> tuple[str | None, str | None, str | None]:
     """(checkpoint quant_method, vllm --quantization value, rejection) following `_verify_quantization`."""
     data = view.data
     if data is None:
@@ -182,7 +183,7 @@ def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str
     if fmt is not None:
         # The config class's override_quantization_method renames the method (gptq -> auto_gptq, awq -> auto_awq,
         # auto-round -> inc), then from_config validates it (rules/formats.toml).
-        vllm_method, problem = formats.resolve_method(method, data, rt.quant.get("methods", []))
+        vllm_method, problem = formats.resolve_method(method, data, rt.quant.get("methods", []), model_type)
         return method, vllm_method, problem
     if method == "compressed-tensors":
         sparsity = data.get("sparsity_config")
@@ -256,8 +257,11 @@ def _kv_cache(view: QuantConfigView, producer: str) -> str | None:
 def is_linear_candidate(module: Module) -> bool:
     """A module vLLM builds as a linear layer or expert projection: a 2-D (possibly packed) weight, not an embedding."""
     w = module.weight
-    if w is None or len(w.shape) != 2:
+    if w is None:
         return False
+    if len(w.shape) != 2:
+        # gpt-oss fused experts: `*_blocks` [E, rows, cols/32, 16], one module for the whole expert bank
+        return len(w.shape) == 4 and w.name.endswith("_proj_blocks")
     last = module.name.rsplit(".", 1)[-1]
     return "embed" not in last and last not in EMBEDDING_NAMES
 
@@ -444,7 +448,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     rt = load_runtime(runtime_id) if runtime_id else load_runtime()
     family = family_for(ckpt.architecture, ckpt.model_type)
     view = effective_quant_config(ckpt)
-    method, vllm_method, rejection = _resolve_method(view, rt)
+    method, vllm_method, rejection = _resolve_method(view, rt, ckpt.model_type)
 
     if view.data is None:
         producer = "none"

@@ -135,6 +135,10 @@ def disk_scheme(module: Module) -> Scheme:
         return _shared_scheme("int4", "A16", "qweight") if t["qweight"].dtype == "I32" else _shared_scheme(
             "unknown", None, f"{t['qweight'].dtype} qweight")
     if weight is None:
+        blocks = t.get("gate_up_proj_blocks") or t.get("down_proj_blocks")
+        if blocks is not None:  # gpt-oss fused experts: U8 FP4 blocks with U8 E8M0 scales
+            return _shared_scheme("mxfp4", "A16", "gpt-oss") if blocks.dtype == "U8" else _shared_scheme(
+                "unknown", None, f"{blocks.dtype} blocks")
         return _shared_scheme("unknown", None, "no weight")
     scale = t.get("weight_scale")
     has_input = "input_scale" in t or "input_global_scale" in t

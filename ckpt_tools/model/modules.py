@@ -48,7 +48,8 @@ ROLES: Mapping[str, str] = MappingProxyType(
         "scales": "signed_weight_scale",
         "qzeros": "zero_point",
         "g_idx": "g_idx",
-        # gpt-oss MXFP4 experts (vLLM mxfp4.py): E8M0 scales beside the `*_blocks` of each fused projection.
+        # gpt-oss MXFP4 experts (vLLM gpt_oss.py, mxfp4.py): one `...mlp.experts` module holds both fused projections,
+        # each as `*_blocks` U8 [E, rows, cols/32, 16] beside its E8M0 `*_scales` U8 [E, rows, cols/32].
         "gate_up_proj_scales": "weight_scale",
         "down_proj_scales": "weight_scale",
         "gate_up_proj_blocks": "weight",
@@ -98,7 +99,9 @@ class Module:
 
     @_computed_once
     def weight(self) -> TensorInfo | None:
-        return self.tensors.get("weight_packed") or self.tensors.get("weight") or self.tensors.get("qweight")
+        t = self.tensors
+        return (t.get("weight_packed") or t.get("weight") or t.get("qweight") or t.get("gate_up_proj_blocks")
+                or t.get("down_proj_blocks"))
 
     @property
     def suffixes(self) -> frozenset[str]:

@@ -16,6 +16,9 @@ from functools import cache
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
+from .modules import ROLES
+from .tensors import TensorInfo
+
 # Tensors of at most this many elements keep their decoded values (global / input / per-tensor scales, KV scales,
 # short per-channel scales): rules compare and print them.
 SMALL_TENSOR_ELEMENTS = 64
@@ -31,6 +34,21 @@ FLOAT8_DTYPES = frozenset({*_FLOAT8_LAYOUT, "F8_E8M0"})
 WIDE_FLOAT_DTYPES = frozenset({"F32", "BF16", "F16"})
 STATS_DTYPES = FLOAT8_DTYPES | WIDE_FLOAT_DTYPES  # the dtypes the scan measures; any other tensor is not scanned
 ITEM_SIZE: Mapping[str, int] = MappingProxyType({**{d: 1 for d in FLOAT8_DTYPES}, "F16": 2, "BF16": 2, "F32": 4})
+
+
+# Scale tensors whose bytes are E8M0 though the header says U8: every MX producer stores its shared exponents as
+# unsigned bytes (compressed-tensors MXFP4 `weight_scale`, Quark MXFP4 `weight_scale`, AutoRound `mx_fp`
+# `weight_scale`, ModelOpt MXFP8 `weight_scale`, gpt-oss `*_scales`), and vLLM 0.33 reads them as biased E8M0
+# exponents (`mxfp4.py`, `compressed_tensors_w4a4_mxfp4.py`, `quark_ocp_mx.py`, `modelopt.py` MXFP8; value
+# 2^(byte - 127), 0xFF NaN). No format vLLM serves stores any other U8 weight scale.
+U8_AS_E8M0_ROLES = frozenset({"weight_scale"})
+
+
+def value_dtype(tensor: TensorInfo) -> str:
+    """The format a tensor's bytes encode: its dtype, except MX scales stored as U8, which are E8M0."""
+    if tensor.dtype == "U8" and ROLES.get(tensor.name.rpartition(".")[2]) in U8_AS_E8M0_ROLES:
+        return "F8_E8M0"
+    return tensor.dtype
 
 
 def decode_code(dtype: str, code: int) -> float:

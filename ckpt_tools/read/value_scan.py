@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
-from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, ValueStats
+from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, ValueStats, value_dtype
 from .source import Source
 
 CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
@@ -74,7 +74,7 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
             pieces.clear()
 
     for index, t in enumerate(ordered):
-        item = ITEM_SIZE.get(t.dtype, 1)
+        item = ITEM_SIZE.get(value_dtype(t), 1)
         pos, stop = shard.data_start + t.begin, shard.data_start + t.end
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
@@ -195,7 +195,7 @@ def _fetch(reader: _LocalReader | _SourceReader, plan: ShardPlan, read: Read, co
 def scan_shard(plan: ShardPlan, reader: _LocalReader | _SourceReader, counters: ScanCounters,
                progress: Callable[[int], object] = lambda n: None) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors."""
-    accs = [Accumulator(t.dtype, t.numel) for t in plan.tensors]
+    accs = [Accumulator(value_dtype(t), t.numel) for t in plan.tensors]
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
     try:
@@ -236,7 +236,7 @@ def scan_values(
     counters = counters if counters is not None else ScanCounters()
     by_shard: dict[str, list[TensorInfo]] = {}
     for t in tensors:
-        if t.dtype in STATS_DTYPES:
+        if value_dtype(t) in STATS_DTYPES:
             by_shard.setdefault(t.shard, []).append(t)
     gap = REMOTE_GAP if source.is_remote else LOCAL_GAP
     plans = [plan_shard(shards[name], ts, chunk=chunk, gap=gap) for name, ts in by_shard.items()]

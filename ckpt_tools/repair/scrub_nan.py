@@ -23,6 +23,7 @@ from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES, ZERO_BYTE
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
+from ..model.values import value_dtype
 from ..pipeline import Analysis
 from ..read import open_source
 from ..read.value_scan import read_pieces
@@ -68,9 +69,9 @@ def _patches(target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[
     for shard_name, tensors in by_shard.items():
         patches = per_shard.setdefault(shard_name, [])
         for t, offset, piece in read_pieces(source, ckpt.shard_by_name[shard_name], tensors):
-            new = table[t.dtype]
-            patches.extend(BytePatch(t.name, offset + pos, old, new)
-                           for pos, old in nan_positions(piece, NAN_BYTES[t.dtype]))
+            encoding = value_dtype(t)  # MX scales stored as U8 are E8M0
+            patches.extend(BytePatch(t.name, offset + pos, old, table[encoding])
+                           for pos, old in nan_positions(piece, NAN_BYTES[encoding]))
         found: dict[str, int] = {}
         for p in patches:
             found[p.tensor] = found.get(p.tensor, 0) + 1
@@ -93,14 +94,15 @@ def plan(analysis: Analysis, target: str, value: str) -> Plan:
     replacement: dict[str, str] = {}
     for name in sorted(counts):
         t = ckpt.tensors[name]
-        new = table.get(t.dtype)
+        encoding = value_dtype(t)
+        new = table.get(encoding)
         if new is None:
-            raise UsageError(f"`{name}` is {t.dtype}, which has no {value} value to write; use --value max")
-        replacement[t.dtype] = f"0x{new:02X}"
+            raise UsageError(f"`{name}` is {encoding}, which has no {value} value to write; use --value max")
+        replacement[encoding] = f"0x{new:02X}"
     per_shard = _patches(target, ckpt, counts, table)
     edits = {shard: ShardEdit(patches=tuple(ps)) for shard, ps in per_shard.items()}
     total = sum(counts.values())
-    lines = tuple(f"{name}: {counts[name]} NaN byte(s) -> {replacement[ckpt.tensors[name].dtype]}"
+    lines = tuple(f"{name}: {counts[name]} NaN byte(s) -> {replacement[value_dtype(ckpt.tensors[name])]}"
                   for name in sorted(counts))
     return Plan(
         job=NAME,

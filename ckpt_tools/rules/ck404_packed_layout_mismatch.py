@@ -7,6 +7,8 @@ from ..catalogue import ScaleScheme, scheme_for
 from ..detect.resolve import ModuleRow
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
+from ._gpt_oss_layout import is_gpt_oss_experts
+from ._gpt_oss_layout import problems as gpt_oss_problems
 from .base import Context, Finding, Rule, module_files, register
 
 # Formats whose int packing follows GPTQ's layout ([in/p, out]) or AWQ's ([in, out/p]) (rules/formats.toml).
@@ -96,6 +98,8 @@ def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, .
 def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
               ) -> list[tuple[str, str, str]]:
     """(suffix, problem, detail) for one quantized module."""
+    if is_gpt_oss_experts(module):
+        return gpt_oss_problems(ctx.ckpt, module)
     out: list[tuple[str, str, str]] = []
     kind = row.declared.kind if row.declared.quantized else row.disk.kind
     weight = module.weight
@@ -164,11 +168,14 @@ class PackedLayoutMismatch(Rule):
       layout beside the `qweight` (a float `weight`), and input widths that do not split into words and groups;
     - any quantized weight (NVFP4, MXFP4, FP8, int) whose unpacked `[out, in]` is not what config.json gives the
       projection (`hidden_size`, `intermediate_size`, `moe_intermediate_size`, heads x `head_dim`), including a packed
-      NVFP4 weight stored transposed as `[in/2, out]`: its byte size is right, so nothing else notices.
+      NVFP4 weight stored transposed as `[in/2, out]`: its byte size is right, so nothing else notices;
+    - gpt-oss MXFP4 experts: `{gate_up,down}_proj_blocks` U8 `[experts, rows, cols/32, 16]` and `_scales` U8
+      `[experts, rows, cols/32]` (gate_up: 2 x `intermediate_size` rows of `hidden_size`; down: `hidden_size` rows of
+      `intermediate_size`), scales that do not match their blocks, and a missing half of the pair.
 
     Why it matters
     vLLM allocates `qweight` / `scales` / `qzeros` from the config's `bits` and `group_size` and the layer sizes
-    (vLLM 0.33 auto_gptq.py, auto_awq.py `create_weights`) and copies the tensors in: a mismatch fails at load
+    (vLLM 0.33 auto_gptq.py, auto_awq.py, mxfp4.py `create_weights`) and copies the tensors in: a mismatch fails at load
     ("Attempted to load weight ... into parameter ...") or, where the element count agrees (a transposed packed
     weight), loads scrambled weights and serves garbage or fails in the FP4 GEMM's shape check.
 

@@ -11,7 +11,14 @@ from .base import Context, Finding, Rule, files_of, register
 
 # Scales vLLM divides by or inverts: one value per module (global / input / per-tensor) or per attention layer.
 DIVISOR_ROLES = frozenset({"weight_global_scale", "input_scale", "kv_scale"})
-CHECKED_ROLES = DIVISOR_ROLES | {"weight_scale"}
+# GPTQ / AWQ / AutoRound int `scales` carry the sign of each group's largest-magnitude weight: only non-finite values
+# and an all-zero tensor are defects there.
+SIGNED_ROLES = frozenset({"signed_weight_scale"})
+CHECKED_ROLES = DIVISOR_ROLES | SIGNED_ROLES | {"weight_scale"}
+# Block scales no producer writes as zero: transformers' FineGrainedFP8 quantizer gives an all-zero block the scale 1
+# (`integrations/finegrained_fp8.py`, `torch.where(max_abs > 0, ...)`), DeepSeek-V3's and Qwen3's FP8 exports do the
+# same; vLLM 0.33 multiplies the block by `weight_scale_inv`, so a zero erases all 128 x 128 weights of the block.
+NONZERO_SUFFIXES = ("weight_scale_inv",)
 
 
 def _checked(name: str) -> bool:
@@ -20,14 +27,26 @@ def _checked(name: str) -> bool:
 
 
 def _problem(name: str, s: TensorStats) -> str | None:
+    found = _value_problem(name, s)
+    if found is None and s.count > 1 and s.zero == s.count:
+        # vLLM's GPTQ / AWQ / Marlin kernels compute w = s * (q - z): an all-zero scale tensor zeroes the whole layer,
+        # and every producer clamps its scales away from zero (AutoGPTQ, AutoAWQ `clamp(min=1e-5)`, AutoRound).
+        return f"every value is zero ({s.count} values): the layer's weights all dequantize to 0"
+    return found
+
+
+def _value_problem(name: str, s: TensorStats) -> str | None:
     if s.values is not None:  # small tensors: the values themselves, as they are printed
         bad = [v for v in s.values if not math.isfinite(v)]
         if bad:
             return f"{len(bad)} non-finite value(s) ({bad[0]})"
     elif s.nonfinite:
         return f"{s.nonfinite} non-finite value(s) ({'nan' if s.nan else 'inf'})"
-    if s.negative:
+    signed = role(name) in SIGNED_ROLES
+    if s.negative and not signed:
         return f"negative value ({s.min:.6g})"
+    if s.zero and name.endswith(NONZERO_SUFFIXES) and s.zero < s.count:
+        return f"{s.zero} zero block scale(s): those blocks' weights dequantize to 0"
     if s.count == 1 and role(name) in DIVISOR_ROLES and s.zero:
         return "zero"
     return None
@@ -54,15 +73,19 @@ class InvalidScaleValue(Rule):
 
     What it catches
     The F32/BF16/F16 scale tensors (global and input scales, per-tensor, per-channel and per-group weight scales,
-    KV-cache scales), measured by the value scan from their byte ranges only: NaN or infinite values anywhere,
-    negative values (scales are magnitudes), and a zero global, input or KV scale (docs/reference/failures.md #10,
-    "non-finite or <= 0 in F32 scalars"). 8-bit float block scales are nan-fp8-scale's (CK501). Skipped with
-    `--headers-only`.
+    KV-cache scales, fine-grained FP8 `weight_scale_inv` block scales, GPTQ / AWQ / AutoRound `scales`), measured by
+    the value scan from their byte ranges only: NaN or infinite values anywhere, negative values (scales are
+    magnitudes; GPTQ / AWQ `scales` are exempt, as they legitimately carry the sign of each group's largest-magnitude
+    weight), a zero global, input or KV scale (docs/reference/failures.md #10, "non-finite or <= 0 in F32 scalars"), a
+    zero `weight_scale_inv` block scale, and a weight scale tensor whose every value is zero. 8-bit float block scales
+    are nan-fp8-scale's (CK501). Skipped with `--headers-only`.
 
     Why it matters
     vLLM inverts or divides by these scales when it prepares the kernels (`input_global_scale_inv = 1 / ...`,
-    `alpha = input_gs * weight_gs`, vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)): a zero becomes inf, NaN spreads through every matmul of the
-    layer, and the model answers `!!!!` or NaN logits. Nothing checks them at load time.
+    `alpha = input_gs * weight_gs`, vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0
+    (docs/reference/vllm-0.33.md §3.1)): a zero becomes inf, NaN spreads through every matmul of the layer, and the
+    model answers `!!!!` or NaN logits. Fine-grained FP8 and GPTQ / AWQ kernels multiply each block or group by its
+    scale, so a zero scale silently erases those weights. Nothing checks them at load time.
 
     Anti-pattern
     Calibration that never saw data for a module (amax 0 gives a zero direct scale or an infinite reciprocal one),
