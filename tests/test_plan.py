@@ -98,7 +98,12 @@ def test_moe_reserve_and_sequence_arithmetic() -> None:
     assert doc["kv_cache"]["bytes_per_token"] == 512 and doc["kv_cache"]["block_size"] == 16
     assert p.request_bytes(4096) == 4096 * 512
     assert doc["max_num_seqs"] == available // (4096 * 512)
-    assert doc["kv_cache_tokens"] == int(available / (4096 * 512) * 4096)
+    # vllm/v1/core/kv_cache_utils.py (0.33.0) get_kv_cache_capacity: one group of both layers, so a block id is
+    # 2 layers x 16 tokens x 256 B = 8,192 B; the pool is the whole budget // that (null block included); a
+    # 4,096-token request takes 256 blocks; tokens = int(concurrency x max_model_len).
+    num_blocks = doc["memory"]["kv_budget_bytes"] // 8_192
+    assert doc["kv_cache_max_concurrency"] == round(num_blocks / 256, 4)
+    assert doc["kv_cache_tokens"] == int(num_blocks / 256 * 4096)
     # 1000 tokens still take whole 16-token pages: 63 pages of 8 KiB.
     assert p.request_bytes(1000) == 63 * 16 * 512
 
