@@ -121,6 +121,25 @@ def test_hybrid_pages_are_aligned_and_padded() -> None:
     assert prefix.request_bytes(4096) == p.request_bytes(4096) + 12288
 
 
+def test_speculative_tokens_flag_adds_state_pages_and_lowers_the_capacity_line() -> None:
+    """--num-speculative-tokens 3 on the hybrid fixture (1 full-attention + 1 GatedDeltaNet layer: two groups of one,
+    12,288 B blocks): a 4,096-token request takes 86 + (1 + 3) blocks (MambaSpec.max_memory_usage_bytes, vLLM 0.33)."""
+    base = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json")
+    spec = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json",
+               "--num-speculative-tokens", "3")
+    assert base.returncode == spec.returncode == 0, spec.stderr
+    b, s = json.loads(base.stdout), json.loads(spec.stdout)
+    SCHEMA.validate(s)
+    assert s["requested"]["num_speculative_tokens"] == 3 and "num_speculative_tokens" not in b["requested"]
+    assert s["state"]["padded_per_device_bytes_per_sequence"] == 4 * 12288
+    blocks = b["memory"]["kv_budget_bytes"] // 12288
+    assert b["kv_cache_max_concurrency"] == round(blocks / 87, 4) and b["kv_cache_tokens"] == int(blocks / 87 * 4096)
+    assert s["kv_cache_max_concurrency"] == round(blocks / 90, 4) and s["kv_cache_tokens"] == int(blocks / 90 * 4096)
+    assert s["max_num_seqs"] == (blocks - 1) // 90
+    bad = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--num-speculative-tokens", "-1")
+    assert bad.returncode == 2 and "--num-speculative-tokens" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_tight_budgets_find_the_largest_length_and_count() -> None:
     # 17.78% of an RTX 5090 leaves ~40 MiB for the KV cache after the dense reserve: 2 MiB per 4,096-token
     # sequence, so 1 and 8 sequences get the whole context and 32 do not.
