@@ -307,11 +307,132 @@ def part3(workdir: Path, window_gb: float, repeat: int) -> dict:
     out["window_ratio_copies_first_vs_baseline"] = round(new / base, 5) if base else None
     shutil.rmtree(folder)
     print(f"part 3: {out}", flush=True)
+
+
+# ---- seed size: issue 11's fix-prefix target ------------------------------------------------------------------------
+
+SEED_LAYERS, SEED_EXPERTS, SEED_SHARDS = 40, 256, 5  # Qwen3.6-35B-A3B NVFP4: 40 layers x 256 experts, 5 shards
+SEED_CONFIG = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+    "text_config": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": SEED_LAYERS, "num_experts": SEED_EXPERTS,
+                    "max_position_embeddings": 262144},
+    "vision_config": {"model_type": "qwen3_5_moe", "depth": VISION_BLOCKS},
+    "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                            "exclude_modules": ["lm_head", "model.visual*", "*mlp.gate", "*self_attn*"]},
+}
+
+
+def seed_tensors() -> list[tuple[str, str, list[int]]]:
+    """A ModelOpt NVFP4 export of the seed model's shape (~124k tensors), the vision tower mis-nested."""
+    out = [(name, dtype, [rel * 64]) for name, dtype, rel in tensor_names() if ".visual." in name]
+    for layer in range(SEED_LAYERS):
+        p = f"model.language_model.layers.{layer}"
+        out += [(f"{p}.input_layernorm.weight", "BF16", [2048]), (f"{p}.post_attention_layernorm.weight", "BF16",
+                                                                    [2048])]
+        out += [(f"{p}.self_attn.{m}.weight", "BF16", [2048, 2048]) for m in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        out.append((f"{p}.mlp.gate.weight", "BF16", [SEED_EXPERTS, 2048]))
+        for e in range(SEED_EXPERTS):
+            for m, (rows, cols) in (("gate_proj", (512, 2048)), ("up_proj", (512, 2048)), ("down_proj", (2048, 512))):
+                q = f"{p}.mlp.experts.{e}.{m}"
+                out += [(f"{q}.weight", "U8", [rows, cols // 2]), (f"{q}.weight_scale", "F8_E4M3", [rows, cols // 16]),
+                        (f"{q}.weight_scale_2", "F32", []), (f"{q}.input_scale", "F32", [])]
+    out += [("model.language_model.embed_tokens.weight", "BF16", [248320, 2048]),
+            ("lm_head.weight", "BF16", [248320, 2048]), ("model.language_model.norm.weight", "BF16", [2048])]
+    return out
+
+
+DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+
+
+def make_seed_checkpoint(folder: Path) -> dict[str, int]:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(SEED_CONFIG))
+    names = sorted(seed_tensors())
+    per = -(-len(names) // SEED_SHARDS)
+    weight_map: dict[str, str] = {}
+    total = 0
+    for k in range(SEED_SHARDS):
+        file = f"model-{k + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
+        entries: dict[str, dict[str, object]] = {}
+        offset = 0
+        for name, dtype, shape in names[k * per : (k + 1) * per]:
+            n = DTYPE_BYTES[dtype]
+            for d in shape:
+                n *= d
+            entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+            weight_map[name] = file
+        header = encode_header(entries, {"format": "pt"})
+        with open(folder / file, "wb") as fh:
+            fh.write(struct.pack("<Q", len(header)) + header)
+            fh.truncate(8 + len(header) + offset)
+        total += offset
+    index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True)
+    (folder / "model.safetensors.index.json").write_text(index + "\n")
+    return {"tensors": len(names), "shards": SEED_SHARDS, "weight_bytes": total}
+
+
+def timed_process(argv: list[str]) -> tuple[float, int, float]:
+    """(wall seconds, exit code, CPU seconds: user + system) of one child process. CPU time is reported beside wall
+    time because a shared machine's load inflates wall time without changing the work."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, proc.returncode, cpu
+
+
+def seed(workdir: Path, repeat: int) -> dict:
+    """`ckpt fix-prefix` end to end (a fresh process, as a user runs it) on the seed-size checkpoint, against
+    `ckpt doctor --headers-only` on the same checkpoint in the same command. The checkpoint is rebuilt before each
+    repair (the repair changes it). ru_maxrss of children is the peak over all children so far, so each contender's
+    RSS is measured in its own helper process."""
+    ckpt = [sys.executable, "-m", "ckpt_tools.cli.main"]
+    rows: dict[str, list[float]] = {"doctor --headers-only": [], "fix-prefix --headers-only": [], "fix-prefix": []}
+    cpus: dict[str, list[float]] = {what: [] for what in rows}
+    rss: dict[str, int] = {}
+    info: dict = {}
+    for _ in range(repeat):
+        for what in rows:
+            folder = workdir / "seed"
+            if folder.exists():
+                shutil.rmtree(folder)
+            info = make_seed_checkpoint(folder)
+            cmd, *opts = what.split()
+            wall, code, cpu = timed_process([*ckpt, cmd, str(folder), *opts])
+            assert code in (0, 1), (what, code)
+            rows[what].append(wall)
+            cpus[what].append(cpu)
+            probe = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
+                     "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
+            if what not in rss:
+                shutil.rmtree(folder)
+                make_seed_checkpoint(folder)
+                import subprocess
+
+                rss[what] = int(subprocess.run([*probe, *ckpt, cmd, str(folder), *opts], capture_output=True,
+                                               text=True).stdout.strip() or 0)
+    base = statistics.median(rows["doctor --headers-only"])
+    base_cpu = statistics.median(cpus["doctor --headers-only"])
+    out = {**info, "repeat": repeat, "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+    for what, times in rows.items():
+        out[what] = {"median_seconds": round(statistics.median(times), 3), "best_seconds": round(min(times), 3),
+                     "vs_doctor_headers_only": round(statistics.median(times) / base, 3),
+                     "cpu_seconds": round(statistics.median(cpus[what]), 3),
+                     "cpu_vs_doctor_headers_only": round(statistics.median(cpus[what]) / base_cpu, 3),
+                     "peak_rss_mib": round(rss.get(what, 0) / 1024, 1)}
+    print(f"seed size: {out}", flush=True)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed-size", action="store_true", help="Only the seed-size fix-prefix timing (issue 11).")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--copy-gb", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=8)
@@ -324,6 +445,13 @@ def main() -> None:
     results = json.loads(args.out.read_text()) if args.out.exists() else {}  # parts not run keep their numbers
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(tmp)
+        if args.seed_size:
+            out = args.out.with_name("repair_bench_seed.json") if args.out.name == "repair_bench.json" else args.out
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"seed_size_fix_prefix": seed(work, max(1, min(args.repeat, 3))),
+                                       "python": sys.version.split()[0]}, indent=2) + "\n")
+            print(f"wrote {out}")
+            return
         if "1" in parts:
             results["part1_header_fits"] = part1(work)
         if "2" in parts:

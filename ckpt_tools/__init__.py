@@ -20,9 +20,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Analysis": ".pipeline", "analyze": ".pipeline", "doctor": ".pipeline", "Report": ".report.model",
     "CheckServeResult": ".serve", "ServePlan": ".serve", "check_serve": ".serve", "serve_flags": ".serve",
+    "CkptError": ".errors", "TargetError": ".errors", "UsageError": ".errors",
 }
 
 if TYPE_CHECKING:
+    from .errors import CkptError, TargetError, UsageError
     from .pipeline import Analysis, analyze, doctor
     from .report.model import Report
     from .serve import CheckServeResult, ServePlan, check_serve, serve_flags
@@ -41,6 +43,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-__all__ = [
-    "Analysis", "CheckServeResult", "Report", "ServePlan", "analyze", "check_serve", "doctor", "serve_flags", "__version__",
-]
+__all__ = [*_EXPORTS, "__version__"]

@@ -1,7 +1,7 @@
 """The one dtype table: safetensors dtype strings, their bit widths and what their bytes mean.
 
-Bit widths follow the safetensors reader (`safetensors/src/tensor.rs` `Dtype::bitsize`, vllm-facts.md section 8.1).
-NaN encodings follow the OCP FP8 definitions (vllm-facts.md section 6.1).
+Bit widths follow the safetensors reader (`safetensors/src/tensor.rs` `Dtype::bitsize`, safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.1)).
+NaN encodings follow the OCP FP8 definitions (the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ NAN_BYTES: dict[str, frozenset[int]] = {
 
 E4M3_MAX_BYTE = 0x7E  # +448, the largest finite E4M3 value
 
-# What a NaN scale byte can be replaced with, per 8-bit float format (vllm-facts.md 6.1): the largest finite positive
+# What a NaN scale byte can be replaced with, per 8-bit float format (the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)): the largest finite positive
 # value (E4M3 +448, E4M3FNUZ +240, E5M2 +57344, E8M0 2^127) and +0 (E8M0 has no zero).
 MAX_FINITE_BYTE: dict[str, int] = {"F8_E4M3": E4M3_MAX_BYTE, "F8_E4M3FNUZ": 0x7F, "F8_E5M2": 0x7B, "F8_E8M0": 0xFE}
 ZERO_BYTE: dict[str, int] = {"F8_E4M3": 0x00, "F8_E4M3FNUZ": 0x00, "F8_E5M2": 0x00}

@@ -144,8 +144,10 @@ def hardware_profiles() -> tuple[Hardware, ...]:
 
 
 def hardware(profile_id: str) -> Hardware:
+    """A hardware profile by id, in any case (`GB10`, `gb10`)."""
+    wanted = profile_id.strip().lower()
     for p in hardware_profiles():
-        if p.id == profile_id:
+        if p.id == wanted:
             return p
     ids = ", ".join(p.id for p in hardware_profiles())
     raise UsageError(f"unknown hardware profile {profile_id!r}; choose one of: {ids}")

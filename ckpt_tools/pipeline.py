@@ -6,9 +6,9 @@ import gc
 import os
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .detect.resolve import Detection, detect
 from .knowledge import Hardware, hardware, hardware_profiles
@@ -30,6 +30,15 @@ class Analysis:
     checkpoint: Checkpoint
     detection: Detection
     report: Report
+    # How the checkpoint was judged (runtime, hardware, skipped value rules, suppressions...): `rejudge` applies the
+    # same to another Checkpoint, e.g. the after-state a repair plans.
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def rejudge(analysis: Analysis, ckpt: Checkpoint) -> Analysis:
+    """Judge `ckpt` exactly as `analysis` was judged (same runtime, hardware, suppressions and skipped rules)."""
+    with _cyclic_gc_paused():
+        return judge(ckpt, **analysis.settings)
 
 
 def value_rules(suppressions: Sequence[Suppression]) -> tuple[list[type[Rule]], list[tuple[type[Rule], str]]]:
@@ -130,6 +139,30 @@ def _analyze(
         ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
     else:
         ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
+    return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
+                 skipped_reason=skipped_reason, silenced=tuple((r.code, why) for r, why in silenced),
+                 producer_schema=producer_schema, suppressions=suppressions,
+                 extra={"hub": provenance} if provenance else {})
+
+
+def judge(
+    ckpt: Checkpoint,
+    *,
+    target: str,
+    label: str,
+    runtime: str | None = None,
+    hardware_ids: Sequence[str] = (),
+    skipped_reason: str | None = None,
+    silenced: Sequence[tuple[str, str]] = (),
+    producer_schema: bool = False,
+    suppressions: Sequence[Suppression] = (),
+    extra: dict | None = None,
+) -> Analysis:
+    """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
+    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
+    (code, reason) of value rules not run because a suppression silences them outright."""
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = (
         tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
@@ -145,7 +178,7 @@ def _analyze(
                             "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
     findings: list[Finding] = []
-    not_run = {rule.code: reason for rule, reason in silenced}
+    not_run = dict(silenced)
     for rule_cls in all_rules():
         reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
         if reason:
@@ -153,17 +186,18 @@ def _analyze(
             continue
         findings.extend(rule_cls().check(ctx))
     findings, suppressed = apply_suppressions(findings, suppressions)
-    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
-    provenance = getattr(source, "provenance", None)
     report = Report(
-        target=source.label,
-        checkpoint=checkpoint_summary(ckpt, det),
+        target=label,
+        checkpoint=checkpoint_summary(ckpt, det, profiles),
         findings=tuple(findings),
         skipped=tuple(skipped),
         suppressed=tuple(suppressed),
-        extra={"hub": provenance} if provenance else {},
+        extra=extra or {},
     )
-    return Analysis(ckpt, det, report)
+    settings = {"target": target, "label": label, "runtime": runtime, "hardware_ids": tuple(hardware_ids),
+                "skipped_reason": skipped_reason, "silenced": tuple(silenced), "producer_schema": producer_schema,
+                "suppressions": tuple(suppressions), "extra": dict(extra or {})}
+    return Analysis(ckpt, det, report, settings)
 
 
 def _refuse_lone_shard(source) -> None:  # noqa: ANN001 - Source
@@ -182,7 +216,7 @@ def doctor(
     path_or_repo: str | os.PathLike[str],
     *,
     runtime: str | None = None,
-    hardware: Sequence[str] = (),
+    hardware: str | Sequence[str] = (),
     headers_only: bool = False,
     deep: bool = False,
     revision: str | None = None,
@@ -201,7 +235,8 @@ def doctor(
     Args:
         path_or_repo: a checkpoint folder, one `.safetensors` file, or a Hub repo id (`org/name`) where supported.
         runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
-        hardware: hardware profile ids for kernel notes (default: every profile in `rules/hardware.toml`).
+        hardware: a hardware profile id or a list of them, any case, for kernel notes (default: every profile in
+            `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.
         deep: on a remote target, also run the value scan (ranged reads of the scale tensors only).
         revision: Hub revision (branch, tag or commit) for a repo id.
@@ -214,13 +249,16 @@ def doctor(
         `report.exit_code(fail_on)`, `report.render(format)`).
 
     Raises:
-        ckpt_tools.errors.CkptError: nothing to inspect (missing path, no safetensors file, unknown profile). A
-        checkpoint whose files are broken is not an exception: it is a report with findings.
+        ckpt_tools.errors.CkptError: nothing to inspect (missing path, no safetensors file, unknown profile) or an
+        argument of the wrong kind (`UsageError`). A checkpoint whose files are broken is not an exception: it is a
+        report with findings.
     """
+    from . import _inputs
+
     return analyze(
-        os.fspath(path_or_repo),
-        runtime=runtime,
-        hardware_ids=tuple(hardware),
+        _inputs.target(path_or_repo, "path_or_repo"),
+        runtime=_inputs.optional_id(runtime, "runtime"),
+        hardware_ids=_inputs.ids(hardware, "hardware"),
         headers_only=headers_only,
         deep=deep,
         revision=revision,
@@ -229,7 +267,7 @@ def doctor(
     ).report
 
 
-def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
+def checkpoint_summary(ckpt: Checkpoint, det: Detection, profiles: Sequence[Hardware] = ()) -> dict:
     return {
         "producer": det.producer,
         "quant_algo": det.quant_algo,
@@ -249,7 +287,17 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection) -> dict:
         "rejection": det.rejection,
         "made_by": det.made_by,
         "schemes": _scheme_counts(det),
+        "disk_activation_mode": det.disk_activation_mode,
+        "nvfp4_kernels": nvfp4_kernels(det.activation_mode, profiles),
     }
+
+
+def nvfp4_kernels(mode: str | None, profiles: Sequence[Hardware]) -> dict[str, str]:
+    """Hardware id -> the NVFP4 kernel family vLLM auto-selects for the activation mode it builds (rules/hardware.toml).
+    Without FP4 tensor cores (Hopper) a W4A4 config also runs weight-only (Marlin), so the input scales are unused."""
+    if mode is None:
+        return {}
+    return {h.id: h.nvfp4_w4a4 if mode == "W4A4" else h.nvfp4_w4a16 for h in profiles}
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:

@@ -113,7 +113,9 @@ def test_json_report_contract(tmp_path: Path) -> None:
     required = {"producer", "quant_algo", "vllm_quantization", "activation_mode", "architecture", "model_type",
                 "shards", "tensors", "bytes", "kv_cache", "components"}
     assert required <= set(report["checkpoint"])
-    assert report["checkpoint"]["activation_mode"] == "mixed"
+    # vLLM builds what the config declares (W4A4); the tensors carry input scales for the dense layers only.
+    assert report["checkpoint"]["activation_mode"] == "W4A4"
+    assert report["checkpoint"]["disk_activation_mode"] == "mixed"
     for f in report["findings"]:
         assert {"code", "slug", "severity", "message", "files", "tensors", "count", "fix"} <= set(f)
     severities = [f["severity"] for f in report["findings"]]

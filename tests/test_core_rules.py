@@ -249,8 +249,9 @@ def test_modelopt_missing_input_scales_is_error(fixture_copy) -> None:
     removed = drop(folder, lambda n: n.endswith(".input_scale"))
     [f] = findings(folder, "nvfp4-weight-only")
     assert f.severity == "error" and f.count == len(removed) and "uninitialised" in f.message
-    assert "expert projection(s) in 2 MoE layer(s)" in f.message
-    assert analyze(str(folder)).report.checkpoint["activation_mode"] == "W4A16"
+    assert "expert projection(s) in 2 MoE layer(s)" in f.message and "vLLM builds W4A4" in f.message
+    checkpoint = analyze(str(folder)).report.checkpoint
+    assert (checkpoint["activation_mode"], checkpoint["disk_activation_mode"]) == ("W4A4", "W4A16")
 
 
 def test_ct_missing_input_global_scales_is_error(fixture_copy) -> None:
@@ -258,7 +259,8 @@ def test_ct_missing_input_global_scales_is_error(fixture_copy) -> None:
     drop(folder, lambda n: n.endswith(".input_global_scale") and ".layers.1." in n)
     [f] = findings(folder, "nvfp4-weight-only")
     assert f.severity == "error" and f.count == 7
-    assert analyze(str(folder)).report.checkpoint["activation_mode"] == "mixed"
+    checkpoint = analyze(str(folder)).report.checkpoint
+    assert (checkpoint["activation_mode"], checkpoint["disk_activation_mode"]) == ("W4A4", "mixed")
 
 
 def test_weight_only_by_design_is_warning(fixture_copy) -> None:

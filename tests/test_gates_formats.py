@@ -290,5 +290,7 @@ def test_markdown_verdicts(cwd: Path) -> None:
 
 
 def test_render_rejects_unknown_formats() -> None:
-    with pytest.raises(ValueError, match="unknown format 'yaml'"):
+    from ckpt_tools.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown format 'yaml'"):  # a CkptError, like every bad API input
         _synthetic("m").render("yaml")

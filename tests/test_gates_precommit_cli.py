@@ -152,11 +152,11 @@ def test_json_is_an_array_of_contract_reports_and_sarif_has_a_run_per_folder(cwd
     assert warning["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "b/model.safetensors"
 
 
-def test_several_targets_without_pre_commit_is_a_usage_error(cwd: Path) -> None:
+def test_several_targets_without_pre_commit_are_judged_each(cwd: Path) -> None:
     place("modelopt-llama-nvfp4", "a")
-    result = ckpt("doctor", "a", "a")
-    assert result.returncode == 2
-    assert result.stderr == "ckpt: doctor takes one TARGET, got 2 (use --pre-commit to pass a list of files)\n"
+    result = ckpt("doctor", "a", "a", "--format", "json")
+    assert result.returncode == 0
+    assert [r["target"] for r in json.loads(result.stdout)] == ["a", "a"]
 
 
 # ---- Git LFS --------------------------------------------------------------------------------------------------------

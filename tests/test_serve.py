@@ -58,8 +58,12 @@ def test_every_emitted_flag_is_in_the_runtime_table(entry):
                 assert info.normalize(f.value) in info.choices, (rid, f.flag, f.value)
             assert f.why and f.source
         if plan.blocked is None:
-            assert check_serve(str(GENUINE / entry), [plan.command], runtime=rid,
-                               hardware=plan.hardware.id if plan.hardware else None).findings == ()
+            # check-serve on the planned command finds nothing about the command, and the same checkpoint
+            # findings as serve-flags (one analysis, one verdict).
+            checked = check_serve(str(GENUINE / entry), [plan.command], runtime=rid,
+                                  hardware=plan.hardware.id if plan.hardware else None).findings
+            assert [f for f in checked if f.code.startswith("CS")] == []
+            assert checked == plan.findings
 
 
 @pytest.mark.parametrize("rid", RUNTIMES)
@@ -71,7 +75,8 @@ def test_docker_emit_round_trips_clean(tmp_path, rid):
     text = docker_run(plan, QWEN_CT, str(drafter))
     result = check_serve(QWEN_CT, [text], hardware="gb10")
     assert result.plan.runtime.id == rid  # the image names the profile
-    assert result.findings == ()
+    assert [f for f in result.findings if f.code.startswith("CS")] == []
+    assert result.findings == plan.findings  # the checkpoint's own findings (CK502 here), as serve-flags has them
     spec = json.loads(dict(zip(plan.argv, plan.argv[1:]))["--speculative-config"])
     assert spec["method"] == "dflash" and spec["model"] == "/drafter" and spec["num_speculative_tokens"] == 11
 
@@ -239,13 +244,19 @@ def test_cli_exit_codes_and_json(tmp_path):
 
 
 def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """serve-flags is one header-only analysis: the headers are read once and no scale value is read."""
+    """serve-flags is one analysis, doctor's: the headers are read once and the scale values once (the value rules
+    are part of the verdict); with headers_only no scale value is read."""
     import ckpt_tools.pipeline as pipeline
 
     loads: list[str] = []
-    real_load = pipeline.load_checkpoint
+    scans: list[str] = []
+    real_load, real_scan = pipeline.load_checkpoint, pipeline.scan_values
     monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
-    monkeypatch.setattr(pipeline, "scan_values", lambda *a, **k: pytest.fail("serve-flags read scale values"))
+    monkeypatch.setattr(pipeline, "scan_values",
+                        lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k))
     target = str(GENUINE / "llmc-qwen35moe-nvfp4")
     plan = serve_flags(target, hardware="gb10")
-    assert plan.argv and loads == [target]
+    assert plan.argv and loads == [target] and scans == [target]
+    loads.clear(), scans.clear()
+    quick = serve_flags(target, hardware="gb10", headers_only=True)
+    assert quick.argv == plan.argv and loads == [target] and scans == []

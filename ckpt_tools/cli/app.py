@@ -2,21 +2,124 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
 import sys
 from enum import Enum
+from typing import Optional
 
 import typer
+import typer.core
+
+from ..errors import UsageError
 
 app = typer.Typer(
     name="ckpt",
     help="The checkpoint doctor for quantized LLMs: inspect, judge, repair and serve safetensors checkpoints.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: rich's formatter costs more than the rest of `ckpt --help` together
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+GLOBAL_FLAGS = ("--no-progress", "-q", "--quiet")  # accepted before or after the command name (main() hoists them)
+
+
+class State:
+    """Process-wide output settings from the global options."""
+
+    quiet = False
+    argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
+
+
+def _type_label(param, ctx) -> str | None:  # noqa: ANN001 - typer parameter, click context
+    """The help's type column: the choices of an enum option, nothing for a switch, the value's name otherwise (no
+    `<bool>` / `<str>` labels)."""
+    desc = param.type_descriptor
+    if desc.is_choice:
+        return "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices or ()) + "]"
+    if isinstance(param, typer.core.TyperOption) and (param.is_flag or param.is_bool_flag):
+        return None
+    if isinstance(param, typer.core.TyperArgument):
+        return None
+    return (param.metavar or param.name or "value").upper()  # a repeatable option still takes one value per use
+
+
+def _usage_name(self) -> str:  # noqa: ANN001 - TyperArgument
+    """Conventional usage pieces: `TARGET`, `TARGET...`, `[COMMAND]...` (typer prints `{TARGET}...`)."""
+    name = (self.metavar or self.name or "ARG").upper()
+    name = name if self.required else f"[{name}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+typer.core.TyperOption.display_type_rich = _type_label  # type: ignore[method-assign]
+typer.core.TyperArgument.display_type_rich = _type_label  # type: ignore[method-assign]
+typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        print(f"ckpt {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _global_options(
+    version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
+                                           help="Print the version and exit."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (they show only on a terminal "
+                                     "anyway). Also accepted after the command name."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the product (report, command, plan) and "
+                               "errors: no warnings, notes or progress. Also accepted after the command name."),
+) -> None:
+    """The checkpoint doctor for quantized LLMs: inspect, judge, repair and serve safetensors checkpoints."""
+    if no_progress or quiet or not getattr(sys.stderr, "isatty", lambda: False)():
+        os.environ["CKPT_NO_PROGRESS"] = "1"  # progress bars go to stderr, and only to a terminal
+    State.quiet = quiet
+
+
+def hoist_global_flags(argv: list[str]) -> list[str]:
+    """`ckpt doctor X -q` means `ckpt -q doctor X`: the global flags move before the command name (never from after a
+    `--`, where a check-serve command's own words start)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a in GLOBAL_FLAGS]
+    if not flags:
+        return argv
+    rest = [a for a in argv[:end] if a not in GLOBAL_FLAGS] + argv[end:]
+    return flags + rest
+
+
+def note(text: str) -> None:
+    """A warning, note or summary for people: stderr, and nothing with --quiet."""
+    if State.quiet or not text:
+        return
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+
+
+def echo_first_line(text: str) -> str:
+    """Replace a rendering's first line (`ckpt <command> <target>`) by the command line as given (every option)."""
+    head, sep, rest = text.partition("\n")
+    if State.argv is None or not head.startswith("ckpt "):
+        return text
+    return shlex.join(["ckpt", *State.argv]) + sep + rest
+
+
+def write_output(path: str, text: str) -> None:
+    """`-o FILE`: one-line errors (exit 2) for a missing folder, a read-only place or a full disk."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileNotFoundError:
+        raise UsageError(f"cannot write {path}: the folder {os.path.dirname(os.path.abspath(path))} does not "
+                         f"exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"cannot write {path}: it is a folder; give a file name") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 class Format(str, Enum):
@@ -55,7 +158,19 @@ def emit(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        _silence_stdout()
+    except OSError as exc:  # a full disk (`> /dev/full`) or another write error: one line, exit 2
+        _silence_stdout()
+        reason = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise UsageError(f"cannot write the output: {reason}") from None
+
+
+def _silence_stdout() -> None:
+    # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until exit
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, 1)
         os.close(devnull)
+    except OSError:
+        pass

@@ -1,25 +1,27 @@
 from __future__ import annotations
 
+import os
 import sys
 from typing import List, Optional
 
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, Format, app, emit, use_color
+from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_output
 
 
 @app.command()
 def doctor(
     targets: List[str] = typer.Argument(
         ..., metavar="TARGET", help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
-        "hf://org/name); with --pre-commit, the files to check."
+        "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
+        "worst; with --pre-commit, the files to check."
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
                                     case_sensitive=False),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
-    hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile(s) for kernel notes (default: all)."),
+    hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     producer_schema: bool = typer.Option(
         False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
@@ -48,16 +50,22 @@ def doctor(
                           producer_schema=producer_schema)
         text = render_many(run.reports, format.value, color=color)
         code = run.exit_code(fail_on.value)
+    elif len(targets) > 1:
+        reports = _many(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
+                        producer_schema=producer_schema, deep=deep, revision=revision)
+        text = render_many(reports, format.value, color=color)
+        if format in (Format.text, Format.markdown):
+            text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
+        code = max(r.exit_code(fail_on.value) for r in reports)
     else:
-        if len(targets) > 1:
-            raise UsageError(f"doctor takes one TARGET, got {len(targets)} (use --pre-commit to pass a list of files)")
         result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
                          producer_schema=producer_schema, deep=deep, revision=revision)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
+    if format == Format.text and not pre_commit and len(targets) == 1:
+        text = echo_first_line(text)
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_output(output, text)
     elif text:
         emit(text)
     if pre_commit:
@@ -76,3 +84,46 @@ def _pre_commit_summary(run, fail_on: str) -> None:  # noqa: ANN001 - GateRun
             f"{', '.join(failing)}",
             file=sys.stderr,
         )
+
+
+def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s options
+    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot be
+    read stops the command (exit 2) naming it, as a single target does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..errors import CkptError
+    from ..pipeline import analyze
+
+    def one(target: str):  # noqa: ANN202 - Report
+        try:
+            return analyze(target, **options).report
+        except CkptError as exc:
+            raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
+
+    remote = [t for t in targets if not os.path.exists(t)]
+    with ThreadPoolExecutor(max_workers=min(8, len(remote))) if remote else _NoPool() as pool:
+        futures = {t: pool.submit(one, t) for t in remote} if remote else {}
+        return [futures[t].result() if t in futures else one(t) for t in targets]
+
+
+class _NoPool:
+    def __enter__(self) -> "_NoPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:  # noqa: ANN001 - Reports
+    """One line per target: the counts and whether it fails --fail-on; the exit code is the worst of them."""
+    rows = [(r.target, str(r.summary["error"]), str(r.summary["warning"]), str(r.summary["info"]),
+             "FAIL" if r.exit_code(fail_on) else "ok") for r in reports]
+    head = ("target", "errors", "warnings", "info", f"--fail-on {fail_on}")
+    if markdown:
+        lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    lines = ["", "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines) + "\n"

@@ -41,7 +41,12 @@ def inspect_command(
 
     memory = memory_figures(result)
     if format == TextOrJson.json:
+        from .. import __version__
+        from ..report.model import SCHEMA_VERSION
+
         data = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "ckpt", "version": __version__},
             "target": target,
             "checkpoint": dict(result.report.checkpoint),
             **({"hub": result.report.extra["hub"]} if "hub" in result.report.extra else {}),

@@ -6,7 +6,7 @@ import orjson
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, TextOrJson, app, emit
+from .app import FailOn, TextOrJson, app, echo_first_line, emit
 
 DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); "
                                                       "change nothing.")
@@ -19,14 +19,25 @@ TARGET = typer.Argument(..., help="Local checkpoint folder or .safetensors file.
 
 
 FORMAT = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False)
+HEADERS_ONLY = typer.Option(False, "--headers-only", help="Skip the scale-value scan: the before / after verdicts "
+                                                          "then skip the value rules (faster on big checkpoints).")
+FORCE = typer.Option(False, "--force", help="Apply the repair even when doctor on the planned headers has more errors "
+                                            "than now (without it such a repair refuses, exit 2).")
 
 
 def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:  # noqa: ANN001 - RepairResult
+    import sys
+
     from ..repair.render import render_result
 
     emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == TextOrJson.json
-         else render_result(result))
-    report = result.after or result.before
+         else echo_first_line(render_result(result)))
+    if result.dry_run and result.worse:
+        # The run itself would refuse: a dry run exits as it would (2), with the reason on stderr.
+        print(f"ckpt: {result.job} would make the checkpoint worse: {result.before.summary['error']} -> "
+              f"{result.predicted.summary['error']} error(s); the repair refuses without --force", file=sys.stderr)
+        raise typer.Exit(2)
+    report = result.after or result.predicted or result.before
     raise typer.Exit(report.exit_code(fail_on.value))
 
 
@@ -36,6 +47,8 @@ def fix_prefix_command(
     old: Optional[List[str]] = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
     new: Optional[List[str]] = typer.Option(None, "--to", help="Prefix to rename to; empty removes the prefix."),
     dry_run: bool = DRY_RUN,
+    headers_only: bool = HEADERS_ONLY,
+    force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
@@ -48,7 +61,8 @@ def fix_prefix_command(
     old, new = old or [], new or []
     if len(old) != len(new):
         raise UsageError("give --from and --to in pairs (one --to per --from)")
-    result = run(target, fix_prefix.job(list(zip(old, new))), dry_run=dry_run, progress=progress, runtime=runtime)
+    result = run(target, fix_prefix.job(list(zip(old, new))), dry_run=dry_run, progress=progress, runtime=runtime,
+                 force=force, headers_only=headers_only)
     _finish(result, format, fail_on)
 
 
@@ -59,6 +73,7 @@ def scrub_nan_command(
                                                      "what current ModelOpt clamps to) or `zero` (silences the "
                                                      "block)."),
     dry_run: bool = DRY_RUN,
+    force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
@@ -67,7 +82,7 @@ def scrub_nan_command(
     count per tensor."""
     from ..repair import run, scrub_nan
 
-    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime)
+    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force)
     _finish(result, format, fail_on)
 
 
@@ -77,6 +92,8 @@ def drop_orphans_command(
     tensor: Optional[List[str]] = typer.Option(None, "--tensor", "-t", help="Drop this scale tensor (repeatable) "
                                                                             "instead of the orphan-scale finding's."),
     dry_run: bool = DRY_RUN,
+    headers_only: bool = HEADERS_ONLY,
+    force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
@@ -85,7 +102,8 @@ def drop_orphans_command(
     """Remove orphan scale tensors from the shard headers and the index (affected shards are rebuilt atomically)."""
     from ..repair import drop_orphans, run
 
-    result = run(target, drop_orphans.job(tensor or []), dry_run=dry_run, progress=progress, runtime=runtime)
+    result = run(target, drop_orphans.job(tensor or []), dry_run=dry_run, progress=progress, runtime=runtime,
+                 force=force, headers_only=headers_only)
     _finish(result, format, fail_on)
 
 
@@ -93,6 +111,7 @@ def drop_orphans_command(
 def fix_command(
     target: str = TARGET,
     dry_run: bool = DRY_RUN,
+    force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
     runtime: Optional[str] = RUNTIME,
@@ -103,7 +122,7 @@ def fix_command(
     from ..repair.fix_all import fix_all
     from ..repair.render import render_fix_all
 
-    results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime)
+    results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
     if format == TextOrJson.json:
         data = {"target": target, "dry_run": dry_run, "repairs": [r.to_dict() for r in results],
                 "not_repaired": [f.to_dict() for f in others]}

@@ -1,11 +1,11 @@
 """The one name matcher: how vLLM decides whether an ignore / exclude / target entry covers a module.
 
-compressed-tensors (vllm-facts.md 2.5, `is_equal_or_regex_match`): `re:` entries are regexes applied with
+compressed-tensors (vllm/model_executor/layers/quantization/utils/config_utils.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.5), `is_equal_or_regex_match`): `re:` entries are regexes applied with
 `re.match` (anchored at the start only); any other entry must equal the full name. Entries without `re:` that contain
 a dot are first translated from checkpoint (HF) names to vLLM names; regexes are not, and are matched against
 vLLM-side names (the naming trap: `re:model\\.visual.*` never matches the Qwen3-VL tower, which is `visual.*` in vLLM).
 
-ModelOpt (vllm-facts.md 3.3, `is_layer_excluded` / `apply_vllm_mapper`): a pattern of two or more characters ending
+ModelOpt (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.3), `is_layer_excluded` / `apply_vllm_mapper`): a pattern of two or more characters ending
 in `*` not preceded by `.` is split into `X` and `X.*`; patterns are renamed HF->vLLM; then a module is excluded on an
 exact match, a substring match (also with a leading `language_model.` removed from the module name), or an fnmatch
 match.
@@ -83,7 +83,7 @@ def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str,
             continue
         variants = [entry]
         # `len >= 2` as in vLLM: a bare `*` stays `*` (fnmatch excludes everything); an empty entry is kept too,
-        # because `"" in prefix` holds for every module (vllm-facts.md 3.3, substring rule).
+        # because `"" in prefix` holds for every module (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.3), substring rule).
         if len(entry) >= 2 and entry.endswith("*") and entry[-2] != ".":
             variants = [entry[:-1], entry[:-1] + ".*"]
         for v in variants:

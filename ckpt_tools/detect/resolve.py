@@ -1,7 +1,7 @@
 """Resolve a checkpoint the way vLLM does: which config wins, the `--quantization` method, whether the runtime
 accepts the algo, and the scheme vLLM builds for every linear layer and expert projection.
 
-Ground truth: vllm-facts.md sections 1 (method resolution), 2 (compressed-tensors), 3 (ModelOpt). The runtime's
+Ground truth: the vLLM 0.33.0 release, restated in docs/reference/vllm-0.33.md sections 1 (method resolution), 2 (compressed-tensors), 3 (ModelOpt). The runtime's
 accepted values come from its profile in `rules/runtimes/`, so an image profile can differ from upstream.
 """
 
@@ -87,18 +87,28 @@ class Detection:
 
     @cached_property
     def activation_mode(self) -> str | None:
-        nvfp4 = [r for r in self.rows if r.disk.kind == "nvfp4"]
-        if not nvfp4:
-            return None
-        a4 = sum(1 for r in nvfp4 if r.disk.activation == "A4")
-        return "W4A4" if a4 == len(nvfp4) else "W4A16" if a4 == 0 else "mixed"
+        """What vLLM builds for the NVFP4 layers: the config decides W4A4 vs W4A16, whatever the tensors hold (a
+        W4A4 config without input scales still builds W4A4, with uninitialised scales: CK401)."""
+        return _nvfp4_mode([r.declared for r in self.rows if r.declared.kind == "nvfp4"])
+
+    @property
+    def disk_activation_mode(self) -> str | None:
+        """What the tensors support: W4A4 only where every NVFP4 module carries an input global scale."""
+        return _nvfp4_mode([r.disk for r in self.rows if r.disk.kind == "nvfp4"])
+
+
+def _nvfp4_mode(schemes: list[Scheme]) -> str | None:
+    if not schemes:
+        return None
+    a4 = sum(1 for s in schemes if s.activation == "A4")
+    return "W4A4" if a4 == len(schemes) else "W4A16" if a4 == 0 else "mixed"
 
 
 # ---- which config vLLM reads --------------------------------------------------------------------------------------
 
 
 def effective_quant_config(ckpt: Checkpoint) -> QuantConfigView:
-    """vllm-facts.md 1.1: config.json `quantization_config` wins; hf_quant_config.json only when it is absent;
+    """vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1): config.json `quantization_config` wins; hf_quant_config.json only when it is absent;
     then `compression_config`, then the multimodal `text_config` copies."""
     cfg = ckpt.config or {}
     if isinstance(cfg.get("quantization_config"), dict):
@@ -138,13 +148,13 @@ def _resolve_method(view: QuantConfigView, rt: Runtime) -> tuple[str | None, str
     if _is_modelopt(view):
         algo = modelopt_algo(view)
         if view.nested is not None and "quant_algo" in view.nested and "quant_method" not in data:
-            # Nested layout: normalisation maps the algo to a method or raises (vllm-facts.md 1.1).
+            # Nested layout: normalisation maps the algo to a method or raises (vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1)).
             method = rt.modelopt_nested_algos.get(algo or "")
             if method is None:
                 return "modelopt", None, f"Unknown ModelOpt quant algo: {algo}"
         else:
             method = "modelopt"
-        # Overrides (vllm-facts.md 1.2, 1.5): NVFP4/FP4 algos -> modelopt_fp4; FP8 exactly -> modelopt.
+        # Overrides (vllm/model_executor/layers/quantization/__init__.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.2); vllm/config/model.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.5)): NVFP4/FP4 algos -> modelopt_fp4; FP8 exactly -> modelopt.
         if algo and ("NVFP4" in algo or "FP4" in algo):
             method = "modelopt_fp4"
         elif algo == "MXFP8":
@@ -322,7 +332,7 @@ class _Resolver:
         if forced is not None:
             return UNQUANTIZED, forced, None
         where = module.expert
-        # vLLM resolves a fused MoE layer once, on expert 0's projection names (vllm-facts.md 2.4).
+        # vLLM resolves a fused MoE layer once, on expert 0's projection names (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.4)).
         key = f"{where[0]}.0.{where[2]}" if where else module.name
         if key not in self.cache:
             self.cache[key] = self._declared(key, where[0] if where else None)

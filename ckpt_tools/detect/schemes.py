@@ -49,7 +49,7 @@ def _args(x: Any) -> Mapping[str, Any] | None:
 
 
 def is_nvfp4_args(args: Mapping[str, Any] | None) -> bool:
-    """vLLM `_is_nvfp4_format`: tensor_group, float, 4 bits, group 16, symmetric (vllm-facts.md 2.2)."""
+    """vLLM `_is_nvfp4_format`: tensor_group, float, 4 bits, group 16, symmetric (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.2))."""
     return bool(
         args
         and args.get("strategy") == "tensor_group"
@@ -68,7 +68,7 @@ def is_mxfp4_args(args: Mapping[str, Any] | None) -> bool:
 
 
 def ct_scheme(weights: Any, inputs: Any, fmt: str | None) -> Scheme:
-    """The scheme vLLM's `_get_scheme_from_parts` picks for one config group (vllm-facts.md 2.2), in our vocabulary.
+    """The scheme vLLM's `_get_scheme_from_parts` picks for one config group (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.2)), in our vocabulary.
 
     Returns kind `unknown` with the reason as detail where vLLM raises.
     """

@@ -1,7 +1,7 @@
 """Group tensors into modules by prefix, give each suffix its role, and group MoE experts per layer.
 
 The role table is the one place that says what a tensor suffix means. Names follow the producers' writers and
-vLLM's parameters (vllm-facts.md sections 2.3, 3.1, 3.4).
+vLLM's parameters (vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1); vllm/model_executor/layers/quantization/base_config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.4)).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ ROLES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Suffixes only compressed-tensors writes (its NVFP4 / pack-quantized naming; vllm-facts.md 2.3).
+# Suffixes only compressed-tensors writes (its NVFP4 / pack-quantized naming; vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3)).
 COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale", "input_global_scale"})
 
 SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale",

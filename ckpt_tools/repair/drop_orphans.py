@@ -1,9 +1,9 @@
-"""`drop-orphans`: remove orphan scale tensors (failure-catalogue.md class 7) from the shard headers and the index.
+"""`drop-orphans`: remove orphan scale tensors (docs/reference/failures.md #7) from the shard headers and the index.
 
 The tensors come from the `orphan-scale` findings (`details["orphans"]`, the full list, else `tensors`), or from
 `--tensor NAME` given explicitly. Only scales and zero points can be dropped (suffix roles in
 `model.modules.SCALE_ROLES` and `zero_point`), so a typo cannot remove a weight. Dropping a tensor removes its bytes from the data region, which the format requires
-to be covered exactly (vllm-facts.md 8.2), so each affected shard is rebuilt beside the original from the kept
+to be covered exactly (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2)), so each affected shard is rebuilt beside the original from the kept
 tensors' byte ranges and renamed over it; other shards are not touched.
 """
 

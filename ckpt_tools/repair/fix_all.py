@@ -24,7 +24,7 @@ ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orph
 
 
 def fix_all(target: str, *, dry_run: bool = False, progress: bool | None = None,
-            runtime: str | None = None) -> tuple[list[RepairResult], list[Finding]]:
+            runtime: str | None = None, force: bool = False) -> tuple[list[RepairResult], list[Finding]]:
     """Run every job whose finding is present and fixable. Returns the results, and the findings whose `fix` command
     is not one of these jobs (reported, not touched)."""
     local = resolve_local(target)  # refuse Hub targets before reading anything
@@ -39,7 +39,7 @@ def fix_all(target: str, *, dry_run: bool = False, progress: bool | None = None,
     for job in jobs:
         if job.slug not in present:
             continue
-        result = run(target, job, dry_run=dry_run, progress=progress, runtime=runtime)
+        result = run(target, job, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
         results.append(result)
         if result.after is not None:
             present = fixable_slugs(result.after, keep=present)

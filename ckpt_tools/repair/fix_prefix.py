@@ -2,7 +2,7 @@
 
 Without an explicit plan it applies the `misnested-prefix` finding's, computed by the rule itself
 (`ck201_misnested_prefix.rename_plan`). Names change; dtypes, shapes, offsets, `__metadata__` and every data byte do
-not (vllm-facts.md 8.2: "renaming keys is free").
+not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2): "renaming keys is free").
 """
 
 from __future__ import annotations

@@ -77,8 +77,9 @@ def check_checkpoint(ckpt: Checkpoint) -> None:
                               f"refuses (re-download or re-export it; `ckpt doctor` explains)")
 
 
-def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
-    """Raise `TargetError` if any file the plan writes cannot be changed safely."""
+def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bool = True) -> None:
+    """Raise `TargetError` if any file the plan writes cannot be changed safely. `writable=False` (a dry run, which
+    writes nothing) leaves out the symlink and read-only checks: `check_writable` reports them separately."""
     for problem in ckpt.problems:
         if problem.file == INDEX_NAME and plan.touches_index:
             raise TargetError(f"{problem.file}: {problem.message}; the repair must update it, so it refuses (fix "
@@ -91,7 +92,13 @@ def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
         files.append(ckpt.index.name)
     for file in files:
         path = local.root / file
-        if stat.S_ISLNK(os.lstat(path).st_mode):
+        if writable and stat.S_ISLNK(os.lstat(path).st_mode):
             raise symlink_refusal(local.root, file)
-        if _read_only(path):
+        if writable and _read_only(path):
             raise TargetError(f"{file} is read-only; make it writable (`chmod u+w`) to repair it")
+
+
+def check_writable(ckpt: Checkpoint, plan: Plan, local: LocalTarget) -> None:
+    """The folder and every file the plan writes must be writable (`TargetError` otherwise)."""
+    check_folder(local)
+    check_plan(ckpt, plan, local)

@@ -48,7 +48,13 @@ def render_result(result: RepairResult) -> str:
     total = sum(s.bytes_to_write for s in result.steps)
     if result.dry_run:
         out.append(f"would write {total:,} B (plus the journal); dry run: nothing was changed")
-        out.append(f"doctor now: {verdict(result.before)}")
+        out.append(f"doctor now:   {verdict(result.before)}")
+        if result.predicted is not None:
+            out.append(f"doctor after: {verdict(result.predicted)}   (predicted from the planned headers)")
+        if result.worse:
+            out.append("the repair would refuse: the predicted state has more errors (--force applies it anyway)")
+        if result.blocked:
+            out.append(f"the repair cannot run here as it is: {result.blocked}")
         return "\n".join(out) + "\n"
     files = len({s.file for s in result.steps})
     how = ""
@@ -61,6 +67,8 @@ def render_result(result: RepairResult) -> str:
     out.append(f"doctor before: {verdict(result.before)}")
     if result.after is not None:
         out.append(f"doctor after:  {verdict(result.after)}")
+    if result.forced:
+        out.append("applied with --force although it adds errors")
     return "\n".join(out) + "\n"
 
 

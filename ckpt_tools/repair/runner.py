@@ -1,5 +1,7 @@
-"""Run one repair job on one checkpoint: resolve, lock, finish any interrupted repair, analyze, plan, refuse or
-apply under the journal, analyze again.
+"""Run one repair job on one checkpoint: resolve, lock, finish any interrupted repair, analyze (the full doctor),
+plan, predict the after-state (doctor on the planned headers, in memory), refuse a repair that would add errors,
+apply under the journal. The after-check is the prediction (weights untouched, value data carried over), except
+after byte patches, whose scale values are read again.
 """
 
 from __future__ import annotations
@@ -9,12 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import TargetError
-from ..pipeline import Analysis, analyze
+from ..errors import TargetError, UsageError
+from ..pipeline import Analysis, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Context, Finding
 from .fsio import Writer
-from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, resolve_local
+from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
@@ -44,6 +46,14 @@ class RepairResult:
     recovered: str | None  # an interrupted repair completed before this one
     before: Report
     after: Report | None
+    predicted: Report | None = None  # doctor on the planned headers, before anything is written
+    forced: bool = False  # applied with --force although the prediction has more errors than before
+    blocked: str | None = None  # dry run: why the repair itself could not run here (read-only files)
+
+    @property
+    def worse(self) -> bool:
+        """The predicted after-state has more errors than the checkpoint has now."""
+        return self.predicted is not None and self.predicted.summary["error"] > self.before.summary["error"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +74,10 @@ class RepairResult:
             "recovered": self.recovered,
             "before": report_summary(self.before),
             "after": report_summary(self.after) if self.after is not None else None,
+            "predicted": report_summary(self.predicted) if self.predicted is not None else None,
+            "worse": self.worse,
+            "forced": self.forced,
+            "blocked": self.blocked,
         }
 
 
@@ -106,32 +120,73 @@ def _progress_bar(steps: tuple[Step, ...], progress: bool | None):  # noqa: ANN2
 
 
 def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None = None,
-        runtime: str | None = None) -> RepairResult:
-    """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed."""
+        runtime: str | None = None, force: bool = False, headers_only: bool = False) -> RepairResult:
+    """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
+    A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
+    run reports the prediction (`result.worse`) and changes nothing. `headers_only` skips the value scan (the
+    verdicts then list the value rules as skipped, as `ckpt doctor --headers-only` does)."""
+    if headers_only and job.needs_values:
+        raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
-    headers_only = not job.needs_values
     if dry_run:
         refuse_pending(local)
-        analysis = analyze(target, runtime=runtime, headers_only=headers_only)
-        plan, steps = _plan(analysis, job, target, local)
-        return RepairResult(job.name, target, plan, steps, True, False, 0, 0.0, (), None, analysis.report, None)
+        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        plan, steps = _plan(analysis, job, target, local, writable=False)  # a dry run writes nothing
+        predicted = predict(analysis, plan, steps)
+        blocked = None
+        if steps:
+            try:
+                check_writable(analysis.checkpoint, plan, local)
+            except TargetError as exc:
+                blocked = str(exc)
+        return RepairResult(job.name, target, plan, steps, True, False, 0, 0.0, (), None, analysis.report, None,
+                            predicted, blocked=blocked)
 
     check_folder(local)
     with Lock(local.root):
         recovered = recover(local.root, Writer())
-        analysis = analyze(target, runtime=runtime, headers_only=headers_only)
+        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
         plan, steps = _plan(analysis, job, target, local)
         if not steps:
             return RepairResult(job.name, target, plan, steps, False, False, 0, 0.0, (), recovered,
                                 analysis.report, None)
+        predicted = predict(analysis, plan, steps)
+        if not force:
+            refuse_worse(job.name, analysis.report, predicted)
         with _progress_bar(steps, progress) as bar:
             writer = Writer(progress=bar.update)
             start = time.perf_counter()
             run_journaled(local.root, job.name, steps, writer)
             seconds = time.perf_counter() - start
-    after = analyze(target, runtime=runtime, headers_only=headers_only).report
+    # Renames and drops leave every byte the value rules read untouched: the prediction is the after-state. Byte
+    # patches change scale values, which are read again.
+    patched = any(e.patches for e in plan.edits.values())
+    after = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
+    worse = predicted.summary["error"] > analysis.report.summary["error"]
     return RepairResult(job.name, target, plan, steps, False, True, writer.written, seconds,
-                        tuple(sorted(writer.copied_with)), recovered, analysis.report, after)
+                        tuple(sorted(writer.copied_with)), recovered, analysis.report, after, predicted,
+                        forced=force and worse)
+
+
+def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report | None:
+    """Doctor's verdict on the checkpoint the steps leave, judged in memory like the before-state."""
+    from .predict import after_checkpoint
+
+    if not steps:
+        return None
+    return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report  # collector paused there
+
+
+def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:
+    """A repair must not make the checkpoint worse silently: more errors after than before refuses (exit 2)."""
+    if predicted is None or predicted.summary["error"] <= before.summary["error"]:
+        return
+    had = {(f.code, f.slug) for f in before.findings if f.severity == "error"}
+    new = sorted({f"{f.code} {f.slug}" for f in predicted.findings
+                  if f.severity == "error" and (f.code, f.slug) not in had})
+    raise TargetError(f"{job} would make the checkpoint worse: {before.summary['error']} -> "
+                      f"{predicted.summary['error']} error(s)" + (f" (new: {', '.join(new)})" if new else "")
+                      + "; nothing was changed (--dry-run shows the predicted state, --force applies it anyway)")
 
 
 def refuse_pending(local: LocalTarget) -> None:
@@ -142,10 +197,11 @@ def refuse_pending(local: LocalTarget) -> None:
 
 
 
-def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget) -> tuple[Plan, tuple[Step, ...]]:
+def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget,
+          writable: bool = True) -> tuple[Plan, tuple[Step, ...]]:
     check_checkpoint(analysis.checkpoint)
     plan = job.build(analysis, target)
     if plan.empty:
         return plan, ()
-    check_plan(analysis.checkpoint, plan, local)
+    check_plan(analysis.checkpoint, plan, local, writable=writable)
     return plan, compile_plan(plan, analysis.checkpoint, local.root)

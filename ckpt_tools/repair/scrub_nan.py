@@ -1,12 +1,12 @@
 """`scrub-nan`: overwrite NaN bytes of 8-bit float scale tensors in place, and nothing else.
 
 The NaN bytes are the ones the `nan-fp8-scale` rule counts (`ck501_nan_fp8_scale.nan_counts`, from the value
-scan's statistics: E4M3 0x7F / 0xFF, E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; vllm-facts.md 6.1).
+scan's statistics: E4M3 0x7F / 0xFF, E4M3FNUZ 0x80, E5M2 0x7D-0x7F / 0xFD-0xFF, E8M0 0xFF; the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)).
 Replacement values (`--value`):
 
 - `max` (default): the format's largest finite value, E4M3 0x7E = 448. The NaN came from an unclamped cast of a
   value above 448 (NVIDIA/Model-Optimizer#1633), so saturating is the closest representable value; it is what
-  current ModelOpt clamps to and what vllm-omni writes at load time (vllm-facts.md 6.2).
+  current ModelOpt clamps to and what vllm-omni writes at load time (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §6.2)).
 - `zero`: +0, which silences the block (its weights dequantize to 0). For when a saturated block does more harm
   than a missing one; E8M0 has no zero, so MX scales only take `max`.
 

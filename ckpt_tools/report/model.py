@@ -1,4 +1,4 @@
-"""The report: one object every format renders. Fields follow shared/spec/report.md (schema_version 1); we add
+"""The report: one object every format renders. Fields follow docs/report.schema.json (schema_version 1); we add
 fields, never rename or remove them."""
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ class Report:
         return sorted(self.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.code, f.message))
 
     def exit_code(self, fail_on: str = "error") -> int:
+        """1 when a finding is at or above `fail_on` (error, warning, info; none: never), else 0."""
+        from .._inputs import choice
+
+        fail_on = choice(fail_on, ("error", "warning", "info", "none"), "fail_on")
         if fail_on == "none":
             return 0
         floor = SEVERITY_RANK[fail_on]
@@ -42,9 +46,9 @@ class Report:
         """This report as `ckpt doctor --format FORMAT` prints it: text, json, markdown or sarif."""
         from .formats import RENDERERS
 
-        if format not in RENDERERS:
-            raise ValueError(f"unknown format {format!r}; choose from {', '.join(RENDERERS)}")
-        return RENDERERS[format](self)
+        from .._inputs import choice
+
+        return RENDERERS[choice(format, tuple(RENDERERS), "format")](self)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -21,6 +21,18 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def activation_text(ck: dict) -> str:
+    """What vLLM builds for the NVFP4 layers, and where it falls back to a weight-only kernel (no FP4 tensor cores)."""
+    mode = ck["activation_mode"]
+    kernels = ck.get("nvfp4_kernels") or {}
+    fallback = [hw for hw, kernel in kernels.items() if mode == "W4A4" and "weight-only" in kernel]
+    if fallback and len(fallback) < len(kernels):
+        return f"{mode}; weight-only (Marlin) on {', '.join(fallback)}: no FP4 tensor cores"
+    if fallback:
+        return f"{mode} declared; runs weight-only (Marlin) on {', '.join(fallback)}: no FP4 tensor cores"
+    return mode
+
+
 def checkpoint_lines(ck: dict) -> list[str]:
     quant = "not quantized" if ck["producer"] == "none" else f"{ck['producer']} {ck.get('quant_algo') or ''}".strip()
     if ck.get("made_by"):
@@ -29,7 +41,7 @@ def checkpoint_lines(ck: dict) -> list[str]:
     lines = [
         f"  quantization  {quant}"
         + (f"  ->  vLLM --quantization {vq}" if vq else "  ->  vLLM rejects it" if ck["producer"] != "none" else "")
-        + (f"  (activations: {ck['activation_mode']})" if ck.get("activation_mode") else ""),
+        + (f"  (activations: {activation_text(ck)})" if ck.get("activation_mode") else ""),
         f"  model         {ck.get('architecture') or 'unknown architecture'}"
         + (f" ({ck['model_type']})" if ck.get("model_type") else "")
         + f"; components: {', '.join(ck.get('components') or []) or 'none'}",

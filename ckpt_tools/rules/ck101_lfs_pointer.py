@@ -11,7 +11,7 @@ class LfsPointer(Rule):
 
     What it catches
     A shard whose first bytes are `version https://git-lfs...`: the repository was cloned without git-lfs, or the
-    LFS objects were never pulled (failure-catalogue.md class 1).
+    LFS objects were never pulled (docs/reference/failures.md #1).
 
     Why it matters
     Every reader fails on it with a misleading `HeaderTooLarge` ("header too large"), because the first 8 bytes of

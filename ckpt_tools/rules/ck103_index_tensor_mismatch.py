@@ -15,7 +15,7 @@ class IndexTensorMismatch(Rule):
     What it catches
     Tensors the index maps to a shard whose header lacks them; tensors present in an indexed shard but absent from
     the index (loaders that follow the index never see them); tensors the index maps to one shard that actually live
-    in another (failure-catalogue.md class 3). Shards the index does not name are stray-shard (CK107); tensors in
+    in another (docs/reference/failures.md #3). Shards the index does not name are stray-shard (CK107); tensors in
     two loaded shards are duplicate-tensor (CK108).
 
     Why it matters

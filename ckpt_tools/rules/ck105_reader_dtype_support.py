@@ -15,7 +15,7 @@ class ReaderDtypeSupport(Rule):
     What it catches
     A dtype census of every shard, checked against the reader-support table in rules/dtypes.toml: F8_E8M0 (MX and
     DeepSeek-V4 block scales), F4 (packed FP4 with a logical shape), F6_E2M3 / F6_E3M2, and the AMD FNUZ FP8 formats
-    (failure-catalogue.md class 20). The finding lists, per dtype, the readers that fail on it or needed a fix,
+    (docs/reference/failures.md #20). The finding lists, per dtype, the readers that fail on it or needed a fix,
     with the release or pull request that added support. F8_E4M3 is documented in the table but not reported.
 
     Why it matters

@@ -15,7 +15,7 @@ class IndexTotalSize(Rule):
     What it catches
     `model.safetensors.index.json` `metadata.total_size` that equals neither the sum of the tensors' byte spans in
     the shards the index names (what `save_pretrained` writes) nor the sum of those files' sizes. Checked only when
-    every named shard was read (failure-catalogue.md class 3).
+    every named shard was read (docs/reference/failures.md #3).
 
     Why it matters
     A wrong total is the fingerprint of an index that was not regenerated after tensors were added, dropped or

@@ -22,7 +22,7 @@ class StrayShard(Rule):
     """A `.safetensors` file sits beside the index, which does not name it.
 
     What it catches
-    Shards in the checkpoint folder that `model.safetensors.index.json` does not reference (failure-catalogue.md
+    Shards in the checkpoint folder that `model.safetensors.index.json` does not reference (docs/reference/failures.md
     class 3): leftovers of an earlier sharding, a `model.safetensors` next to a sharded export, or a shard added
     without updating the index. Error when the stray file holds tensors no indexed shard has; warning when it only
     duplicates indexed tensors or cannot be read. Files that are known alternate formats (Mistral's
@@ -30,7 +30,7 @@ class StrayShard(Rule):
 
     Why it matters
     vLLM reads only the files the index names (`filter_duplicate_safetensors_files`): tensors that exist only in a
-    stray shard are never loaded, and for quantized models nothing reports the missing parameters (vllm-facts.md
+    stray shard are never loaded, and for quantized models nothing reports the missing parameters (docs/reference/vllm-0.33.md
     5.1). Tools that glob `*.safetensors` instead load both copies and keep whichever comes last.
 
     Anti-pattern

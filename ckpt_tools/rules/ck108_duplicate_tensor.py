@@ -11,7 +11,7 @@ class DuplicateTensor(Rule):
 
     What it catches
     Tensor names present in two or more loaded shards (the files the index names, or every shard when there is no
-    index), with whether the copies even agree on dtype and shape (failure-catalogue.md class 3). A name repeated
+    index), with whether the copies even agree on dtype and shape (docs/reference/failures.md #3). A name repeated
     inside one file is invalid-header (CK104); copies in a shard the index does not name are stray-shard (CK107).
 
     Why it matters

@@ -55,13 +55,13 @@ class MisnestedPrefix(Rule):
     What it catches
     A component nested inside another component's namespace: the Qwen3.5/3.6 VL vision tower saved as
     `model.language_model.visual.*` instead of `model.visual.*`, or a doubled `model.language_model.language_model.*`
-    (failure-catalogue.md class 4). Expected layouts per architecture family live in rules/architectures.toml.
+    (docs/reference/failures.md #4). Expected layouts per architecture family live in rules/architectures.toml.
 
     Why it matters
-    vLLM maps checkpoint names through the architecture's `hf_to_vllm_mapper` (vllm-facts.md 5.1). A mis-nested
+    vLLM maps checkpoint names through the architecture's `hf_to_vllm_mapper` (vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1)). A mis-nested
     tower maps to a module that does not exist: vLLM 0.33 fails with "There is no module or parameter named ...",
     and the Qwen3.5 loaders of earlier releases skipped it silently, so the tower ran uninitialised and image
-    requests returned `!!!!` (shared/seeds/aeon-qwen36-35b-agents-manual.txt, "Vision fix").
+    requests returned `!!!!` (the AEON-7 Qwen3.6-35B-A3B NVFP4 model card, "Vision fix").
 
     Anti-pattern
     Saving a VLM with a wrong `_checkpoint_conversion_mapping` / `base_model_prefix`, or merging adapters with a tool

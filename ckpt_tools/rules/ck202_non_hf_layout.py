@@ -107,10 +107,10 @@ class NonHfLayout(Rule):
     """Tensor names in a layout the declared architecture does not load (non-Hugging-Face or another class's).
 
     What it catches
-    (failure-catalogue.md class 5)
+    (docs/reference/failures.md #5)
     - tensors under none of the prefixes the architecture family loads from (rules/architectures.toml), for
       architectures whose layout is known: e.g. bare `model.layers.*` in a Qwen3.5 / Qwen3-VL ConditionalGeneration
-      checkpoint, which vLLM does not remap (vllm-facts.md 5.1);
+      checkpoint, which vLLM does not remap (vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1));
     - for any architecture, trainer namespaces listed in rules/layouts.toml: Megatron / NeMo / verl `decoder.*`,
       `embedding.word_embeddings.*`, `output_layer.*`, and a multimodal `language_model.*` root under a text-only
       `...ForCausalLM` class;

@@ -15,14 +15,14 @@ class KvScaleNaming(Rule):
     What it catches
     Every KV-cache scale is classified against the spellings in rules/kv_scales.toml (llm-compressor
     `self_attn.k_scale`, ModelOpt `self_attn.k_proj.k_scale`, fused `qkv_proj.k_scale`, vLLM's own `attn.k_scale`,
-    ...; failure-catalogue.md class 12). Reported:
+    ...; docs/reference/failures.md #12). Reported:
     - the legacy single `kv_scale`, which vLLM loads as `k_scale` and copies to `v_scale` with a deprecation warning
       (K and V then share one scale);
     - q/k/v projection `output_scale` under a quantization method whose config does not map it onto the attention
       (vLLM 0.33 maps it for `fp8` and `quark` only), so the KV cache never receives those scales.
 
     Why it matters
-    Loaders expect `attn.k_scale` and remap the other spellings through a per-config mapper (vllm-facts.md 3.4).
+    Loaders expect `attn.k_scale` and remap the other spellings through a per-config mapper (vllm/model_executor/layers/quantization/base_config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.4)).
     Unmapped KV suffixes are silently ignored (`_ignore_unexpected_suffixes`): every layer then runs its FP8 cache
     with scale 1.0, or, in older releases and other runtimes, fails with `KeyError: '...k_scale'`.
 

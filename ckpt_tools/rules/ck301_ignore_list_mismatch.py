@@ -16,7 +16,7 @@ from .ck202_non_hf_layout import misplaced_names
 
 def _hf_side_entry(ctx: Context, name: str) -> str | None:
     """An ignore entry that covers the *checkpoint* name with the producer's own matcher, although vLLM's matcher
-    (on vLLM-side names) does not: the naming trap of vllm-facts.md 2.5."""
+    (on vLLM-side names) does not: the naming trap of vllm/model_executor/layers/quantization/utils/config_utils.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.5)."""
     det = ctx.det
     entries = det.config.get("ignore") or det.config.get("exclude_modules") or []
     for entry in entries if isinstance(entries, list) else []:
@@ -50,14 +50,14 @@ class IgnoreListMismatch(Rule):
     """The ignore / exclude list disagrees with which modules are actually quantized on disk.
 
     What it catches
-    Evaluated with vLLM's own matching (vllm-facts.md 2.5 for compressed-tensors `ignore`, 3.3 for ModelOpt
+    Evaluated with vLLM's own matching (vllm/model_executor/layers/quantization/utils/config_utils.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.5) for compressed-tensors `ignore`, 3.3 for ModelOpt
     `exclude_modules`), on vLLM-side module names:
     - modules the config leaves unquantized (an ignore / exclude entry covers them, no config group targets them,
       or the model builds them unquantized) whose tensors are quantized on disk;
     - modules the config quantizes whose weights are BF16/F16 on disk, with the entry that was meant to cover them
       when one matches the checkpoint name but not vLLM's name. The classic case is a regex written against
       checkpoint names: `re:model\\.visual.*` never matches the Qwen3-VL / Qwen3.5 tower, which vLLM names
-      `visual.*`, so the tower is built quantized (failure-catalogue.md class 6);
+      `visual.*`, so the tower is built quantized (docs/reference/failures.md #6);
     - fused layers (q/k/v, gate/up, Qwen3.5 in_proj_qkv/z) whose shards the config treats differently.
 
     Why it matters

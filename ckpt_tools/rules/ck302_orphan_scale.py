@@ -27,12 +27,12 @@ class OrphanScale(Rule):
     `weight_scale`, `weight_scale_2` / `weight_global_scale`, `input_scale` / `input_global_scale`,
     `pre_quant_scale` and zero points on a module whose weight is stored in BF16/F16/F32 (the module is unquantized,
     so the config excludes it or should), or on a module prefix with no weight tensor at all
-    (failure-catalogue.md class 7). KV-cache scales (`k_scale`, `v_scale`) are not orphans.
+    (docs/reference/failures.md #7). KV-cache scales (`k_scale`, `v_scale`) are not orphans.
 
     Why it matters
     vLLM builds an unquantized layer with no scale parameter, then fails at load: "There is no module or parameter
     named 'lm_head.input_scale'", `KeyError: '...shared_head.head.weight_scale'`. Some loaders drop a few such
-    suffixes silently (Qwen3-MoE skips stray `.weight_scale` / `.input_scale`, vllm-facts.md 5.1), which hides the
+    suffixes silently (Qwen3-MoE skips stray `.weight_scale` / `.input_scale`, vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1)), which hides the
     defect until another runtime or release loads the checkpoint.
 
     Anti-pattern

@@ -61,9 +61,9 @@ class KvCacheConfigMismatch(Rule):
       scheme in the effective config (`kv_cache_scheme` / `kv_cache_quant_algo`);
     - a declared static KV scheme with no scale tensors, or with scales for only some attention layers;
     - config.json and hf_quant_config.json declaring different KV-cache quantization (vLLM reads only
-      config.json when it has a quantization_config, vllm-facts.md 1.1; failure-catalogue.md class 13);
+      config.json when it has a quantization_config, vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1); docs/reference/failures.md #13);
     - a declared scheme the runtime does not implement: compressed-tensors accepts only 8-bit float, symmetric,
-      `tensor` / `attn_head` schemes (vllm-facts.md 2.6); ModelOpt algos other than FP8 / NVFP4 are unknown to vLLM
+      `tensor` / `attn_head` schemes (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.6)); ModelOpt algos other than FP8 / NVFP4 are unknown to vLLM
       and fall back to an unquantized cache (1.4).
     Spelling problems of the scale names themselves (legacy `kv_scale`) are kv-scale-naming (CK203).
 

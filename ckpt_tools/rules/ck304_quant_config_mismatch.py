@@ -37,7 +37,7 @@ class QuantConfigMismatch(Rule):
 
     What it catches
     - config.json `quantization_config` and hf_quant_config.json naming different algos or exclude lists (vLLM
-      reads config.json and ignores the other file: vllm-facts.md 1.1; KV-cache disagreements are CK303);
+      reads config.json and ignores the other file: vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1); KV-cache disagreements are CK303);
     - a declared quantization with no quantized tensor at all, or quantized tensors with no declaration;
     - modules whose tensors are a different scheme from the one the config gives them (e.g. FP8 tensors under an
       NVFP4 config), or use the other producer's tensor names (`weight_scale_2` under compressed-tensors,

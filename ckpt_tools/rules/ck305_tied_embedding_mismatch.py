@@ -33,7 +33,7 @@ class TiedEmbeddingMismatch(Rule):
     """`tie_word_embeddings` disagrees with the presence of `lm_head.weight`.
 
     What it catches
-    (failure-catalogue.md class 15)
+    (docs/reference/failures.md #15)
     - `tie_word_embeddings: false` but no `lm_head` tensor at all: the output head has nothing to load;
     - `tie_word_embeddings: true` with a saved `lm_head` (common after quantization): vLLM ties the head to the
       input embedding and skips the saved one; error when the saved head is quantized (packed weight or scales),

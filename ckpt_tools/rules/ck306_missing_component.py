@@ -58,7 +58,7 @@ class MissingComponent(Rule):
     """A component the config declares has no tensors in the checkpoint (MTP layers, vision tower, biases).
 
     What it catches
-    The declarations in rules/layouts.toml checked against the tensors present (failure-catalogue.md class 16):
+    The declarations in rules/layouts.toml checked against the tensors present (docs/reference/failures.md #16):
     - `mtp_num_hidden_layers` / `num_nextn_predict_layers` / `num_mtp_layers` >= 1 but no MTP tensors (`mtp.*`,
       `model.mtp*`, or the extra `model.layers.<num_hidden_layers>.*` block) (warning);
     - `vision_config` present for an architecture with a vision tower, but no vision tensors (error);
@@ -66,7 +66,7 @@ class MissingComponent(Rule):
 
     Why it matters
     vLLM builds what the config declares and, for quantized models, does not report parameters that were never
-    loaded (vllm-facts.md 5.1): a missing vision tower or bias runs on uninitialised memory, and a missing MTP head
+    loaded (vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1)): a missing vision tower or bias runs on uninitialised memory, and a missing MTP head
     makes `--speculative-config '{"method": "mtp"}'` fail to start or silently run without a drafter.
 
     Anti-pattern

@@ -11,7 +11,7 @@ from ..model.values import WIDE_FLOAT_DTYPES
 from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
-# NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm-facts.md 2.3, 3.1).
+# NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)).
 # direct (ModelOpt):  scale = amax / 2688  -> above 1 only if |w| > 2688, which no trained linear has;
 # reciprocal (CT):    scale = 2688 / amax  -> below 1 only in the same impossible case.
 BOUNDARY = 1.0
@@ -51,8 +51,8 @@ class MixedScaleConvention(Rule):
     What it catches
     ModelOpt stores NVFP4 weight global scales directly (`weight_scale_2 = amax / (6 x 448)`, around 1e-5..1e-3);
     compressed-tensors stores the reciprocal (`weight_global_scale = (6 x 448) / amax`, around 1e3..1e5;
-    vllm-facts.md 2.3). A `weight_scale_2` above 1, or a `weight_global_scale` below 1, would need a weight whose
-    magnitude exceeds 2688: the value was written in the other convention (failure-catalogue.md class 18). Which
+    vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3)). A `weight_scale_2` above 1, or a `weight_global_scale` below 1, would need a weight whose
+    magnitude exceeds 2688: the value was written in the other convention (docs/reference/failures.md #18). Which
     tensor names fit which producer is quant-config-mismatch's (CK304); this rule reads the values (a few bytes per
     module) and is skipped with `--headers-only`.
 

@@ -143,7 +143,7 @@ class BlockFp8TpSizes(Rule):
     candidate (rules/modules.toml), the checks of vLLM's `validate_fp8_block_shape` (column-parallel and merged
     q/k/v, gate/up outputs per GPU divisible by block_n; row-parallel inputs per GPU divisible by block_k) and of the
     block-FP8 MoE (`moe_intermediate_size / tp` divisible by block_n, and by block_k above TP 1), plus the attention
-    head split. Reports the TP sizes that remain valid (failure-catalogue.md class 19).
+    head split. Reports the TP sizes that remain valid (docs/reference/failures.md #19).
 
     Why it matters
     vLLM refuses to start at a TP size the shapes do not allow (`ValueError: Weight input_size_per_partition = 64 is

@@ -11,13 +11,13 @@ class QuantizedVisionTower(Rule):
 
     What it catches
     Linear layers of the vision component (`model.visual.*`, `vision_tower.*`, `vision_model.*`) that the config
-    quantizes and whose tensors are quantized (U8 / F8 / packed ints) (failure-catalogue.md class 21). Towers whose
+    quantizes and whose tensors are quantized (U8 / F8 / packed ints) (docs/reference/failures.md #21). Towers whose
     config and tensors disagree are ignore-list-mismatch (CK301).
 
     Why it matters
     Both producers' recipes keep the tower BF16 (llm-compressor ignores `re:.*visual.*`, ModelOpt disables
-    `*visual*`; shared/reference/producers.md), and so do the loaders' assumptions: vLLM always builds ModelOpt
-    `vision_tower` / `vision_model` towers unquantized (vllm-facts.md 3.3), and transformers, SGLang and mmproj
+    `*visual*`; docs/reference/producers.md), and so do the loaders' assumptions: vLLM always builds ModelOpt
+    `vision_tower` / `vision_model` towers unquantized (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.3)), and transformers, SGLang and mmproj
     converters expect BF16 towers, so image requests fail or the tower cannot be read back. Where it loads, the
     small vision matmuls gain nothing from 4/8-bit kernels while image accuracy drops.
 

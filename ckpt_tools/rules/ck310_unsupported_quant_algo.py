@@ -14,7 +14,7 @@ class UnsupportedQuantAlgo(Rule):
     rules/runtimes/): ModelOpt algos outside its list (`NVFP4_AWQ`, `NVFP4_SVD`, `W4A8_AWQ`, ...), unknown algos in
     a legacy hf_quant_config.json-only checkpoint, NVFP4 nested configs missing required fields, MIXED_PRECISION
     without `quantized_layers`, compressed-tensors groups no scheme implements, unknown `quant_method`s, and AWQ
-    `pre_quant_scale` tensors the runtime has no parameter for (vllm-facts.md 1.1, 1.3, 2.2).
+    `pre_quant_scale` tensors the runtime has no parameter for (vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.3); vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.2)).
 
     Why it matters
     vLLM refuses to start (`ModelOpt currently only supports: [...]`, `Unknown ModelOpt quant algo`, ...) after the

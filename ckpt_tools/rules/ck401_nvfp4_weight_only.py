@@ -48,7 +48,7 @@ class Nvfp4WeightOnly(Rule):
 
     What it catches
     NVFP4 linears and experts (ModelOpt `weight` U8 + `weight_scale_2`, compressed-tensors `weight_packed` +
-    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (failure-catalogue.md class 8). The
+    `weight_global_scale`) that have no `input_scale` / `input_global_scale` (docs/reference/failures.md #8). The
     finding lists the missing tensor names.
     - error: the config declares NVFP4 input activations (W4A4) but the tensors lack the scales. vLLM creates the
       input-scale parameter and never loads it (no "weights not initialized" check for quantized models), so
@@ -57,7 +57,7 @@ class Nvfp4WeightOnly(Rule):
       activations): it runs on the weight-only kernel, slower on Blackwell than native W4A4.
 
     Why it matters
-    vLLM picks W4A4 vs W4A16 from the config alone (vllm-facts.md 4.1). Weight-only NVFP4 is pinned to Marlin on
+    vLLM picks W4A4 vs W4A16 from the config alone (vllm/model_executor/kernels/linear/__init__.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §4.1)). Weight-only NVFP4 is pinned to Marlin on
     GB10/RTX 50 (and CuTe-DSL W4A16 on B200) even though the GPU has FP4 tensor cores; missing declared scales give
     NaN or garbage output.
 
@@ -98,14 +98,22 @@ class Nvfp4WeightOnly(Rule):
         if declared_a4:
             names = sorted(r.name for r in declared_a4)
             src = ctx.det.config.source or "the config"
+            native = [h.id for h in ctx.hardware if h.native_fp4]
+            fallback = [h for h in ctx.hardware if not h.native_fp4]
+            where = f" on {', '.join(native)}" if native and fallback else ""
+            marlin = (f" On {', '.join(h.id for h in fallback)} (no FP4 tensor cores) vLLM falls back to "
+                      f"{fallback[0].nvfp4_w4a4.replace(' (no FP4 tensor cores)', '')}, which does not use input "
+                      f"scales." if fallback else "")
             yield self.finding(
                 f"{src} declares NVFP4 input activations (W4A4) but {summarize_modules(names)} of {total} NVFP4 "
-                f"modules have no input global scale: vLLM never loads that parameter and quantizes activations with "
-                f"uninitialised memory (garbage or NaN output). Re-export with activation calibration, or declare "
-                f"the checkpoint weight-only.",
+                f"modules have no input global scale: vLLM builds W4A4{where}, never loads that parameter and "
+                f"quantizes activations with uninitialised memory (garbage or NaN output).{marlin} Re-export with "
+                f"activation calibration, or declare the checkpoint weight-only.",
                 tensors=[missing_input_scale(ctx.ckpt.modules[n]) for n in names],
                 files=files,
-                details={"declared": "W4A4", "modules_without_input_scale": len(names), "nvfp4_modules": total},
+                details={"declared": "W4A4", "builds": "W4A4", "modules_without_input_scale": len(names),
+                         "nvfp4_modules": total,
+                         "kernels": {h.id: h.nvfp4_w4a4 for h in ctx.hardware}},
             )
         by_design = [r.name for r in rows if r.declared.activation == "A16" and r.disk.activation == "A16"]
         if by_design:

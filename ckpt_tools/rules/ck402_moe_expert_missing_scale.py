@@ -39,16 +39,17 @@ class MoeExpertMissingScale(Rule):
     Per MoE layer (`...mlp.experts.<id>.<proj>.<suffix>`), every tensor suffix that some experts carry and others do
     not: typically `input_scale` / `input_global_scale` and sometimes `weight_scale_2`, listed with the expert ids
     that lack them; and expert ids below the configured expert count (`num_experts`, `num_local_experts`,
-    `n_routed_experts`) that have no tensor at all (failure-catalogue.md class 9). Input scales of layers the config
+    `n_routed_experts`) that have no tensor at all (docs/reference/failures.md #9). Input scales of layers the config
     declares weight-only are ignored (vLLM drops them). Layers where every expert lacks a scale are reported by
     nvfp4-weight-only (CK401) or scale-shape-mismatch (CK403) instead.
 
     Why it matters
     vLLM fuses all experts of a layer into one parameter per scale (`w13_input_scale [E, 2]`, `w2_weight_scale_2
-    [E]`, vllm-facts.md 3.2) and fills the slots of experts it finds. Slots nobody loads stay `torch.empty` or zero,
-    and nothing checks (no "weights not initialized" check for quantized models, vllm-facts.md 5.1): 1/0 gives inf,
+    [E]`, vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.2)) and fills the slots of experts it finds. Slots nobody loads stay `torch.empty` or zero,
+    and nothing checks (no "weights not initialized" check for quantized models, vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1)): 1/0 gives inf,
     and the output turns to NaN, pad tokens or empty text only for prompts routed to those experts. The checkpoint
-    boots green and fails prompt by prompt. The report's `activation_mode` is `mixed` for such checkpoints.
+    boots green and fails prompt by prompt. The report's `activation_mode` stays `W4A4` (what vLLM builds); its
+    `disk_activation_mode` reads `mixed`.
 
     Anti-pattern
     Calibrating an MoE with a small dataset that never routes tokens to some experts: ModelOpt then omits their

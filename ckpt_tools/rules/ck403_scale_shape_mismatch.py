@@ -164,7 +164,7 @@ class ScaleShapeMismatch(Rule):
 
     What it catches
     For every quantized linear and expert projection, the tensors beside the weight are checked against the
-    producer's scale table (rules/scales.toml; vllm-facts.md 2.3, 3.1):
+    producer's scale table (rules/scales.toml; vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)):
     - NVFP4: packed weight U8 `[out, in/2]` (or F4 `[out, in]`), block scale F8_E4M3 `[out, in/16]`, global and
       input scales one F32 value each; input features a multiple of 16;
     - FP8: weight F8_E4M3 `[out, in]`, weight scale per the declared strategy (one value, `[out, 1]`, or

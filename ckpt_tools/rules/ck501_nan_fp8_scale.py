@@ -27,14 +27,14 @@ class NanFp8Scale(Rule):
 
     What it catches
     NaN encodings in 8-bit float scale tensors: NVFP4 block scales and FP8 weight scales stored as F8_E4M3
-    (0x7F / 0xFF), MX scales stored as F8_E8M0 (0xFF), and the FNUZ / E5M2 NaN patterns (vllm-facts.md 6.1). Only
+    (0x7F / 0xFF), MX scales stored as F8_E8M0 (0xFF), and the FNUZ / E5M2 NaN patterns (the OCP 8-bit floating point specification (docs/reference/vllm-0.33.md §6.1)). Only
     the scale tensors' byte ranges are read.
 
     Why it matters
     An unclamped FP32 -> E4M3 cast above 448 writes NaN (NVIDIA/Model-Optimizer#1633, ModelOpt 0.42-0.44 exports).
     In vLLM 0.33 a NaN in a ModelOpt NVFP4 linear `weight_scale` fails the load with a misleading "was never loaded
     (still NaN)" error; in MoE experts and compressed-tensors layers nothing checks, and the output collapses to
-    `!!!!` (vllm-facts.md 6.2).
+    `!!!!` (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §6.2)).
 
     Anti-pattern
     Exporting with an old ModelOpt release that casts block scales to E4M3 without clamping.

@@ -64,13 +64,13 @@ class FusedScaleMismatch(Rule):
     NVFP4 shards that vLLM loads into one fused parameter (q/k/v -> `qkv_proj`, gate/up -> `gate_up_proj` and each
     expert's `w13`, Qwen3.5 `in_proj_qkv`/`in_proj_z` -> `in_proj_qkvz`; rules/modules.toml) whose scalar weight
     global scales (`weight_scale_2`, `weight_global_scale`) differ, with the ratio between the largest and the
-    smallest (failure-catalogue.md class 11). Differing input global scales are reported as info. Reads only the
+    smallest (docs/reference/failures.md #11). Differing input global scales are reported as info. Reads only the
     scalar F32 scale tensors (a few bytes each); skipped with `--headers-only`.
 
     Why it matters
     A fused layer has one global scale. vLLM keeps the maximum (the gate's for MoE experts) and only warns ("the
     weight global scale is different for parallel layers", "w1_weight_scale_2 must match w3_weight_scale_2.
-    Accuracy may be affected."; vllm-facts.md 2.3, 3.1, 3.2): every other shard's weights dequantize off by its
+    Accuracy may be affected."; vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.2)): every other shard's weights dequantize off by its
     ratio. The model boots and answers worse; ratios of 2-10x have been seen in published checkpoints.
 
     Anti-pattern

@@ -55,13 +55,13 @@ class InvalidScaleValue(Rule):
     What it catches
     The F32/BF16/F16 scale tensors (global and input scales, per-tensor, per-channel and per-group weight scales,
     KV-cache scales), measured by the value scan from their byte ranges only: NaN or infinite values anywhere,
-    negative values (scales are magnitudes), and a zero global, input or KV scale (failure-catalogue.md class 10,
+    negative values (scales are magnitudes), and a zero global, input or KV scale (docs/reference/failures.md #10,
     "non-finite or <= 0 in F32 scalars"). 8-bit float block scales are nan-fp8-scale's (CK501). Skipped with
     `--headers-only`.
 
     Why it matters
     vLLM inverts or divides by these scales when it prepares the kernels (`input_global_scale_inv = 1 / ...`,
-    `alpha = input_gs * weight_gs`, vllm-facts.md 3.1): a zero becomes inf, NaN spreads through every matmul of the
+    `alpha = input_gs * weight_gs`, vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)): a zero becomes inf, NaN spreads through every matmul of the
     layer, and the model answers `!!!!` or NaN logits. Nothing checks them at load time.
 
     Anti-pattern

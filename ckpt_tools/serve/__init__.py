@@ -4,16 +4,17 @@ existing commands. Modules: profiles (data views), facts (checkpoint facts), pla
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from ..errors import UsageError
 from ..report.model import Report
 from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 from .profiles import ServeHardware, ServeRuntime, runtime_for_image, serve_hardware, serve_runtime
 
-__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "serve_flags"]
+__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "planned_command", "serve_flags", "serve_verdict"]
 
 
 def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, ServeHardware | None]:
@@ -21,37 +22,86 @@ def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, 
     return rt, serve_hardware(hardware or rt.serve.get("default_hardware"))
 
 
+def _hardware_ids(hw: ServeHardware | None) -> tuple[str, ...]:
+    return (hw.id,) if hw is not None else ()
+
+
 def serve_flags(
-    target: str,
+    target: str | os.PathLike[str],
     *,
     runtime: str | None = None,
     hardware: str | None = None,
-    drafter: str | None = None,
+    drafter: str | os.PathLike[str] | None = None,
     max_model_len: int | None = None,
     colocated: bool = False,
     container: bool = False,
     speculative_method: str | None = None,
     revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
+    repo_id: str | None = None,
+    served_model_name: str | None = None,
 ) -> ServePlan:
-    """The `vllm serve` plan for `target`. `container=True` names the model /model and the drafter /drafter (the
-    mounts of `--emit docker|compose`). Raises `CkptError` when the target or drafter cannot be read."""
+    """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
+    `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
+    `container=True` (the recipes of `--emit docker|compose|model-card`) never names a local path: the model is the
+    Hub repo id (`repo_id`, else inferred from a Hub target, a Hugging Face cache snapshot or a Hub git clone) or the
+    /model mount, the drafter /drafter, and `--served-model-name` is set (`served_model_name`, else the repo id or
+    the folder's name). Raises `CkptError` when the target or drafter cannot be read."""
+    from .. import _inputs
     from ..pipeline import analyze
 
-    rt, hw = _profiles(runtime, hardware)
-    analysis = analyze(target, runtime=rt.id, headers_only=True, revision=revision)
+    target = _inputs.target(target)
+    drafter = _inputs.target(drafter, "drafter") if drafter is not None else None
+    max_model_len = _inputs.positive_int(max_model_len, "max_model_len")
+    rt, hw = _profiles(_inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware"))
+    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
+                       revision=revision, progress=progress)
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
+    if container:
+        from .publish import HUB_ID, infer_repo_id, served_name
+
+        if repo_id is not None and not HUB_ID.match(repo_id):
+            raise UsageError(f"--repo-id {repo_id!r} is not a Hub repo id (org/name)")
+        repo_id = repo_id or infer_repo_id(target)
+        served_model_name = served_model_name or served_name(target, repo_id)
     options = PlanOptions(
-        model_path=MODEL_MOUNT if container else target,
+        model_path=(repo_id or MODEL_MOUNT) if container else target,
         drafter_path=(DRAFTER_MOUNT if container else drafter) if drafter else None,
         max_model_len=max_model_len,
         colocated=colocated,
         speculative_method=speculative_method,
+        served_model_name=served_model_name,
     )
     from .memory import fit_serve_plan
 
     planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
-    return fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
+    fitted = fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
+    return replace(fitted, findings=serve_verdict(analysis, planned_command(fitted), rt, hw, fitted,
+                                                  drafter_path=drafter))
+
+
+def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
+    """The plan's own command (environment included) as check-serve parses it."""
+    from .parser import parse_command
+
+    env = [f"{k}={v}" for k, v in the_plan.env.items()]
+    return parse_command((["env", *env] if env else []) + list(the_plan.argv), the_plan.runtime)
+
+
+def serve_verdict(analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None,  # noqa: ANN001
+                  the_plan: ServePlan, *, drafter_path: str | None = None) -> tuple[Finding, ...]:
+    """The one verdict of serving a checkpoint with a command: doctor's findings on the checkpoint (same analysis,
+    same severities), then check-serve's findings on the command (its flags and environment, and whether its
+    settings fit the GPU's memory). serve-flags judges its own planned command with it, check-serve the user's, so
+    the two agree on every fact they share."""
+    from .linter import lint
+    from .memory import memory_findings
+
+    return (*analysis.report.findings, *lint(cmd, rt, hw, the_plan.facts, the_plan),
+            *memory_findings(cmd, rt, hw, analysis, drafter_path))
 
 
 @dataclass(frozen=True)
@@ -70,19 +120,26 @@ class CheckServeResult:
 
 
 def check_serve(
-    target: str,
-    command: Sequence[str],
+    target: str | os.PathLike[str],
+    command: str | Sequence[str],
     *,
     runtime: str | None = None,
     hardware: str | None = None,
+    revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
 ) -> CheckServeResult:
-    """Lint an existing `vllm serve` / `docker run` command against the checkpoint and the profiles. Without
-    `runtime`, a `docker run` of a known image picks that image's profile."""
+    """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
+    and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
+    `docker run` of a known image picks that image's profile."""
+    from .. import _inputs
     from ..pipeline import analyze
-    from .linter import lint
     from .parser import parse_command, split_command
 
-    words = split_command(command)
+    target = _inputs.target(target)
+    runtime, hardware = _inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware")
+    words = split_command(_inputs.command(command))
     rt = serve_runtime(runtime)
     if runtime is None:
         image = _image_of(words)
@@ -91,7 +148,8 @@ def check_serve(
             rt = by_image
     rt, hw = _profiles(rt.id, hardware)
     cmd = parse_command(words, rt)
-    analysis = analyze(target, runtime=rt.id, headers_only=True)
+    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
+                       revision=revision, progress=progress)
     in_container = cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(
         cmd.model)
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
@@ -99,13 +157,12 @@ def check_serve(
     options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
                           drafter_path=spec_drafter, speculative_method=method)
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
-    from .memory import memory_findings
-
-    findings = (*lint(cmd, rt, hw, the_plan.facts, the_plan), *memory_findings(cmd, rt, hw, analysis, spec_drafter))
-    report = Report(target=target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
+    findings = serve_verdict(analysis, cmd, rt, hw, the_plan, drafter_path=spec_drafter)
+    report = Report(target=analysis.report.target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
+                    skipped=analysis.report.skipped, suppressed=analysis.report.suppressed,
                     extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
                            "suggested_argv": list(the_plan.argv)}, command="check-serve")
-    return CheckServeResult(report, the_plan)
+    return CheckServeResult(report, replace(the_plan, findings=findings))
 
 
 def _image_of(words: Sequence[str]) -> str | None:

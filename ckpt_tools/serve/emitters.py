@@ -3,13 +3,13 @@ text / JSON reports. Container renderings expect a plan made with container path
 
 from __future__ import annotations
 
-import os
 import shlex
 from typing import Callable
 
 import orjson
 
 from .planner import ServePlan
+from .publish import DRAFTER_DIR_VAR, MODEL_DIR_VAR, host_mount
 
 MODEL_MOUNT = "/model"
 DRAFTER_MOUNT = "/drafter"
@@ -17,15 +17,22 @@ PORT = 8000
 
 
 def argv_line(plan: ServePlan) -> str:
+    """One shell line. Environment goes through `env` so the line also runs as `$cmd` / `"${argv[@]}"`, not only
+    through `eval` (an expanded `VAR=1 vllm ...` would try to run a program named `VAR=1`)."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
-    return (env + " " if env else "") + plan.command + "\n"
+    return ("env " + env + " " if env else "") + plan.command + "\n"
 
 
-def _mounts(plan: ServePlan, model_host: str, drafter_host: str | None) -> list[tuple[str, str, str]]:
-    # Bind mounts need absolute host paths (docker run -v treats a bare name as a named volume).
-    mounts = [(os.path.abspath(model_host), MODEL_MOUNT, "ro")]
-    if drafter_host:
-        mounts.append((os.path.abspath(drafter_host), DRAFTER_MOUNT, "ro"))
+def _mounts(plan: ServePlan) -> list[tuple[str, str, str]]:
+    """(host, container path, mode). The model is a Hub repo id (fetched into the mounted HF cache) or the /model
+    mount filled from $MODEL_DIR; no recipe bakes the publisher's local path."""
+    mounts = []
+    if plan.model_path == MODEL_MOUNT:
+        mounts.append((host_mount(MODEL_DIR_VAR, "checkpoint"), MODEL_MOUNT, "ro"))
+    else:
+        mounts.append(("${HF_HOME:-$HOME/.cache/huggingface}", "/root/.cache/huggingface", "rw"))
+    if plan.drafter and plan.drafter.get("path") == DRAFTER_MOUNT:
+        mounts.append((host_mount(DRAFTER_DIR_VAR, "drafter checkpoint"), DRAFTER_MOUNT, "ro"))
     cache = plan.runtime.serve.get("cache_dir")
     if cache:
         # Persists compiled graphs and autotuner results across restarts (aeon manual, "Canonical command").
@@ -33,14 +40,23 @@ def _mounts(plan: ServePlan, model_host: str, drafter_host: str | None) -> list[
     return mounts
 
 
-def docker_run(plan: ServePlan, model_host: str, drafter_host: str | None = None) -> str:
+def _shell_word(text: str) -> str:
+    """Double quotes where the text expands a variable (the mount sources), shell quoting otherwise."""
+    return f'"{text}"' if "${" in text else shlex.quote(text)
+
+
+def docker_run(plan: ServePlan, model_host: str | None = None, drafter_host: str | None = None) -> str:
+    """`docker run` for a plan made with container paths. `model_host` / `drafter_host` are accepted for
+    compatibility and not used: the command names $MODEL_DIR / $DRAFTER_DIR or the Hub repo id instead."""
     rt = plan.runtime
     lines = ["docker run -d --name vllm --gpus all --ipc host", f"  -p {PORT}:{PORT}"]
     for k, v in plan.env.items():
         lines.append(f"  -e {shlex.quote(f'{k}={v}')}")
-    for host, inside, mode in _mounts(plan, model_host, drafter_host):
+    if plan.model_path != MODEL_MOUNT:
+        lines.append("  -e HF_TOKEN")  # passed through from the host, for gated or private repos
+    for host, inside, mode in _mounts(plan):
         suffix = ":ro" if mode == "ro" else ""
-        lines.append(f"  -v {shlex.quote(host + ':' + inside + suffix)}")
+        lines.append(f"  -v {_shell_word(host + ':' + inside + suffix)}")
     entry = rt.serve.get("entrypoint", "vllm")
     command = list(plan.argv)
     if command and command[0] == entry:
@@ -52,7 +68,7 @@ def docker_run(plan: ServePlan, model_host: str, drafter_host: str | None = None
     return " \\\n".join(lines) + "\n"
 
 
-def compose(plan: ServePlan, model_host: str, drafter_host: str | None = None) -> str:
+def compose(plan: ServePlan, model_host: str | None = None, drafter_host: str | None = None) -> str:
     rt = plan.runtime
     entry = rt.serve.get("entrypoint", "vllm")
     command = list(plan.argv)
@@ -62,11 +78,14 @@ def compose(plan: ServePlan, model_host: str, drafter_host: str | None = None) -
            "    command:"]
     out += [f"      - {_yaml(a)}" for a in command]
     out += ["    ipc: host", "    ports:", f"      - \"{PORT}:{PORT}\""]
-    if plan.env:
+    env = dict(plan.env)
+    if plan.model_path != MODEL_MOUNT:
+        env["HF_TOKEN"] = "${HF_TOKEN:-}"
+    if env:
         out.append("    environment:")
-        out += [f"      {k}: {_yaml(v)}" for k, v in plan.env.items()]
+        out += [f"      {k}: {_yaml(v)}" for k, v in env.items()]
     out.append("    volumes:")
-    for host, inside, mode in _mounts(plan, model_host, drafter_host):
+    for host, inside, mode in _mounts(plan):
         out.append(f"      - {_yaml(host + ':' + inside + (':ro' if mode == 'ro' else ''))}")
     out += ["    deploy:", "      resources:", "        reservations:", "          devices:",
             "            - driver: nvidia", "              count: all", "              capabilities: [gpu]"]
@@ -78,12 +97,12 @@ def _yaml(value: str) -> str:
     return orjson.dumps(value).decode()
 
 
-def model_card(plan: ServePlan, model_host: str, drafter_host: str | None = None) -> str:
+def model_card(plan: ServePlan, model_host: str | None = None, drafter_host: str | None = None) -> str:
     rt = plan.runtime
     hw = f" on {plan.hardware.profile.name}" if plan.hardware else ""
     out = ["## How to serve", "",
            f"Tested flags for {rt.name}{hw} (generated by `ckpt serve-flags`; every flag is checked against the "
-           f"runtime's own flag table).", "", "```bash", docker_run(plan, model_host, drafter_host).rstrip(), "```",
+           f"runtime's own flag table).", "", *_model_card_source(plan), "```bash", docker_run(plan).rstrip(), "```",
            "", "| flag | value | why |", "|---|---|---|"]
     for f in plan.flags:
         value = f"`{f.value}`" if f.value is not None else ""
@@ -91,6 +110,14 @@ def model_card(plan: ServePlan, model_host: str, drafter_host: str | None = None
     if plan.warnings:
         out += ["", "Before you serve:", ""] + [f"- {w}" for w in plan.warnings]
     return "\n".join(out) + "\n"
+
+
+def _model_card_source(plan: ServePlan) -> list[str]:
+    if plan.model_path == MODEL_MOUNT:
+        return [f"Download the checkpoint and set `{MODEL_DIR_VAR}` to its folder; it is mounted read-only at "
+                f"`{MODEL_MOUNT}`.", ""]
+    return [f"vLLM downloads `{plan.model_path}` from the Hugging Face Hub into the mounted cache (set `HF_TOKEN` "
+            f"for a gated repo).", ""]
 
 
 def text(plan: ServePlan, explain: bool = False) -> str:
@@ -112,9 +139,26 @@ def text(plan: ServePlan, explain: bool = False) -> str:
             from ..plan.render import arithmetic
 
             out += ["", f"memory plan on {plan.memory.hardware_name}:", *(f"    {ln}" for ln in arithmetic(plan.memory))]
-    for w in plan.warnings:
-        out.append(f"warning: {w}")
+        for f in plan.sorted_findings():
+            out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}")
+        for w in plan.warnings:
+            out.append(f"warning: {w}")
     return "\n".join(out) + "\n"
+
+
+def diagnostics(plan: ServePlan, fail_on: str, quiet: bool = False) -> str:
+    """What stderr gets: the findings that refuse the plan (or, when it is handed off, those below --fail-on), then
+    the plan's own warnings; with `quiet`, only what refuses it. Nothing here is part of the command."""
+    out = []
+    failing = plan.failing(fail_on)
+    if failing:
+        out.append(f"ckpt: serve-flags: no command: {len(failing)} finding(s) at or above --fail-on {fail_on} "
+                   f"(`ckpt doctor` / `ckpt check-serve` give the same verdict; --fail-on none prints it anyway)")
+    for f in failing if quiet else plan.sorted_findings():
+        out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
+    for w in () if quiet else plan.warnings:
+        out.append(f"warning: {w}")
+    return "\n".join(out) + "\n" if out else ""
 
 
 def json_report(plan: ServePlan) -> str:

@@ -19,7 +19,7 @@ from .profiles import ServeHardware, ServeRuntime, check, pairing, require_hardw
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 W4A4_ONLY_LINEAR = ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn", "fbgemm")
-A16_MOE_OK = ("auto", "marlin", "humming", "b12x", "flashinfer_b12x", "emulation")  # vllm-facts.md 4.2
+A16_MOE_OK = ("auto", "marlin", "humming", "b12x", "flashinfer_b12x", "emulation")  # vllm/model_executor/layers/fused_moe/oracle/nvfp4.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §4.2)
 
 
 def _f(slug: str, message: str, fix: str | None = None, severity: str | None = None, **details: Any) -> Finding:
@@ -192,7 +192,7 @@ def _quantization(ctx: _Ctx) -> Iterable[Finding]:
         return
     if facts.producer == "modelopt" and user.startswith("modelopt") or (
             facts.producer == "modelopt" and user == "compressed-tensors" and resolved == "modelopt_fp4"):
-        # The ModelOpt overrides replace the user's value without an error (vllm-facts.md 1.5) except for the
+        # The ModelOpt overrides replace the user's value without an error (vllm/config/model.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.5)) except for the
         # FP8_PB_WO / FP8_PER_CHANNEL_PER_TOKEN + modelopt_fp4 combination.
         silent = not (resolved == "modelopt" and user == "modelopt_fp4" and facts.quant_algo != "FP8")
         if silent:

@@ -12,8 +12,9 @@ from ..errors import UsageError
 from ..knowledge import runtime_ids
 from ..detect.formats import format_for
 from ..pipeline import Analysis
+from ..rules.base import SEVERITY_RANK, Finding
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
-from .profiles import ServeHardware, ServeRuntime, pairing, require_hardware_fits, serving_family
+from .profiles import ServeHardware, ServeRuntime, pairing, serving_family
 
 SPEC_METHODS_NEEDING_DRAFTER = ("dflash", "dspark", "eagle", "eagle3", "draft_model")
 
@@ -36,11 +37,12 @@ class PlanOptions:
     max_model_len: int | None = None
     colocated: bool = False
     speculative_method: str | None = None
+    served_model_name: str | None = None  # --served-model-name: what clients request instead of the path
 
 
 @dataclass(frozen=True)
 class ServePlan:
-    """The result of `ckpt serve-flags` (shared/spec/report.md "Serve flags")."""
+    """The result of `ckpt serve-flags` (docs/report.schema.json "Serve flags")."""
 
     target: str
     runtime: ServeRuntime
@@ -55,6 +57,36 @@ class ServePlan:
     alternatives: tuple[str, ...] = ()  # runtime profiles that do load it
     notes: tuple[str, ...] = field(default=())
     memory: Any = None  # the memory plan (ckpt_tools.plan.MemoryPlan) on this hardware, when one was made
+    # The verdict: doctor's findings on the checkpoint plus check-serve's findings on this very command
+    # (`ckpt_tools.serve.serve_verdict`), so serve-flags, check-serve and doctor never disagree.
+    findings: tuple[Finding, ...] = ()
+
+    def sorted_findings(self) -> list[Finding]:
+        return sorted(self.findings, key=lambda f: (-SEVERITY_RANK[f.severity], f.code, f.message))
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {"error": 0, "warning": 0, "info": 0}
+        for f in self.findings:
+            counts[f.severity] += 1
+        return counts
+
+    def failing(self, fail_on: str = "error") -> list[Finding]:
+        """Findings at or above `fail_on` (none for "none"): serve-flags refuses to hand off a command with any."""
+        if fail_on == "none":
+            return []
+        return [f for f in self.sorted_findings() if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]]
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        return 1 if self.failing(fail_on) else 0
+
+    @property
+    def nvfp4_kernel(self) -> str | None:
+        """The NVFP4 kernel family vLLM auto-selects on the chosen hardware for the activation mode it builds."""
+        mode, hw = self.facts.activation_mode, self.hardware
+        if mode is None or hw is None:
+            return None
+        return hw.profile.nvfp4_w4a4 if mode == "W4A4" else hw.profile.nvfp4_w4a16
 
     @property
     def argv(self) -> tuple[str, ...]:
@@ -83,6 +115,8 @@ class ServePlan:
             "flags": [f.to_dict() for f in self.flags],
             "warnings": list(self.warnings),
             # additions beyond the contract's required fields
+            "findings": [f.to_dict() for f in self.sorted_findings()],
+            "summary": self.summary,
             "image": self.runtime.serve.get("image"),
             "blocked": self.blocked,
             "alternatives": list(self.alternatives),
@@ -92,6 +126,7 @@ class ServePlan:
             "checkpoint": {
                 "producer": self.facts.producer, "quant_algo": self.facts.quant_algo,
                 "vllm_quantization": self.facts.vllm_quantization, "activation_mode": self.facts.activation_mode,
+                "nvfp4_kernel": self.nvfp4_kernel,
                 "architecture": self.facts.architecture, "max_model_len": self.facts.max_model_len,
                 "vision": self.facts.has_vision, "vision_loadable": self.facts.vision_loadable,
                 "kv_cache": self.facts.kv_cache,
@@ -137,26 +172,27 @@ def plan(
 ) -> ServePlan:
     facts = checkpoint_facts(analysis)
     b = _Builder(rt)
-    mismatch = require_hardware_fits(rt, hw)
-    if mismatch:
-        b.warnings.append(f"{mismatch}: use --runtime vllm-0.33 or another profile built for this GPU")
+    # Refusals (the image not built for the GPU, a runtime or architecture that rejects the checkpoint) are findings
+    # of the verdict (`serve_verdict`: check-serve's CS180 / checkpoint-rejected, doctor's CK312), not warnings here.
     blocked = None
     refused_arch = next((f for f in analysis.report.findings
                          if f.slug == "unsupported-architecture" and f.severity == "error"
                          and f.details.get("architecture")), None)
     if refused_arch is not None and not facts.rejection:
         blocked = f"{rt.name} refuses this checkpoint: {refused_arch.message}"
-        b.warnings.append(blocked)
     if facts.rejection:
-        blocked = f"{rt.name} refuses this checkpoint: {facts.rejection}"
-        b.warnings.append(blocked + (f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives
-                                     else ""))
+        blocked = f"{rt.name} refuses this checkpoint: {facts.rejection}" + (
+            f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives else "")
 
     for finding in analysis.report.findings:
         if finding.slug == "unsupported-architecture" and finding is not refused_arch:
             b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)
+    if options.served_model_name:
+        b.add("--served-model-name", options.served_model_name,
+              "clients request the model by this name, not by the path or mount it is loaded from",
+              "vllm/entrypoints/openai/cli_args.py, vLLM 0.33.0 (--served-model-name)")
     _max_model_len(b, facts, rt, options)
     _hardware_limits(b, hw, rt, options)
     fam = serving_family(facts.architecture, facts.model_type)
@@ -171,7 +207,7 @@ def plan(
 
 
 def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
-    src = "vllm-facts.md 1.1-1.5 (ModelConfig._verify_quantization); " + rt.source_of("--quantization")
+    src = "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); " + rt.source_of("--quantization")
     fmt = format_for(facts.producer)
     if facts.vllm_quantization and fmt is not None and fmt.id in fmt.override_from:
         # gptq / awq: the config class's override accepts the checkpoint's own name and turns it into the resolved
@@ -199,18 +235,18 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
 
 def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, options: PlanOptions) -> None:
     derived = facts.max_model_len
-    src = "vllm/config/model.py _get_and_verify_max_len (0.33.0 wheel); config.json " + (facts.max_len_key or "")
+    src = ("vllm/config/model.py _get_and_verify_max_len, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.5); config.json "
+           + (facts.max_len_key or ""))
     asked = options.max_model_len
     if asked is not None:
         if asked <= 0:
             raise UsageError("--max-model-len must be a positive number of tokens")
         if derived is not None and asked > derived:
+            # vLLM raises unless this variable is set; with it, it starts and warns. The risk (RoPE positions past the
+            # trained context) is check-serve's max-model-len-exceeded warning on this command: see serve_verdict.
             env = rt.behaviour.get("long_max_model_len_env")
             if env:
                 b.env[env] = "1"
-            b.warnings.append(
-                f"--max-model-len {asked} exceeds the checkpoint's {facts.max_len_key}={derived}: vLLM only accepts "
-                f"it with {env}=1, and RoPE positions past {derived} may produce NaN")
         b.add("--max-model-len", str(asked), "context length asked for with --max-model-len", src)
     elif derived is not None:
         b.add("--max-model-len", str(derived),
@@ -290,7 +326,7 @@ def _speculative(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | N
     config: dict[str, Any] = {"method": method}
     if options.drafter_path is not None and method not in ("mtp", "ngram", "ngram_gpu", "suffix"):
         config["model"] = options.drafter_path
-    src = f"vllm-facts.md 7.2; rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm-facts.md 7.2"
+    src = f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2)"
     if pair:
         config["num_speculative_tokens"] = int(pair["num_speculative_tokens"])
     else:
@@ -335,8 +371,17 @@ def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: ServeHardware | None)
     if facts.activation_mode is None:
         return
     if facts.weight_only_nvfp4:
-        b.notes.append("weight-only NVFP4 layers: vLLM auto-selects a weight-only kernel (Marlin/Humming/CuTe-DSL "
-                       "W4A16); do not force a W4A4 backend (flashinfer_cutlass, cutlass)")
+        b.notes.append(f"{facts.activation_mode} NVFP4 (the config declares weight-only layers): vLLM auto-selects a "
+                       f"weight-only kernel (Marlin/Humming/CuTe-DSL W4A16); do not force a W4A4 backend "
+                       f"(flashinfer_cutlass, cutlass)")
+    elif hw is not None and hw.profile.native_fp4:
+        b.notes.append(f"W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4 and auto-selects "
+                       f"{hw.profile.nvfp4_w4a4} on {hw.id}")
+    elif hw is None:
+        b.notes.append("W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
+                       "tensor cores (Hopper) it falls back to Marlin weight-only")
     if hw is not None and not hw.profile.native_fp4:
-        b.warnings.append(f"{hw.id} has no FP4 tensor cores: NVFP4 runs weight-only ({hw.profile.nvfp4_w4a4})")
+        kernel = hw.profile.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
+        b.warnings.append(f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
+                          f"(activations stay 16-bit, input scales are unused)")
     b.notes.append("no --linear-backend / --moe-backend: auto-selection picks the native path for this checkpoint")

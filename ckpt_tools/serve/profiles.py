@@ -250,4 +250,6 @@ def require_hardware_fits(rt: ServeRuntime, hw: ServeHardware | None) -> str | N
     """Why the runtime cannot run on the hardware, or None."""
     if hw is None or not rt.hardware_ids or hw.id in rt.hardware_ids:
         return None
-    return f"{rt.name} is built for {', '.join(rt.hardware_ids)} only, not {hw.id}"
+    return (f"{rt.name} is built for {', '.join(rt.hardware_ids)} only, not {hw.id}: its CUDA kernels are compiled "
+            f"for those GPUs alone, so on {hw.id} vLLM stops at the first kernel launch ('no kernel image is available "
+            f"for execution on the device')")

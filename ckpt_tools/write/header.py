@@ -1,4 +1,4 @@
-"""Encode safetensors headers the way the safetensors writer does (vllm-facts.md 8.1): compact JSON, `__metadata__`
+"""Encode safetensors headers the way the safetensors writer does (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.1)): compact JSON, `__metadata__`
 first, padded with spaces so the data starts on an 8-byte boundary."""
 
 from __future__ import annotations
