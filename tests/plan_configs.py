@@ -39,6 +39,9 @@ CONFIGS: dict[str, dict] = {
         "hidden_act": "silu",
     },
 }
+# Qwen3-Next with 7 layers, every third full attention: 2 full-attention and 5 GatedDeltaNet layers, so vLLM's
+# groups are 2 layers wide and the last of the 3 GatedDeltaNet groups carries a padding layer.
+CONFIGS["qwen3-next-padded"] = {**CONFIGS["qwen3-next-gdn"], "num_hidden_layers": 7, "full_attention_interval": 3}
 
 
 def write(name: str, folder: Path) -> Path:

@@ -98,7 +98,12 @@ def test_moe_reserve_and_sequence_arithmetic() -> None:
     assert doc["kv_cache"]["bytes_per_token"] == 512 and doc["kv_cache"]["block_size"] == 16
     assert p.request_bytes(4096) == 4096 * 512
     assert doc["max_num_seqs"] == available // (4096 * 512)
-    assert doc["kv_cache_tokens"] == int(available / (4096 * 512) * 4096)
+    # vllm/v1/core/kv_cache_utils.py (0.33.0) get_kv_cache_capacity: one group of both layers, so a block id is
+    # 2 layers x 16 tokens x 256 B = 8,192 B; the pool is the whole budget // that (null block included); a
+    # 4,096-token request takes 256 blocks; tokens = int(concurrency x max_model_len).
+    num_blocks = doc["memory"]["kv_budget_bytes"] // 8_192
+    assert doc["kv_cache_max_concurrency"] == round(num_blocks / 256, 4)
+    assert doc["kv_cache_tokens"] == int(num_blocks / 256 * 4096)
     # 1000 tokens still take whole 16-token pages: 63 pages of 8 KiB.
     assert p.request_bytes(1000) == 63 * 16 * 512
 
@@ -114,6 +119,25 @@ def test_hybrid_pages_are_aligned_and_padded() -> None:
     assert p.request_bytes(4096) == 86 * 12288 + 12288  # cdiv(4096, 48) attention pages + one state page
     prefix = plan(HYBRID, prefix_caching=True)
     assert prefix.request_bytes(4096) == p.request_bytes(4096) + 12288
+
+
+def test_speculative_tokens_flag_adds_state_pages_and_lowers_the_capacity_line() -> None:
+    """--num-speculative-tokens 3 on the hybrid fixture (1 full-attention + 1 GatedDeltaNet layer: two groups of one,
+    12,288 B blocks): a 4,096-token request takes 86 + (1 + 3) blocks (MambaSpec.max_memory_usage_bytes, vLLM 0.33)."""
+    base = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json")
+    spec = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json",
+               "--num-speculative-tokens", "3")
+    assert base.returncode == spec.returncode == 0, spec.stderr
+    b, s = json.loads(base.stdout), json.loads(spec.stdout)
+    SCHEMA.validate(s)
+    assert s["requested"]["num_speculative_tokens"] == 3 and "num_speculative_tokens" not in b["requested"]
+    assert s["state"]["padded_per_device_bytes_per_sequence"] == 4 * 12288
+    blocks = b["memory"]["kv_budget_bytes"] // 12288
+    assert b["kv_cache_max_concurrency"] == round(blocks / 87, 4) and b["kv_cache_tokens"] == int(blocks / 87 * 4096)
+    assert s["kv_cache_max_concurrency"] == round(blocks / 90, 4) and s["kv_cache_tokens"] == int(blocks / 90 * 4096)
+    assert s["max_num_seqs"] == (blocks - 1) // 90
+    bad = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--num-speculative-tokens", "-1")
+    assert bad.returncode == 2 and "--num-speculative-tokens" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_tight_budgets_find_the_largest_length_and_count() -> None:

@@ -115,3 +115,77 @@ def test_seed_model_figures() -> None:
     assert cache.of(GDN)[0].state_bytes == (3 * 8192 + 32 * 128 * 128) * 2  # 1,097,728 B per layer
     p = pages(cache, max_num_batched_tokens=16384, prefix_caching=False)
     assert p.block_size == 544 and p.state_page == 544 * 2048  # 16 * cdiv(1097728, 16 * 2048)
+
+
+# ---- KV-cache groups, the pool and vLLM's start-up capacity line ------------------------------------------------------
+# Hand-derived from vLLM 0.33.0: vllm/v1/core/kv_cache_planning.py `_get_kv_cache_groups_uniform_page_size` (one
+# bucket per spec; group size = the smallest bucket, or the largest when under 1.5x it; cdiv(layers, group size)
+# groups per bucket, the last one padded), `_get_kv_cache_bytes_per_block` (the widest group's pages), and
+# `get_kv_cache_config_from_groups` (num_blocks = available // bytes per block, the null block included);
+# vllm/v1/core/kv_cache_utils.py `get_max_concurrency_for_kv_cache_config` (num_blocks / the sum over groups of
+# cdiv(max_memory_usage_bytes, page)) and `get_kv_cache_capacity` (tokens = int(concurrency x max_model_len));
+# vllm/v1/kv_cache_interface.py `MambaSpec.max_memory_usage_bytes` (1 + speculative pages; 2 + them in align mode).
+# bench/conformance/plan_check.py checks the same figures against those functions themselves.
+
+
+def _pages(name: str, **kw):  # noqa: ANN202
+    text, top = _cfgs(name)
+    cache = cache_model(text, top, tp=1, kv_request=None, quant_method=None, kv_word=None)
+    return pages(cache, max_num_batched_tokens=2048, **{"prefix_caching": False, **kw})
+
+
+def test_padding_group_counts_in_blocks_and_bytes() -> None:
+    from ckpt_tools.plan.budget import answer
+
+    # 2 full-attention layers (256 B/token) and 5 GatedDeltaNet layers (9,728 B state): 48-token blocks so a
+    # 12,288 B attention page holds a state; groups of 2 -> 1 full + 3 GatedDeltaNet groups, the last padded.
+    p = _pages("qwen3-next-padded")
+    assert p.block_size == 48 and p.group_size == 2
+    assert sorted(p.groups) == [(FULL, None)] + [(GDN, None)] * 3
+    assert p.block_bytes == 2 * 12_288
+    assert p.request_blocks(4096) == 86 + 3  # cdiv(4096, 48) + one state page per GatedDeltaNet group
+    # The padding layer's page counts: 89 blocks of 24,576 B, not the 2 x 86 + 5 pages of the layers alone.
+    assert p.request_bytes(4096) == 89 * 24_576 == 2 * 86 * 12_288 + 6 * 12_288
+    budget = 1_000_000_000
+    a = answer(p, budget, context=4096, max_model_len=4096, max_num_seqs=None, seq_counts=())
+    num_blocks = budget // 24_576  # 40,690: the pool, null block included
+    assert a.max_concurrency == num_blocks / 89
+    assert a.kv_cache_tokens == int(num_blocks / 89 * 4096)
+    assert a.max_num_seqs == (num_blocks - 1) // 89  # what fits: the null block is never handed out
+
+
+def test_speculative_tokens_add_a_state_page_per_recurrent_group() -> None:
+    assert _pages("qwen3-next-padded", speculative_tokens=4).request_blocks(4096) == 86 + 3 * (1 + 4)
+    assert _pages("qwen3-next-padded", prefix_caching=True, speculative_tokens=4).request_blocks(4096) == 86 + 3 * 6
+    # Attention-only models keep no state: speculative tokens change nothing.
+    assert _pages("gemma3-sliding", speculative_tokens=4).request_blocks(8192) == _pages("gemma3-sliding").request_blocks(8192)
+
+
+def test_sliding_and_full_layers_are_two_groups_of_one() -> None:
+    p = _pages("gemma3-sliding")
+    assert p.group_size == 1 and len(p.groups) == 2 and p.block_bytes == 16 * 256
+    # Full: cdiv(8192, 16) = 512; sliding: cdiv(min(511 + 4096, 8192), 16) + 1 = 289.
+    assert p.request_blocks(8192) == 512 + 289
+
+
+def test_seed_model_log_line() -> None:
+    """Qwen3.6-35B-A3B at 8k: 1 full-attention + 3 GatedDeltaNet groups of 10 layers; a block id is 10 pages of
+    1,114,112 B; a request takes cdiv(8192, 544) = 16 attention blocks + 3 state blocks (each + the speculative
+    tokens)."""
+    from ckpt_tools.plan.budget import answer
+
+    text = {"num_hidden_layers": 40, "full_attention_interval": 4, "hidden_size": 2048, "num_attention_heads": 16,
+            "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "dtype": "bfloat16"}
+    cache = cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
+    p = pages(cache, max_num_batched_tokens=16384, prefix_caching=False)
+    assert p.group_size == 10 and len(p.groups) == 4 and p.block_bytes == 10 * 1_114_112
+    assert p.request_blocks(8192) == 16 + 3
+    assert pages(cache, max_num_batched_tokens=16384, prefix_caching=True,
+                 speculative_tokens=4).request_blocks(8192) == 16 + 3 * (2 + 4)
+    budget = 70 << 30
+    a = answer(p, budget, context=262_144, max_model_len=8192, max_num_seqs=None, seq_counts=())
+    assert budget // (10 * 1_114_112) == 6746
+    assert a.max_concurrency == 6746 / 19  # 355.05x
+    assert a.kv_cache_tokens == int(6746 / 19 * 8192) == 2_908_591

@@ -36,6 +36,8 @@ class KvBuild:
     kv_cache_dtype: str | None = None  # the dtype vLLM resolved
     layers: list[LayerSpec] | None = None
     error: str | None = None
+    specs: dict[str, Any] | None = None  # layer name -> vLLM's spec (NVFP4 pages packed as the GPU backend does)
+    vllm_config: Any = None
 
 
 def _resolved_dtype(mc: Any, requested: str) -> str:
@@ -116,7 +118,7 @@ def _build(path: str, kv_cache_dtype: str, *, swap: bool) -> KvBuild:
         stack.enter_context(torch.device("meta"))
         try:
             initialize_model(vllm_config=vc, prefix="")
-            layers = []
+            layers, specs = [], {}
             for name, layer in vc.compilation_config.static_forward_context.items():
                 if not isinstance(layer, AttentionLayerBase):
                     continue
@@ -128,6 +130,7 @@ def _build(path: str, kv_cache_dtype: str, *, swap: bool) -> KvBuild:
                                    kv_quant_mode=get_kv_quant_mode(kv_cache_dtype))
                 if isinstance(spec, AttentionSpec) and spec.kv_quant_mode.is_nvfp4:
                     spec = flashinfer_nvfp4_spec(spec)
+                specs[name] = spec
                 if isinstance(spec, MambaSpec):
                     layers.append(LayerSpec(name, type(spec).__name__, 0, spec.state_content_size_bytes, None,
                                             tuple(tuple(s) for s in spec.shapes),
@@ -136,8 +139,78 @@ def _build(path: str, kv_cache_dtype: str, *, swap: bool) -> KvBuild:
                     page = spec.unpadded_page_size_bytes
                     layers.append(LayerSpec(name, type(spec).__name__, page // spec.block_size, 0,
                                             getattr(spec, "sliding_window", None)))
-            out.layers = layers
+            out.layers, out.specs, out.vllm_config = layers, specs, vc
             out.kv_cache_dtype = kv_cache_dtype if swap else vc.cache_config.cache_dtype
         except Exception as exc:  # noqa: BLE001
             out.error = vs.error_text(exc)
     return out
+
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """vLLM's pool and start-up figures for one model's per-layer specs and one KV budget."""
+
+    in_flight_tokens: int
+    groups: tuple[tuple[str, int], ...]  # (spec class, layers) per KV-cache group
+    bytes_per_block: int
+    num_blocks: int
+    request_bytes: int  # _max_memory_usage_bytes_from_groups at max_model_len
+    kv_cache_tokens: int
+    max_concurrency: float
+
+
+def capacity(build: KvBuild, *, block_size: int, state_page: int, available_memory: int, max_model_len: int,
+             max_num_batched_tokens: int, prefix_caching: bool, speculative_tokens: int) -> Capacity:
+    """vLLM 0.33's own grouping, pool and capacity functions over `build`'s per-layer specs
+    (`get_kv_cache_groups`, `DefaultKVCacheConfigBuilder.get_kv_cache_config_from_groups`,
+    `_max_memory_usage_bytes_from_groups` in vllm/v1/core/kv_cache_planning.py, `get_kv_cache_capacity` in
+    vllm/v1/core/kv_cache_utils.py). The hybrid block size and the padded state page are inputs: the GPU platform's
+    `_align_hybrid_block_size` derives them from the GPU attention backend's kernel block sizes, which the CPU side
+    venv cannot load. Every attention spec gets `block_size`; every Mamba spec gets `page_size_padded`, the cache
+    mode and, as `MambaBase.get_kv_cache_spec` does, the speculative tokens as `num_speculative_blocks`."""
+    from vllm.v1.core.kv_cache_planning import (
+        DefaultKVCacheConfigBuilder,
+        _max_memory_usage_bytes_from_groups,
+        _pool_bytes_per_block_from_builder,
+        get_kv_cache_groups,
+    )
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    vc = build.vllm_config
+    mode = "align" if prefix_caching else "none"
+    specs = {}
+    for name, spec in (build.specs or {}).items():
+        if isinstance(spec, MambaSpec):
+            padded = state_page if state_page != spec.page_size_bytes else None
+            spec = replace(spec, block_size=block_size, page_size_padded=padded, mamba_cache_mode=mode,
+                           num_speculative_blocks=speculative_tokens)
+        elif isinstance(spec, AttentionSpec):
+            spec = replace(spec, block_size=block_size)
+        specs[name] = spec
+    saved = (vc.model_config.max_model_len, vc.scheduler_config.max_num_batched_tokens, vc.cache_config.block_size,
+             vc.cache_config.mamba_cache_mode, vc.cache_config.kv_cache_layout, vc.scheduler_config.async_scheduling)
+    try:
+        # The CPU platform runs without async scheduling; GPU serving has it on by default, so two batches are in
+        # flight (VllmConfig.max_concurrent_batches), which sliding-window specs reserve for.
+        vc.scheduler_config.async_scheduling = True
+        vc.model_config.max_model_len = max_model_len
+        vc.scheduler_config.max_num_batched_tokens = max_num_batched_tokens
+        vc.cache_config.block_size = block_size
+        vc.cache_config.mamba_cache_mode = mode
+        vc.cache_config.kv_cache_layout = "NHD"  # FlashAttention's layout (layer-outer)
+        builder = DefaultKVCacheConfigBuilder()
+        with set_current_vllm_config(vc):
+            groups = get_kv_cache_groups(vc, dict(specs))
+            per_block = _pool_bytes_per_block_from_builder(builder, vc, groups)
+            config = builder.get_kv_cache_config_from_groups(vc, groups, available_memory // per_block)
+            needed = _max_memory_usage_bytes_from_groups(builder, vc, groups)
+            tokens, concurrency = get_kv_cache_capacity(vc, config)
+            in_flight = vc.max_in_flight_tokens
+    finally:
+        (vc.model_config.max_model_len, vc.scheduler_config.max_num_batched_tokens, vc.cache_config.block_size,
+         vc.cache_config.mamba_cache_mode, vc.cache_config.kv_cache_layout, vc.scheduler_config.async_scheduling) = saved
+    return Capacity(in_flight_tokens=in_flight, groups=tuple((type(g.kv_cache_spec).__name__, len(g.layer_names)) for g in groups),
+                    bytes_per_block=per_block, num_blocks=config.num_blocks, request_bytes=needed,
+                    kv_cache_tokens=tokens, max_concurrency=concurrency)

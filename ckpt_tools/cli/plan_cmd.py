@@ -22,6 +22,7 @@ def plan_command(
     gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Fraction of device memory vLLM may use (default: the hardware's recommended value)."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Prefill budget (sliding-window layers hold it in flight)."),
     prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", help="The server runs with prefix caching (hybrid models keep 2 state pages per sequence)."),
+    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", help="Speculative decoding's draft tokens per step (hybrid models keep one more state page per sequence and recurrent layer for each)."),
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter checkpoint (folder or Hub repo): its weights and KV count too."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
@@ -42,7 +43,8 @@ def plan_command(
     settings = Settings(hardware=hardware, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
                         max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                         gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
-                        prefix_caching=prefix_caching, runtime=runtime)
+                        prefix_caching=prefix_caching, num_speculative_tokens=num_speculative_tokens,
+                        runtime=runtime)
     plan = memory_plan(target, settings, drafter=drafter, revision=revision)
     if format == TextOrJson.json:
         emit(orjson.dumps(plan.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")

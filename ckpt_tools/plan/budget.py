@@ -17,7 +17,8 @@ def _cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class Pages:
-    """Block size and page bytes per layer, after vLLM's hybrid alignment (recurrent pages padded to attention's)."""
+    """Block size, page bytes and KV-cache groups, after vLLM's hybrid alignment (recurrent pages padded to
+    attention's) and its grouping of layers (`_get_kv_cache_groups_uniform_page_size`)."""
 
     block_size: int
     attention_pages: tuple[tuple[str, int, int | None], ...]  # (kind, page bytes, sliding window) per attention layer
@@ -25,27 +26,57 @@ class Pages:
     state_layers: int
     state_pages_per_sequence: int
     in_flight_tokens: int
-    group_size: int
+    speculative_blocks: int  # MambaSpec.num_speculative_blocks: one state page per speculative token
+    group_size: int  # layers per KV-cache group (padding layers fill the last group of a kind)
+    groups: tuple[tuple[str, int | None], ...] = ()  # (kind, sliding window) of each KV-cache group
+    block_bytes: int = 0  # bytes one block id takes in the shared pool: the widest group's pages
+
+    def layer_blocks(self, kind: str, window: int | None, length: int) -> int:
+        """Blocks one layer of `kind` holds for a request of `length` tokens (the spec's max_memory_usage_bytes
+        over its page size)."""
+        if kind == GDN:
+            return self.state_pages_per_sequence + self.speculative_blocks
+        if kind == SLIDING and window:
+            return _cdiv(min(window - 1 + self.in_flight_tokens, length), self.block_size) + 1
+        return _cdiv(length, self.block_size)
+
+    def request_blocks(self, length: int) -> int:
+        """Block ids one request of `length` tokens takes from the pool: the sum over groups, padding groups
+        included (`get_max_concurrency_for_kv_cache_config`, `_max_memory_usage_bytes_from_groups`)."""
+        return sum(self.layer_blocks(kind, window, length) for kind, window in self.groups)
 
     def request_bytes(self, length: int) -> int:
-        """KV bytes one request of `length` tokens holds (vLLM's max_memory_usage_bytes summed over layers)."""
-        total = 0
-        for kind, page, window in self.attention_pages:
-            if kind == SLIDING and window:
-                tokens = min(window - 1 + self.in_flight_tokens, length)
-                total += (_cdiv(tokens, self.block_size) + 1) * page
-            else:
-                total += _cdiv(length, self.block_size) * page
-        return total + self.state_layers * self.state_pages_per_sequence * self.state_page
+        """KV bytes one request of `length` tokens holds: its blocks times the bytes of one block."""
+        return self.request_blocks(length) * self.block_bytes
 
     @property
     def null_block_bytes(self) -> int:
-        """The block the pool keeps back (one page for each layer of a group)."""
-        pages = [p for _, p, _ in self.attention_pages] + ([self.state_page] if self.state_layers else [])
-        return self.group_size * max(pages, default=0)
+        """The block the pool keeps back (one page for each layer of the widest group)."""
+        return self.block_bytes
 
 
-def pages(cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: bool) -> Pages:
+def _groups(cache: CacheModel) -> tuple[int, tuple[tuple[str, int | None], ...]]:
+    """(group size, (kind, window) per group) as `_get_kv_cache_groups_uniform_page_size` splits the layers: one
+    bucket per spec, the group size the smallest bucket (the largest when it is under 1.5x the smallest), each
+    bucket cut into cdiv(layers, group size) groups. A model whose layers all share one spec is one group."""
+    buckets: dict[tuple[str, int | None], int] = {}
+    for layer in cache.layers:
+        kind = FULL if layer.kind == MLA else layer.kind
+        key = (kind, layer.sliding_window if kind == SLIDING else None)
+        buckets[key] = buckets.get(key, 0) + 1
+    if not buckets:
+        return 0, ()
+    sizes = list(buckets.values())
+    if len(sizes) == 1:
+        return sizes[0], tuple(buckets)
+    group = min(sizes)
+    if max(sizes) < group * 1.5:
+        group = max(sizes)
+    return group, tuple(key for key, n in buckets.items() for _ in range(_cdiv(n, group)))
+
+
+def pages(cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: bool,
+          speculative_tokens: int = 0) -> Pages:
     rule = facts.allocator()
     block = int(rule["block_size"])
     attn = cache.of(FULL, SLIDING, MLA)
@@ -58,10 +89,11 @@ def pages(cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: boo
         block = max(block, align * _cdiv(state_page, align * one_token))
         state_page = block * one_token
     per_seq = int(rule["mamba_pages_per_sequence_prefix_caching" if prefix_caching else "mamba_pages_per_sequence"])
-    buckets = [n for n in (len(cache.of(FULL, MLA)), len(cache.of(SLIDING)), len(gdn)) if n]
-    group = min(buckets) if buckets else 0
-    if buckets and max(buckets) < group * 1.5:
-        group = max(buckets)
+    group, groups = _groups(cache)
+    layer_pages = [block * layer.token_bytes for layer in attn] + [state_page] * len(gdn)
+    # _get_kv_cache_bytes_per_block: the widest group's pages. One group: every layer's page (their sizes may
+    # differ, e.g. an MLA drafter beside GQA layers); several: the group size times the one uniform page.
+    block_bytes = sum(layer_pages) if len(groups) == 1 else group * max(layer_pages, default=0)
     return Pages(
         block_size=block,
         attention_pages=tuple((layer.kind, block * layer.token_bytes, layer.sliding_window) for layer in attn),
@@ -69,7 +101,10 @@ def pages(cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: boo
         state_layers=len(gdn),
         state_pages_per_sequence=per_seq,
         in_flight_tokens=int(rule["concurrent_batches"]) * max_num_batched_tokens,
+        speculative_blocks=speculative_tokens if gdn else 0,
         group_size=group,
+        groups=groups,
+        block_bytes=block_bytes,
     )
 
 
@@ -80,7 +115,8 @@ class Answers:
     max_num_seqs: int  # sequences that fit at the planned length
     planned_len: int  # the length the sequence count is for (--max-model-len, else max_model_len)
     context_at_seqs: tuple[tuple[int, int], ...]  # (sequences, largest length each) for the asked counts
-    kv_cache_tokens: int  # vLLM's "KV cache size" log line at the planned length
+    kv_cache_tokens: int  # vLLM's "KV cache size: N tokens" log line at the planned length
+    max_concurrency: float  # vLLM's "Maximum concurrency for L tokens per request: Cx" at the planned length
     reason: str  # why it does not fit ("" when it does)
 
 
@@ -107,7 +143,13 @@ def answer(p: Pages, kv_budget: int, *, context: int, max_model_len: int | None,
     seqs = available // per_request if per_request and available > 0 else 0
     counts = tuple(sorted(set(seq_counts) | ({max_num_seqs} if max_num_seqs else set())))
     at_seqs = tuple((n, largest_length(p, available, n, context)) for n in counts)
-    tokens = int(available / per_request * planned) if per_request and available > 0 else 0
+    # update_kv_cache_capacity (vllm/v1/core/kv_cache_utils.py): the pool's blocks, the null block included (the
+    # allocation uses the whole budget; only the fit check holds it back), over the blocks one request of
+    # max_model_len takes; the token figure is that ratio times max_model_len, truncated.
+    num_blocks = kv_budget // p.block_bytes if p.block_bytes and kv_budget > 0 else 0
+    blocks = p.request_blocks(planned) if planned else 0
+    concurrency = num_blocks / blocks if blocks else 0.0
+    tokens = int(concurrency * planned)
     reason = ""
     if kv_budget <= 0:
         reason = "the weights and the reserve leave no memory for the KV cache"
@@ -120,4 +162,5 @@ def answer(p: Pages, kv_budget: int, *, context: int, max_model_len: int | None,
     elif max_num_seqs and seqs < max_num_seqs:
         reason = f"{max_num_seqs} sequences of {planned:,} tokens do not fit (at most {seqs})"
     return Answers(fits=not reason, max_model_len=longest, max_num_seqs=int(seqs), planned_len=planned,
-                   context_at_seqs=at_seqs, kv_cache_tokens=tokens, reason=reason)
+                   context_at_seqs=at_seqs, kv_cache_tokens=tokens, max_concurrency=concurrency,
+                   reason=reason)

@@ -33,6 +33,7 @@ class Settings:
     gpu_memory_utilization: float | None = None
     max_num_batched_tokens: int | None = None
     prefix_caching: bool = False
+    num_speculative_tokens: int = 0  # speculative decoding: each recurrent layer keeps a state page per draft token
     runtime: str | None = None
 
 
@@ -139,7 +140,8 @@ class MemoryPlan:
                 "bytes_per_sequence": self.state_bytes_per_device * tp,
                 "per_device_bytes_per_sequence": self.state_bytes_per_device,
                 "padded_per_device_bytes_per_sequence": (self.pages.state_layers * self.pages.state_page
-                                                         * self.pages.state_pages_per_sequence),
+                                                         * (self.pages.state_pages_per_sequence
+                                                            + self.pages.speculative_blocks)),
                 "layers": len(gdn),
                 **({"dtypes": list(gdn[0].state_dtypes)} if gdn else {}),
             },
@@ -162,11 +164,13 @@ class MemoryPlan:
             "max_num_seqs": a.max_num_seqs,
             "at_max_model_len": a.planned_len,
             "kv_cache_tokens": a.kv_cache_tokens,
+            "kv_cache_max_concurrency": round(a.max_concurrency, 4),
             "max_context_by_num_seqs": [{"num_seqs": n, "max_model_len": length} for n, length in a.context_at_seqs],
             "requested": {k: v for k, v in (("max_model_len", self.settings.max_model_len),
                                             ("max_num_seqs", self.settings.max_num_seqs),
                                             ("kv_cache_dtype", self.settings.kv_cache_dtype),
-                                            ("gpu_memory_utilization", self.settings.gpu_memory_utilization))
+                                            ("gpu_memory_utilization", self.settings.gpu_memory_utilization),
+                                            ("num_speculative_tokens", self.settings.num_speculative_tokens or None))
                           if v is not None},
             "notes": list(self.notes),
         }
@@ -236,6 +240,8 @@ def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_metho
         raise UsageError("--max-model-len must be at least 1")
     if settings.max_num_seqs is not None and settings.max_num_seqs < 1:
         raise UsageError("--max-num-seqs must be at least 1")
+    if settings.num_speculative_tokens < 0:
+        raise UsageError("--num-speculative-tokens must be at least 0")
     hw = hardware(settings.hardware)
     cfg, top = ckpt.text_config, ckpt.config or {}
     if not cfg:
@@ -267,7 +273,8 @@ def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_metho
     defaults = facts.serve_defaults(hw, device.bytes)
     batched = settings.max_num_batched_tokens or int(hw.data.get("max_num_batched_tokens") or 0) \
         or defaults.max_num_batched_tokens
-    p = pages(cache, max_num_batched_tokens=batched, prefix_caching=settings.prefix_caching)
+    p = pages(cache, max_num_batched_tokens=batched, prefix_caching=settings.prefix_caching,
+              speculative_tokens=settings.num_speculative_tokens)
     reserve = _reserve(cfg, tp)
     context = model_context(ckpt, settings.max_model_len)
     budget = int(device.bytes * util) - w.per_device_bytes - reserve.bytes

@@ -56,7 +56,7 @@ def answer_lines(plan: MemoryPlan) -> list[str]:
     out = [head]
     if a.planned_len:
         out.append(f"sequences    {a.max_num_seqs:,} at {a.planned_len:,} tokens each "
-                   f"(KV cache size {a.kv_cache_tokens:,} tokens)")
+                   f"(KV cache size {a.kv_cache_tokens:,} tokens, concurrency {a.max_concurrency:.2f}x)")
     out.append("context      " + ", ".join(f"{n} seq{'s' if n != 1 else ''}: {length:,}"
                                             for n, length in a.context_at_seqs))
     return out
@@ -105,9 +105,16 @@ def arithmetic(plan: MemoryPlan) -> list[str]:
         l0 = gdn[0]
         shapes = " + ".join(f"{'x'.join(map(str, s))} {d}" for s, d in zip(l0.state_shapes, l0.state_dtypes))
         out.append(f"linear attention: {_layers(len(gdn), 'GatedDeltaNet')} x {l0.state_bytes:,} B state ({shapes}); page padded to "
-                   f"{p.state_page:,} B, {p.state_pages_per_sequence} page(s) per sequence")
+                   f"{p.state_page:,} B, {p.state_pages_per_sequence + p.speculative_blocks} page(s) per sequence"
+                   + (f" ({p.speculative_blocks} for speculative tokens)" if p.speculative_blocks else ""))
+    out.append(f"KV-cache groups: {len(p.groups)} of {p.group_size} layer(s) each; one block id = "
+               f"{p.block_bytes:,} B; pool {plan.kv_budget_bytes:,} // {p.block_bytes:,} = "
+               f"{plan.kv_budget_bytes // p.block_bytes if p.block_bytes else 0:,} blocks")
     if a.planned_len:
         per_req = plan.request_bytes(a.planned_len)
+        out.append(f"KV cache size: {a.max_concurrency:.4f}x concurrency (blocks / "
+                   f"{p.request_blocks(a.planned_len):,} blocks per request) x {a.planned_len:,} = "
+                   f"{a.kv_cache_tokens:,} tokens")
         out.append(f"one request of {a.planned_len:,} tokens holds {per_req:,} B; "
                    f"{plan.kv_budget_bytes - p.null_block_bytes:,} // {per_req:,} = {a.max_num_seqs:,} "
                    f"sequence{'s' if a.max_num_seqs != 1 else ''}")
