@@ -16,7 +16,7 @@ class QuantizedVisionTower(Rule):
 
     Why it matters
     Both producers' recipes keep the tower BF16 (llm-compressor ignores `re:.*visual.*`, ModelOpt disables
-    `*visual*`; docs/reference/producers.md), and so do the loaders' assumptions: vLLM always builds ModelOpt
+    `*visual*`; docs/reference/quantizers.md), and so do the loaders' assumptions: vLLM always builds ModelOpt
     `vision_tower` / `vision_model` towers unquantized (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.3)), and transformers, SGLang and mmproj
     converters expect BF16 towers, so image requests fail or the tower cannot be read back. Where it loads, the
     small vision matmuls gain nothing from 4/8-bit kernels while image accuracy drops.
