@@ -28,17 +28,99 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DTYPES = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ",
-          "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"]
-BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32,
-        "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
-NUMBERS = ["0", "-0", "1", "-1", "0.0", "-0.0", "1e0", "1E2", "1.5", "18446744073709551615", "18446744073709551616",
-           "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-           "4294967296", "1e308", "1e309", "-1e309", "1.7976931348623157e308", "1.7976931348623158e308",
-           "1.7976931348623159e308", "1e-400", "0e99999999999", "1e2147483648", "0.1e310", "10e307",
-           "1" * 309, "1" * 310, "1" * 5000, "0." + "0" * 400 + "1", "1844674407370955161" + "5.5e289", "123456789"]
-NAMES = ["a", "", "model.layers.0.mlp.experts.0.up_proj.weight", "x:y", "date-01", "\u00e9t\u00e9", "\U0001f600",
-         "__metadata__x", "dtype", "shape", "data_offsets", "-0", "a\\b", 'q"uote', "\x7f", "a\u2028b"]
+DTYPES = [
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "C64",
+    "F64",
+    "I64",
+    "U64",
+]
+BITS = {
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+NUMBERS = [
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "0.0",
+    "-0.0",
+    "1e0",
+    "1E2",
+    "1.5",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "4294967296",
+    "1e308",
+    "1e309",
+    "-1e309",
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",
+    "1.7976931348623159e308",
+    "1e-400",
+    "0e99999999999",
+    "1e2147483648",
+    "0.1e310",
+    "10e307",
+    "1" * 309,
+    "1" * 310,
+    "1" * 5000,
+    "0." + "0" * 400 + "1",
+    "1844674407370955161" + "5.5e289",
+    "123456789",
+]
+NAMES = [
+    "a",
+    "",
+    "model.layers.0.mlp.experts.0.up_proj.weight",
+    "x:y",
+    "date-01",
+    "\u00e9t\u00e9",
+    "\U0001f600",
+    "__metadata__x",
+    "dtype",
+    "shape",
+    "data_offsets",
+    "-0",
+    "a\\b",
+    'q"uote',
+    "\x7f",
+    "a\u2028b",
+]
 
 
 # A tiny JSON model that can say what real JSON libraries cannot: repeated keys, raw number tokens, escapes.
@@ -117,7 +199,7 @@ def _string(text: str) -> str:
 
 def _u16(c: str) -> str:
     b = c.encode("utf-16-be")
-    return "".join(f"\\u{int.from_bytes(b[i:i + 2], 'big'):04x}" for i in range(0, len(b), 2))
+    return "".join(f"\\u{int.from_bytes(b[i : i + 2], 'big'):04x}" for i in range(0, len(b), 2))
 
 
 def encode(node: Any) -> bytes:
@@ -181,8 +263,18 @@ def generate(rng: random.Random) -> Case:
         dtype = rng.choice(DTYPES)
         shape = _shape(rng, dtype)
         n = _nbytes(dtype, shape)
-        entries.append((name, Obj([("dtype", dtype), ("shape", [Num(str(d)) for d in shape]),
-                                   ("data_offsets", [Num(str(offset)), Num(str(offset + n))])])))
+        entries.append(
+            (
+                name,
+                Obj(
+                    [
+                        ("dtype", dtype),
+                        ("shape", [Num(str(d)) for d in shape]),
+                        ("data_offsets", [Num(str(offset)), Num(str(offset + n))]),
+                    ]
+                ),
+            )
+        )
         offset += n
     rng.shuffle(entries)
     top: list[tuple[Any, Any]] = list(entries)
@@ -229,8 +321,9 @@ def m_dup_name(rng, top, case):
         copy = Obj(list(hit[1].pairs))
         if copy.pairs and rng.random() < 0.4:
             copy.pairs[0] = ("dtype", rng.choice(["XX", "F32"]))
-        top.insert(rng.randrange(len(top) + 1), (Esc(name) if isinstance(name, str) and rng.random() < 0.2 else name,
-                                                 copy))
+        top.insert(
+            rng.randrange(len(top) + 1), (Esc(name) if isinstance(name, str) and rng.random() < 0.2 else name, copy)
+        )
 
 
 def m_dup_metadata(rng, top, case):
@@ -240,8 +333,18 @@ def m_dup_metadata(rng, top, case):
 
 
 def m_metadata_value(rng, top, case):
-    value = rng.choice([Num("1"), None, ["a"], Obj([("k", Num("1"))]), Obj([("k", "1"), ("k", Num("2"))]),
-                        Obj([("k", Raw('"\\ud800"'))]), "str", Obj([("k", Esc("v\u00e9"))])])
+    value = rng.choice(
+        [
+            Num("1"),
+            None,
+            ["a"],
+            Obj([("k", Num("1"))]),
+            Obj([("k", "1"), ("k", Num("2"))]),
+            Obj([("k", Raw('"\\ud800"'))]),
+            "str",
+            Obj([("k", Esc("v\u00e9"))]),
+        ]
+    )
     top.insert(rng.randrange(len(top) + 1), ("__metadata__", value))
 
 
@@ -251,10 +354,26 @@ def m_dtype(rng, top, case):
     if at is not None:
         old = hit[1].pairs[at][1]
         variant = old if isinstance(old, str) else "F32"
-        hit[1].pairs[at] = ("dtype", rng.choice([
-            Obj([(variant, None)]), Obj([(variant, Obj([]))]), Obj([(variant, None), (variant, None)]),
-            Obj([(variant, Num("1"))]), Obj([]), [variant], Num("5"), variant.lower(), "Q7", None, Esc(variant),
-            Obj([(Esc(variant), None)]), variant + " "]))
+        hit[1].pairs[at] = (
+            "dtype",
+            rng.choice(
+                [
+                    Obj([(variant, None)]),
+                    Obj([(variant, Obj([]))]),
+                    Obj([(variant, None), (variant, None)]),
+                    Obj([(variant, Num("1"))]),
+                    Obj([]),
+                    [variant],
+                    Num("5"),
+                    variant.lower(),
+                    "Q7",
+                    None,
+                    Esc(variant),
+                    Obj([(Esc(variant), None)]),
+                    variant + " ",
+                ]
+            ),
+        )
 
 
 def m_number(rng, top, case):
@@ -279,8 +398,12 @@ def m_zero_offset_negzero(rng, top, case):
     for _, v in top:
         if isinstance(v, Obj):
             at = _field(v, "data_offsets")
-            if at is not None and isinstance(v.pairs[at][1], list) and v.pairs[at][1] \
-                    and getattr(v.pairs[at][1][0], "token", None) == "0":
+            if (
+                at is not None
+                and isinstance(v.pairs[at][1], list)
+                and v.pairs[at][1]
+                and getattr(v.pairs[at][1][0], "token", None) == "0"
+            ):
                 v.pairs[at][1][0] = Num("-0")
                 return
 
@@ -289,11 +412,22 @@ def m_overflow_shape(rng, top, case):
     hit = _tensor(top, rng)
     at = _field(hit[1], "shape") if hit else None
     if at is not None:
-        shape = rng.choice([["4294967296", "4294967296", "0"], ["0", "4294967296", "4294967296"],
-                            ["18446744073709551615", "0"], ["18446744073709551615", "2", "0"],
-                            ["4611686018427387904"], ["2305843009213693952"], ["4294967296", "4294967295"],
-                            ["3", "6148914691236517205"], ["1"] * 80_000, ["2"] * 80_000, ["2"] * 70 + ["0"],
-                            ["0"] + ["2"] * 70])
+        shape = rng.choice(
+            [
+                ["4294967296", "4294967296", "0"],
+                ["0", "4294967296", "4294967296"],
+                ["18446744073709551615", "0"],
+                ["18446744073709551615", "2", "0"],
+                ["4611686018427387904"],
+                ["2305843009213693952"],
+                ["4294967296", "4294967295"],
+                ["3", "6148914691236517205"],
+                ["1"] * 80_000,
+                ["2"] * 80_000,
+                ["2"] * 70 + ["0"],
+                ["0"] + ["2"] * 70,
+            ]
+        )
         hit[1].pairs[at] = ("shape", [Num(t) for t in shape])
         data_at = _field(hit[1], "data_offsets")
         if data_at is not None and rng.random() < 0.5:
@@ -306,9 +440,21 @@ def m_offsets(rng, top, case):
     if at is not None:
         old = hit[1].pairs[at][1]
         old = old if isinstance(old, list) and old else [Num("0"), Num("4")]
-        hit[1].pairs[at] = ("data_offsets", rng.choice([
-            old[:1], old + [Num("4")], list(reversed(old)), [Num("0"), Num("1")], Obj([("0", Num("0"))]), "0,4",
-            [old[0], Num("18446744073709551615")], [Num("1.0"), Num("4")]]))
+        hit[1].pairs[at] = (
+            "data_offsets",
+            rng.choice(
+                [
+                    old[:1],
+                    old + [Num("4")],
+                    list(reversed(old)),
+                    [Num("0"), Num("1")],
+                    Obj([("0", Num("0"))]),
+                    "0,4",
+                    [old[0], Num("18446744073709551615")],
+                    [Num("1.0"), Num("4")],
+                ]
+            ),
+        )
 
 
 def m_array_entry(rng, top, case):
@@ -334,9 +480,22 @@ def m_entry_kind(rng, top, case):
 def m_extra_field(rng, top, case):
     hit = _tensor(top, rng)
     if hit:
-        value = rng.choice([Obj([("a", Num("1")), ("a", Num("2"))]), ["x", Num("-0"), None, True],
-                            Raw('"\\ud800"'), Raw('"\\ud83d\\ude00"'), Raw('"\\udc00\\ud800"'), "\u00e9\U0001f600",
-                            Esc("dtype"), Num(rng.choice(NUMBERS)), Raw("NaN"), Raw("01"), Raw("1."), Raw("-")])
+        value = rng.choice(
+            [
+                Obj([("a", Num("1")), ("a", Num("2"))]),
+                ["x", Num("-0"), None, True],
+                Raw('"\\ud800"'),
+                Raw('"\\ud83d\\ude00"'),
+                Raw('"\\udc00\\ud800"'),
+                "\u00e9\U0001f600",
+                Esc("dtype"),
+                Num(rng.choice(NUMBERS)),
+                Raw("NaN"),
+                Raw("01"),
+                Raw("1."),
+                Raw("-"),
+            ]
+        )
         hit[1].pairs.insert(rng.randrange(len(hit[1].pairs) + 1), (rng.choice(["x", "y", Esc("z")]), value))
 
 
@@ -379,10 +538,32 @@ def m_empty_top(rng, top, case):
         case.data_len = 0
 
 
-MUTATIONS = [m_dup_field, m_dup_field, m_dup_name, m_dup_metadata, m_metadata_value, m_dtype, m_dtype, m_number,
-             m_number, m_number, m_zero_offset_negzero, m_overflow_shape, m_offsets, m_array_entry, m_array_entry,
-             m_entry_kind, m_extra_field, m_extra_field, m_nesting, m_missing_field, m_rename, m_data_len,
-             m_length_field, m_empty_top]
+MUTATIONS = [
+    m_dup_field,
+    m_dup_field,
+    m_dup_name,
+    m_dup_metadata,
+    m_metadata_value,
+    m_dtype,
+    m_dtype,
+    m_number,
+    m_number,
+    m_number,
+    m_zero_offset_negzero,
+    m_overflow_shape,
+    m_offsets,
+    m_array_entry,
+    m_array_entry,
+    m_entry_kind,
+    m_extra_field,
+    m_extra_field,
+    m_nesting,
+    m_missing_field,
+    m_rename,
+    m_data_len,
+    m_length_field,
+    m_empty_top,
+]
 
 
 def _flip(rng: random.Random, header: bytes) -> bytes:
@@ -460,8 +641,10 @@ def run(cases: int, seed: int, folder: str, stop_after: int = 5) -> Summary:
             summary.slowest = f"{seed}:{i} ({len(case.header):,} header bytes)"
         if got is not None and got != expected:
             summary.disagreements += 1
-            summary.first.append(f"case {seed}:{i}: reader {expected[0]} {sorted(expected[1])[:5]}, ckpt {got[0]} "
-                                 f"{sorted(got[1])[:5]}; header {case.header[:300]!r}")
+            summary.first.append(
+                f"case {seed}:{i}: reader {expected[0]} {sorted(expected[1])[:5]}, ckpt {got[0]} "
+                f"{sorted(got[1])[:5]}; header {case.header[:300]!r}"
+            )
         if len(summary.first) >= stop_after:
             break
     return summary
@@ -473,15 +656,21 @@ BIG_SHAPES = {
     "shape-of-10M-ones": lambda: _big_shape(["1"] * 10_000_000),
     "100MB-digit-integer": lambda: b'{"a":{"dtype":"U8","shape":[' + b"1" * 99_999_000 + b'],"data_offsets":[0,0]}}',
     "100MB-nesting": lambda: b"[" * 50_000_000 + b"]" * 50_000_000,
-    "100MB-nesting-in-entry": lambda: (b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":'
-                                       + b"[" * 49_999_000 + b"]" * 49_999_000 + b"}}"),
+    "100MB-nesting-in-entry": lambda: (
+        b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":' + b"[" * 49_999_000 + b"]" * 49_999_000 + b"}}"
+    ),
     "1M-duplicate-fields": lambda: b'{"a":{' + b'"dtype":"U8",' * 1_000_000 + b'"shape":[],"data_offsets":[0,1]}}',
-    "1M-duplicate-names": lambda: b"{" + b'"a":{"dtype":"U8","shape":[],"data_offsets":[0,1]},' * 1_000_000
-                                  + b'"b":{"dtype":"U8","shape":[],"data_offsets":[1,2]}}',
-    "100MB-zero-fraction": lambda: b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":0.'
-                                   + b"0" * 99_999_000 + b"1}}",
-    "100MB-small-ints-exact": lambda: (b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":[-0,'
-                                       + b"2," * 49_999_000 + b'18446744073709551616]}}'),
+    "1M-duplicate-names": lambda: (
+        b"{"
+        + b'"a":{"dtype":"U8","shape":[],"data_offsets":[0,1]},' * 1_000_000
+        + b'"b":{"dtype":"U8","shape":[],"data_offsets":[1,2]}}'
+    ),
+    "100MB-zero-fraction": lambda: (
+        b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":0.' + b"0" * 99_999_000 + b"1}}"
+    ),
+    "100MB-small-ints-exact": lambda: (
+        b'{"a":{"dtype":"U8","shape":[],"data_offsets":[0,1],"x":[-0,' + b"2," * 49_999_000 + b'18446744073709551616]}}'
+    ),
     "100MB-name": lambda: b'{"' + b"n" * 99_999_000 + b'":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}',
     "escaped-800k-tensors": lambda: _many_tensors(800_000, escaped=True),
 }
@@ -512,8 +701,10 @@ def big_one(label: str, folder: str) -> None:
     reader_seconds = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     agree = "agree" if ours == expected else "DISAGREE"
-    print(f"{label:24} {os.path.getsize(path) / 1e6:7.1f} MB  ckpt {seconds:6.2f} s  reader {reader_seconds:6.2f} s  "
-          f"peak RSS {rss:6.0f} MiB  {agree} (valid={ours[0]})")
+    print(
+        f"{label:24} {os.path.getsize(path) / 1e6:7.1f} MB  ckpt {seconds:6.2f} s  reader {reader_seconds:6.2f} s  "
+        f"peak RSS {rss:6.0f} MiB  {agree} (valid={ours[0]})"
+    )
 
 
 def main() -> int:
@@ -534,10 +725,14 @@ def main() -> int:
         start = time.perf_counter()
         s = run(args.cases, args.seed, folder)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"cases {s.cases:,}  disagreements {s.disagreements}  exceptions {s.exceptions}  "
-          f"({time.perf_counter() - start:.0f} s)")
-    print(f"slowest case: ckpt {s.ours_max_s * 1000:.1f} ms (case {s.slowest}), reader {s.reader_max_s * 1000:.1f} ms; "
-          f"peak RSS {rss:.0f} MiB")
+    print(
+        f"cases {s.cases:,}  disagreements {s.disagreements}  exceptions {s.exceptions}  "
+        f"({time.perf_counter() - start:.0f} s)"
+    )
+    print(
+        f"slowest case: ckpt {s.ours_max_s * 1000:.1f} ms (case {s.slowest}), reader {s.reader_max_s * 1000:.1f} ms; "
+        f"peak RSS {rss:.0f} MiB"
+    )
     for line in s.first or []:
         print(line)
     return 1 if s.disagreements or s.exceptions else 0

@@ -32,8 +32,11 @@ def nvfp4_linear(prefix: str, out: int, inp: int):
 
 
 def expert_tensors(layer: int, expert: int, hidden: int = HIDDEN, moe_inter: int = MOE_INTER):
-    for proj, (out, inp) in (("gate_proj", (moe_inter, hidden)), ("up_proj", (moe_inter, hidden)),
-                             ("down_proj", (hidden, moe_inter))):
+    for proj, (out, inp) in (
+        ("gate_proj", (moe_inter, hidden)),
+        ("up_proj", (moe_inter, hidden)),
+        ("down_proj", (hidden, moe_inter)),
+    ):
         yield from nvfp4_linear(f"model.layers.{layer}.mlp.experts.{expert}.{proj}", out, inp)
 
 
@@ -56,8 +59,16 @@ def _nbytes(dtype: str, shape: list[int]) -> int:
     return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
 
 
-def build(root: Path, *, layers: int = LAYERS, experts: int = EXPERTS, shards: int = SHARDS, hidden: int = HIDDEN,
-          moe_inter: int = MOE_INTER, dense: bool = False) -> int:
+def build(
+    root: Path,
+    *,
+    layers: int = LAYERS,
+    experts: int = EXPERTS,
+    shards: int = SHARDS,
+    hidden: int = HIDDEN,
+    moe_inter: int = MOE_INTER,
+    dense: bool = False,
+) -> int:
     """Write the synthetic under `root`. `dense` adds each layer's attention, shared expert, router and norms and the
     embeddings (a whole model rather than its experts alone)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -67,8 +78,11 @@ def build(root: Path, *, layers: int = LAYERS, experts: int = EXPERTS, shards: i
             tensors += dense_tensors(layer, hidden, experts)
         tensors += [t for e in range(experts) for t in expert_tensors(layer, e, hidden, moe_inter)]
     if dense:
-        tensors += [("model.embed_tokens.weight", "BF16", [4096, hidden]), ("model.norm.weight", "BF16", [hidden]),
-                    ("lm_head.weight", "BF16", [4096, hidden])]
+        tensors += [
+            ("model.embed_tokens.weight", "BF16", [4096, hidden]),
+            ("model.norm.weight", "BF16", [hidden]),
+            ("lm_head.weight", "BF16", [4096, hidden]),
+        ]
     per = -(-len(tensors) // shards)
     weight_map, total = {}, 0
     for s in range(shards):
@@ -86,9 +100,16 @@ def build(root: Path, *, layers: int = LAYERS, experts: int = EXPERTS, shards: i
         total += offset
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (root / "model.safetensors.index.json").write_text(json.dumps(index))
-    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-           "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
-                                   "producer": {"name": "modelopt"}}}
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "quantization_config": {
+            "quant_method": "modelopt",
+            "quant_algo": "NVFP4",
+            "ignore": ["lm_head"],
+            "producer": {"name": "modelopt"},
+        },
+    }
     (root / "config.json").write_text(json.dumps(cfg))
     return len(tensors)
 

@@ -26,8 +26,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,11 +44,16 @@ class Server:
     its bookkeeping endpoints."""
 
     def __init__(self, root: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fake_hub", str(root)], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fake_hub", str(root)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.url = self.proc.stdout.readline().strip()
 
-    def get(self, path: str):  # noqa: ANN201 - JSON
+    def get(self, path: str):
         with urllib.request.urlopen(f"{self.url}{path}") as response:
             return json.loads(response.read() or b"null") if path.startswith("/__stats") else None
 
@@ -91,8 +96,14 @@ def main() -> None:
         srv = Server(root)
         try:
             # huggingface_hub reads these at import time.
-            os.environ.update(HF_ENDPOINT=srv.url, HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1",
-                              HF_HUB_DISABLE_PROGRESS_BARS="1", CKPT_NO_PROGRESS="1", NO_PROXY="127.0.0.1,localhost")
+            os.environ.update(
+                HF_ENDPOINT=srv.url,
+                HF_HOME=str(home),
+                HF_HUB_DISABLE_TELEMETRY="1",
+                HF_HUB_DISABLE_PROGRESS_BARS="1",
+                CKPT_NO_PROGRESS="1",
+                NO_PROXY="127.0.0.1,localhost",
+            )
             for key in ("HF_TOKEN", "HF_HUB_OFFLINE", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
                 os.environ.pop(key, None)
             from huggingface_hub import get_safetensors_metadata
@@ -107,8 +118,10 @@ def main() -> None:
             def read(target: str) -> Callable[[], object]:
                 return lambda: load_checkpoint(open_source(target))
 
-            local = {"read": _median(read(str(folder)), args.repeat),
-                     "doctor": _median(lambda: analyze(str(folder), headers_only=True), args.repeat)}
+            local = {
+                "read": _median(read(str(folder)), args.repeat),
+                "doctor": _median(lambda: analyze(str(folder), headers_only=True), args.repeat),
+            }
             results = []
             for rtt in args.rtt_ms:
                 urllib.request.urlopen(f"{srv.url}/__config?delay_ms={rtt}").read()
@@ -123,24 +136,41 @@ def main() -> None:
             srv.close()
 
     header_total = sum(headers.values())
-    print(f"repo: {args.shards} shards, {args.experts} experts/layer, {repo_bytes:,} bytes; headers "
-          f"{header_total:,} bytes ({header_total // len(headers):,} per shard); index {index_bytes:,} bytes")
+    print(
+        f"repo: {args.shards} shards, {args.experts} experts/layer, {repo_bytes:,} bytes; headers "
+        f"{header_total:,} bytes ({header_total // len(headers):,} per shard); index {index_bytes:,} bytes"
+    )
     print(f"local: read {local['read']:.3f} s, doctor --headers-only {local['doctor']:.3f} s")
     print(f"{'rtt':>6}  {'run':<14} {'requests':>8} {'bytes':>12} {'x(headers+index)':>16} {'seconds':>8}")
     for row in results:
         for name in ("baseline", "read cold", "read cached", "doctor cold", "doctor cached"):
             m = row[name]
-            print(f"{row['rtt_ms']:>4.0f}ms  {name:<14} {m['requests']:>8} {m['bytes']:>12,} "
-                  f"{m['bytes'] / (header_total + index_bytes):>16.2f} {m['seconds']:>8.3f}")
+            print(
+                f"{row['rtt_ms']:>4.0f}ms  {name:<14} {m['requests']:>8} {m['bytes']:>12,} "
+                f"{m['bytes'] / (header_total + index_bytes):>16.2f} {m['seconds']:>8.3f}"
+            )
         cold, cached, base = row["read cold"], row["read cached"], row["baseline"]
-        print(f"        read cached/cold seconds {cached['seconds'] / cold['seconds']:.3f}; read cold/baseline: "
-              f"seconds {cold['seconds'] / base['seconds']:.2f}, bytes {cold['bytes'] / base['bytes']:.2f}, "
-              f"requests {cold['requests'] / base['requests']:.2f}; doctor cached/cold seconds "
-              f"{row['doctor cached']['seconds'] / row['doctor cold']['seconds']:.3f}")
+        print(
+            f"        read cached/cold seconds {cached['seconds'] / cold['seconds']:.3f}; read cold/baseline: "
+            f"seconds {cold['seconds'] / base['seconds']:.2f}, bytes {cold['bytes'] / base['bytes']:.2f}, "
+            f"requests {cold['requests'] / base['requests']:.2f}; doctor cached/cold seconds "
+            f"{row['doctor cached']['seconds'] / row['doctor cold']['seconds']:.3f}"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"shards": args.shards, "experts": args.experts, "header_bytes": header_total,
-                                    "index_bytes": index_bytes, "repo_bytes": repo_bytes, "local_seconds": local,
-                                    "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "shards": args.shards,
+                "experts": args.experts,
+                "header_bytes": header_total,
+                "index_bytes": index_bytes,
+                "repo_bytes": repo_bytes,
+                "local_seconds": local,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
 
 
 def _median(fn: Callable[[], object], repeat: int) -> float:

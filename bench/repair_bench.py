@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ckpt_tools.repair import fix_prefix, run  # noqa: E402
-from ckpt_tools.write.header import encode_header  # noqa: E402
+from ckpt_tools.repair import fix_prefix, run
+from ckpt_tools.write.header import encode_header
 
 CONFIG = {
     "architectures": ["Qwen3_5MoeForConditionalGeneration"],
@@ -58,14 +58,24 @@ def tensor_names() -> list[tuple[str, str, int]]:
         p = f"model.language_model.visual.blocks.{b}"
         for m in ("attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"):
             out += [(f"{p}.{m}.weight", "BF16", 64), (f"{p}.{m}.bias", "BF16", 1)]
-        out += [(f"{p}.norm1.weight", "BF16", 1), (f"{p}.norm1.bias", "BF16", 1),
-                (f"{p}.norm2.weight", "BF16", 1), (f"{p}.norm2.bias", "BF16", 1)]
+        out += [
+            (f"{p}.norm1.weight", "BF16", 1),
+            (f"{p}.norm1.bias", "BF16", 1),
+            (f"{p}.norm2.weight", "BF16", 1),
+            (f"{p}.norm2.bias", "BF16", 1),
+        ]
     v = "model.language_model.visual"
-    out += [(f"{v}.merger.linear_fc1.weight", "BF16", 64), (f"{v}.merger.linear_fc1.bias", "BF16", 1),
-            (f"{v}.merger.linear_fc2.weight", "BF16", 64), (f"{v}.merger.linear_fc2.bias", "BF16", 1),
-            (f"{v}.merger.norm.weight", "BF16", 1), (f"{v}.merger.norm.bias", "BF16", 1),
-            (f"{v}.patch_embed.proj.weight", "BF16", 16), (f"{v}.patch_embed.proj.bias", "BF16", 1),
-            (f"{v}.pos_embed.weight", "BF16", 16)]
+    out += [
+        (f"{v}.merger.linear_fc1.weight", "BF16", 64),
+        (f"{v}.merger.linear_fc1.bias", "BF16", 1),
+        (f"{v}.merger.linear_fc2.weight", "BF16", 64),
+        (f"{v}.merger.linear_fc2.bias", "BF16", 1),
+        (f"{v}.merger.norm.weight", "BF16", 1),
+        (f"{v}.merger.norm.bias", "BF16", 1),
+        (f"{v}.patch_embed.proj.weight", "BF16", 16),
+        (f"{v}.patch_embed.proj.bias", "BF16", 1),
+        (f"{v}.pos_embed.weight", "BF16", 16),
+    ]
     for layer in range(LAYERS):
         p = f"model.language_model.layers.{layer}"
         out += [(f"{p}.input_layernorm.weight", "BF16", 1), (f"{p}.post_attention_layernorm.weight", "BF16", 1)]
@@ -75,8 +85,11 @@ def tensor_names() -> list[tuple[str, str, int]]:
         for e in range(EXPERTS):
             for m in ("gate_proj", "up_proj", "down_proj"):
                 out.append((f"{p}.mlp.experts.{e}.{m}.weight", "BF16", 32))
-    out += [("model.language_model.embed_tokens.weight", "BF16", 512), ("lm_head.weight", "BF16", 512),
-            ("model.language_model.norm.weight", "BF16", 1)]
+    out += [
+        ("model.language_model.embed_tokens.weight", "BF16", 512),
+        ("lm_head.weight", "BF16", 512),
+        ("model.language_model.norm.weight", "BF16", 1),
+    ]
     return out
 
 
@@ -110,8 +123,12 @@ def make_sparse_checkpoint(folder: Path, weight_bytes: int, shards: int = SHARDS
         total += offset
     index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True)
     (folder / "model.safetensors.index.json").write_text(index + "\n")
-    return {"tensors": len(names), "weight_bytes": total, "shard_header_bytes": header_bytes,
-            "index_bytes": len(index) + 1}
+    return {
+        "tensors": len(names),
+        "weight_bytes": total,
+        "shard_header_bytes": header_bytes,
+        "index_bytes": len(index) + 1,
+    }
 
 
 def wchar() -> int:
@@ -132,19 +149,21 @@ def part1(workdir: Path) -> list[dict]:
         wall, written_kernel = time.perf_counter() - t0, wchar() - w0
         assert result.applied and "misnested-prefix" not in {f.slug for f in result.after.findings}
         meta = info["shard_header_bytes"] + info["index_bytes"]
-        rows.append({
-            **info,
-            "disk_bytes": disk,
-            "steps": [s.kind for s in result.steps],
-            "renamed": sum(d["count"] for d in result.plan.details["rename"]),
-            "bytes_written": result.bytes_written,
-            "bytes_written_kernel": written_kernel,
-            "written_over_header_and_index": round(written_kernel / meta, 3),
-            "written_over_shard_headers": round(written_kernel / info["shard_header_bytes"], 3),
-            "repair_seconds": round(result.seconds, 4),
-            "mixed_seconds": round(spy.seconds, 5),
-            "command_seconds": round(wall, 3),
-        })
+        rows.append(
+            {
+                **info,
+                "disk_bytes": disk,
+                "steps": [s.kind for s in result.steps],
+                "renamed": sum(d["count"] for d in result.plan.details["rename"]),
+                "bytes_written": result.bytes_written,
+                "bytes_written_kernel": written_kernel,
+                "written_over_header_and_index": round(written_kernel / meta, 3),
+                "written_over_shard_headers": round(written_kernel / info["shard_header_bytes"], 3),
+                "repair_seconds": round(result.seconds, 4),
+                "mixed_seconds": round(spy.seconds, 5),
+                "command_seconds": round(wall, 3),
+            }
+        )
         shutil.rmtree(folder)
         print(f"part 1: {gb:>5} GiB weights: {rows[-1]}", flush=True)
     return rows
@@ -203,8 +222,11 @@ def part2(workdir: Path, copy_gb: float, repeat: int) -> dict:
     folder = workdir / "dense"
     make_dense_checkpoint(folder, int(copy_gb * 1024**3), shards=2)
     prefix = "model.language_model.visual"
-    copies = (("copy_file_range (cp)", copy_cfr), ("shutil.copyfile (sendfile)", copy_shutil),
-              ("cp then mv over the original", copy_and_replace))
+    copies = (
+        ("copy_file_range (cp)", copy_cfr),
+        ("shutil.copyfile (sendfile)", copy_shutil),
+        ("cp then mv over the original", copy_and_replace),
+    )
     plain: dict[str, list[float]] = {name: [] for name, _ in copies}
     rewrite: list[float] = []
     rebuilt: list[int] = []
@@ -265,7 +287,7 @@ class WindowSpy:
 
         self.journal, self.real, self.writer = journal, journal.apply_steps, None
 
-        def spy(folder, steps, writer, **kw):  # noqa: ANN001, ANN003, ANN202
+        def spy(folder, steps, writer, **kw):
             self.writer = writer
             return self.real(folder, steps, writer, **kw)
 
@@ -297,12 +319,17 @@ def part3(workdir: Path, window_gb: float, repeat: int) -> dict:
         runs[mode].append((spy.seconds, result.seconds))
         prefix = longer
     journal.COPIES_FIRST = True
-    out: dict = {"checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")), "shards": 4,
-                 "repeat": repeat}
+    out: dict = {
+        "checkpoint_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors")),
+        "shards": 4,
+        "repeat": repeat,
+    }
     for mode, vals in runs.items():
-        out[mode] = {"mixed_seconds_median": round(statistics.median(v[0] for v in vals), 4),
-                     "mixed_seconds_best": round(min(v[0] for v in vals), 4),
-                     "repair_seconds_median": round(statistics.median(v[1] for v in vals), 3)}
+        out[mode] = {
+            "mixed_seconds_median": round(statistics.median(v[0] for v in vals), 4),
+            "mixed_seconds_best": round(min(v[0] for v in vals), 4),
+            "repair_seconds_median": round(statistics.median(v[1] for v in vals), 3),
+        }
     base, new = (out[m]["mixed_seconds_median"] for m in runs)
     out["window_ratio_copies_first_vs_baseline"] = round(new / base, 5) if base else None
     shutil.rmtree(folder)
@@ -313,12 +340,21 @@ def part3(workdir: Path, window_gb: float, repeat: int) -> dict:
 
 SEED_LAYERS, SEED_EXPERTS, SEED_SHARDS = 40, 256, 5  # Qwen3.6-35B-A3B NVFP4: 40 layers x 256 experts, 5 shards
 SEED_CONFIG = {
-    "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
-    "text_config": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": SEED_LAYERS, "num_experts": SEED_EXPERTS,
-                    "max_position_embeddings": 262144},
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "model_type": "qwen3_5_moe_text",
+        "num_hidden_layers": SEED_LAYERS,
+        "num_experts": SEED_EXPERTS,
+        "max_position_embeddings": 262144,
+    },
     "vision_config": {"model_type": "qwen3_5_moe", "depth": VISION_BLOCKS},
-    "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                            "exclude_modules": ["lm_head", "model.visual*", "*mlp.gate", "*self_attn*"]},
+    "quantization_config": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": 16,
+        "exclude_modules": ["lm_head", "model.visual*", "*mlp.gate", "*self_attn*"],
+    },
 }
 
 
@@ -327,17 +363,26 @@ def seed_tensors() -> list[tuple[str, str, list[int]]]:
     out = [(name, dtype, [rel * 64]) for name, dtype, rel in tensor_names() if ".visual." in name]
     for layer in range(SEED_LAYERS):
         p = f"model.language_model.layers.{layer}"
-        out += [(f"{p}.input_layernorm.weight", "BF16", [2048]), (f"{p}.post_attention_layernorm.weight", "BF16",
-                                                                    [2048])]
+        out += [
+            (f"{p}.input_layernorm.weight", "BF16", [2048]),
+            (f"{p}.post_attention_layernorm.weight", "BF16", [2048]),
+        ]
         out += [(f"{p}.self_attn.{m}.weight", "BF16", [2048, 2048]) for m in ("q_proj", "k_proj", "v_proj", "o_proj")]
         out.append((f"{p}.mlp.gate.weight", "BF16", [SEED_EXPERTS, 2048]))
         for e in range(SEED_EXPERTS):
             for m, (rows, cols) in (("gate_proj", (512, 2048)), ("up_proj", (512, 2048)), ("down_proj", (2048, 512))):
                 q = f"{p}.mlp.experts.{e}.{m}"
-                out += [(f"{q}.weight", "U8", [rows, cols // 2]), (f"{q}.weight_scale", "F8_E4M3", [rows, cols // 16]),
-                        (f"{q}.weight_scale_2", "F32", []), (f"{q}.input_scale", "F32", [])]
-    out += [("model.language_model.embed_tokens.weight", "BF16", [248320, 2048]),
-            ("lm_head.weight", "BF16", [248320, 2048]), ("model.language_model.norm.weight", "BF16", [2048])]
+                out += [
+                    (f"{q}.weight", "U8", [rows, cols // 2]),
+                    (f"{q}.weight_scale", "F8_E4M3", [rows, cols // 16]),
+                    (f"{q}.weight_scale_2", "F32", []),
+                    (f"{q}.input_scale", "F32", []),
+                ]
+    out += [
+        ("model.language_model.embed_tokens.weight", "BF16", [248320, 2048]),
+        ("lm_head.weight", "BF16", [248320, 2048]),
+        ("model.language_model.norm.weight", "BF16", [2048]),
+    ]
     return out
 
 
@@ -408,24 +453,35 @@ def seed(workdir: Path, repeat: int) -> dict:
             assert code in (0, 1), (what, code)
             rows[what].append(wall)
             cpus[what].append(cpu)
-            probe = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
-                     "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
+            probe = [
+                sys.executable,
+                "-c",
+                "import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
+                "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+            ]
             if what not in rss:
                 shutil.rmtree(folder)
                 make_seed_checkpoint(folder)
                 import subprocess
 
-                rss[what] = int(subprocess.run([*probe, *ckpt, cmd, str(folder), *opts], capture_output=True,
-                                               text=True).stdout.strip() or 0)
+                rss[what] = int(
+                    subprocess.run(
+                        [*probe, *ckpt, cmd, str(folder), *opts], capture_output=True, text=True
+                    ).stdout.strip()
+                    or 0
+                )
     base = statistics.median(rows["doctor --headers-only"])
     base_cpu = statistics.median(cpus["doctor --headers-only"])
     out = {**info, "repeat": repeat, "load_average_1min": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     for what, times in rows.items():
-        out[what] = {"median_seconds": round(statistics.median(times), 3), "best_seconds": round(min(times), 3),
-                     "vs_doctor_headers_only": round(statistics.median(times) / base, 3),
-                     "cpu_seconds": round(statistics.median(cpus[what]), 3),
-                     "cpu_vs_doctor_headers_only": round(statistics.median(cpus[what]) / base_cpu, 3),
-                     "peak_rss_mib": round(rss.get(what, 0) / 1024, 1)}
+        out[what] = {
+            "median_seconds": round(statistics.median(times), 3),
+            "best_seconds": round(min(times), 3),
+            "vs_doctor_headers_only": round(statistics.median(times) / base, 3),
+            "cpu_seconds": round(statistics.median(cpus[what]), 3),
+            "cpu_vs_doctor_headers_only": round(statistics.median(cpus[what]) / base_cpu, 3),
+            "peak_rss_mib": round(rss.get(what, 0) / 1024, 1),
+        }
     print(f"seed size: {out}", flush=True)
     return out
 
@@ -448,8 +504,13 @@ def main() -> None:
         if args.seed_size:
             out = args.out.with_name("repair_bench_seed.json") if args.out.name == "repair_bench.json" else args.out
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"seed_size_fix_prefix": seed(work, max(1, min(args.repeat, 3))),
-                                       "python": sys.version.split()[0]}, indent=2) + "\n")
+            out.write_text(
+                json.dumps(
+                    {"seed_size_fix_prefix": seed(work, max(1, min(args.repeat, 3))), "python": sys.version.split()[0]},
+                    indent=2,
+                )
+                + "\n"
+            )
             print(f"wrote {out}")
             return
         if "1" in parts:

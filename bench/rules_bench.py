@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from header_bench import build, timed  # noqa: E402
+from header_bench import build, timed
 
 
 def main() -> None:
@@ -44,8 +43,10 @@ def main() -> None:
     for rule in all_rules():
         # A fresh context per run: rules that share a computation (per-expert gaps, misplaced names) would
         # otherwise reuse it across runs and look cheaper than they are.
-        cost = timed(lambda: list(rule().check(Context(ckpt=ckpt, det=det, hardware=hardware_profiles(),
-                                                       target=str(root)))), args.repeat)
+        cost = timed(
+            lambda: list(rule().check(Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=str(root)))),
+            args.repeat,
+        )
         rows.append((rule.code, rule.slug, cost))
     total = sum(c for _, _, c in rows)
     print(f"{len(ckpt.tensors):,} tensors; baseline load + detect {base * 1000:.0f} ms = 1.00x")

@@ -50,8 +50,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from header_bench import build as build_moe  # noqa: E402
-from ckpt_tools.write.header import encode_header  # noqa: E402
+from header_bench import build as build_moe
+
+from ckpt_tools.write.header import encode_header
 
 KIMI = {"hidden": 7168, "moe_inter": 2048, "dense": True}
 SYNTHETICS = {
@@ -93,17 +94,27 @@ def seed_tensors() -> tuple[list[tuple[str, str, list[int]]], list[str]]:
     ignore: list[str] = []
     for b in range(SEED_VISION_BLOCKS):
         p = f"model.visual.blocks.{b}"
-        for m, shape in (("attn.qkv", [3456, 1152]), ("attn.proj", [1152, 1152]), ("mlp.linear_fc1", [4304, 1152]),
-                         ("mlp.linear_fc2", [1152, 4304])):
+        for m, shape in (
+            ("attn.qkv", [3456, 1152]),
+            ("attn.proj", [1152, 1152]),
+            ("mlp.linear_fc1", [4304, 1152]),
+            ("mlp.linear_fc2", [1152, 4304]),
+        ):
             out += [(f"{p}.{m}.weight", "BF16", shape), (f"{p}.{m}.bias", "BF16", shape[:1])]
             ignore.append(f"{p}.{m}")
         out += [(f"{p}.{n}", "BF16", [1152]) for n in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")]
     v = "model.visual"
-    out += [(f"{v}.merger.linear_fc1.weight", "BF16", [4608, 4608]), (f"{v}.merger.linear_fc1.bias", "BF16", [4608]),
-            (f"{v}.merger.linear_fc2.weight", "BF16", [H, 4608]), (f"{v}.merger.linear_fc2.bias", "BF16", [H]),
-            (f"{v}.merger.norm.weight", "BF16", [1152]), (f"{v}.merger.norm.bias", "BF16", [1152]),
-            (f"{v}.patch_embed.proj.weight", "BF16", [1152, 3, 2, 16, 16]),
-            (f"{v}.patch_embed.proj.bias", "BF16", [1152]), (f"{v}.pos_embed.weight", "BF16", [2304, 1152])]
+    out += [
+        (f"{v}.merger.linear_fc1.weight", "BF16", [4608, 4608]),
+        (f"{v}.merger.linear_fc1.bias", "BF16", [4608]),
+        (f"{v}.merger.linear_fc2.weight", "BF16", [H, 4608]),
+        (f"{v}.merger.linear_fc2.bias", "BF16", [H]),
+        (f"{v}.merger.norm.weight", "BF16", [1152]),
+        (f"{v}.merger.norm.bias", "BF16", [1152]),
+        (f"{v}.patch_embed.proj.weight", "BF16", [1152, 3, 2, 16, 16]),
+        (f"{v}.patch_embed.proj.bias", "BF16", [1152]),
+        (f"{v}.pos_embed.weight", "BF16", [2304, 1152]),
+    ]
     ignore += [f"{v}.merger.linear_fc1", f"{v}.merger.linear_fc2"]
     for layer in range(SEED_LAYERS):
         p = f"model.language_model.layers.{layer}"
@@ -119,51 +130,108 @@ def seed_tensors() -> tuple[list[tuple[str, str, list[int]]], list[str]]:
             out += _ct_linear(f"{a}.in_proj_qkv", 8192, H)
             out += _ct_linear(f"{a}.in_proj_z", 4096, H)
             out += _ct_linear(f"{a}.out_proj", H, 4096)
-            out += [(f"{a}.in_proj_a.weight", "BF16", [32, H]), (f"{a}.in_proj_b.weight", "BF16", [32, H]),
-                    (f"{a}.conv1d.weight", "BF16", [8192, 1, 4]), (f"{a}.A_log", "BF16", [32]),
-                    (f"{a}.dt_bias", "BF16", [32]), (f"{a}.norm.weight", "BF16", [128])]
+            out += [
+                (f"{a}.in_proj_a.weight", "BF16", [32, H]),
+                (f"{a}.in_proj_b.weight", "BF16", [32, H]),
+                (f"{a}.conv1d.weight", "BF16", [8192, 1, 4]),
+                (f"{a}.A_log", "BF16", [32]),
+                (f"{a}.dt_bias", "BF16", [32]),
+                (f"{a}.norm.weight", "BF16", [128]),
+            ]
             ignore += [f"{a}.in_proj_b", f"{a}.in_proj_a"]
-        out += [(f"{p}.mlp.gate.weight", "BF16", [SEED_EXPERTS, H]),
-                (f"{p}.mlp.shared_expert_gate.weight", "BF16", [1, H])]
+        out += [
+            (f"{p}.mlp.gate.weight", "BF16", [SEED_EXPERTS, H]),
+            (f"{p}.mlp.shared_expert_gate.weight", "BF16", [1, H]),
+        ]
         ignore += [f"{p}.mlp.gate", f"{p}.mlp.shared_expert_gate"]
         for proj, (o, i) in (("gate_proj", (MOE, H)), ("up_proj", (MOE, H)), ("down_proj", (H, MOE))):
             out += _ct_linear(f"{p}.mlp.shared_expert.{proj}", o, i)
         for e in range(SEED_EXPERTS):
             for proj, (o, i) in (("gate_proj", (MOE, H)), ("up_proj", (MOE, H)), ("down_proj", (H, MOE))):
                 out += _ct_linear(f"{p}.mlp.experts.{e}.{proj}", o, i)
-    out += [("model.language_model.embed_tokens.weight", "BF16", [VOCAB, H]),
-            ("model.language_model.norm.weight", "BF16", [H]), ("lm_head.weight", "BF16", [VOCAB, H])]
+    out += [
+        ("model.language_model.embed_tokens.weight", "BF16", [VOCAB, H]),
+        ("model.language_model.norm.weight", "BF16", [H]),
+        ("lm_head.weight", "BF16", [VOCAB, H]),
+    ]
     ignore.append("lm_head")
     return out, ignore
 
 
 def seed_config(ignore: list[str]) -> dict:
-    scheme = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
-              "dynamic": False, "scale_dtype": "torch.float8_e4m3fn", "observer": "memoryless_minmax",
-              "actorder": None, "block_structure": None, "observer_kwargs": {}, "zp_dtype": None}
+    scheme = {
+        "num_bits": 4,
+        "type": "float",
+        "strategy": "tensor_group",
+        "group_size": 16,
+        "symmetric": True,
+        "dynamic": False,
+        "scale_dtype": "torch.float8_e4m3fn",
+        "observer": "memoryless_minmax",
+        "actorder": None,
+        "block_structure": None,
+        "observer_kwargs": {},
+        "zp_dtype": None,
+    }
     return {
-        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "dtype": "bfloat16",
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "dtype": "bfloat16",
         "tie_word_embeddings": False,
         "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "quantization_status": "compressed",
-            "config_groups": {"group_0": {"targets": ["Linear"], "format": "nvfp4-pack-quantized", "weights": scheme,
-                                          "input_activations": {**scheme, "dynamic": "local",
-                                                                "observer": "static_minmax"},
-                                          "output_activations": None}},
-            "ignore": ignore, "kv_cache_scheme": None, "sparsity_config": {}, "transform_config": {},
-            "version": "0.19.0"},
+            "quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized",
+            "quantization_status": "compressed",
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "format": "nvfp4-pack-quantized",
+                    "weights": scheme,
+                    "input_activations": {**scheme, "dynamic": "local", "observer": "static_minmax"},
+                    "output_activations": None,
+                }
+            },
+            "ignore": ignore,
+            "kv_cache_scheme": None,
+            "sparsity_config": {},
+            "transform_config": {},
+            "version": "0.19.0",
+        },
         "text_config": {
-            "model_type": "qwen3_5_moe_text", "hidden_size": H, "num_hidden_layers": SEED_LAYERS,
-            "num_experts": SEED_EXPERTS, "num_experts_per_tok": 8, "moe_intermediate_size": MOE,
-            "shared_expert_intermediate_size": MOE, "num_attention_heads": 16, "num_key_value_heads": 2,
-            "head_dim": 256, "vocab_size": VOCAB, "max_position_embeddings": 262144,
+            "model_type": "qwen3_5_moe_text",
+            "hidden_size": H,
+            "num_hidden_layers": SEED_LAYERS,
+            "num_experts": SEED_EXPERTS,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": MOE,
+            "shared_expert_intermediate_size": MOE,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 2,
+            "head_dim": 256,
+            "vocab_size": VOCAB,
+            "max_position_embeddings": 262144,
             "layer_types": ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(SEED_LAYERS)],
-            "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "tie_word_embeddings": False,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-                                "mrope_section": [11, 11, 10], "mrope_interleaved": True}},
-        "vision_config": {"model_type": "qwen3_5_moe", "depth": SEED_VISION_BLOCKS, "hidden_size": 1152,
-                          "intermediate_size": 4304, "out_hidden_size": H},
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_conv_kernel_dim": 4,
+            "tie_word_embeddings": False,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [11, 11, 10],
+                "mrope_interleaved": True,
+            },
+        },
+        "vision_config": {
+            "model_type": "qwen3_5_moe",
+            "depth": SEED_VISION_BLOCKS,
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "out_hidden_size": H,
+        },
     }
 
 
@@ -183,7 +251,7 @@ def build_seed(root: Path) -> int:
     for s in range(SEED_SHARDS):
         name = f"model-{s + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
         entries, offset = {}, 0
-        for tname, dtype, shape in tensors[s * per: (s + 1) * per]:
+        for tname, dtype, shape in tensors[s * per : (s + 1) * per]:
             n = _nbytes(dtype, shape)
             entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
             offset += n
@@ -194,7 +262,8 @@ def build_seed(root: Path) -> int:
             fh.truncate(8 + len(header) + offset)
         total += offset
     (root / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
     (root / "config.json").write_text(json.dumps(seed_config(ignore), indent=2))
     return len(tensors)
 
@@ -217,6 +286,7 @@ def ensure(root: Path, name: str) -> Path:
 
 
 # ---- measuring ----------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Run:
@@ -273,7 +343,7 @@ def stages(folder: str) -> None:
 
     out: list[tuple[str, float]] = [("imports", time.process_time() - t0)]
 
-    def timed_stage(label: str, fn):  # noqa: ANN001, ANN202
+    def timed_stage(label: str, fn):
         t = time.process_time()
         value = fn()
         out.append((label, time.process_time() - t))
@@ -326,8 +396,11 @@ def main() -> None:
         mb = header_mb(folder) if folder else 0.0
         n = tensor_count(folder) if folder else 0
         rows.append((label, what, mb, n, r, base))
-        print(f"  {label:<6} {what:<34} {r.seconds:7.2f} s {r.cpu:7.2f} cpu-s {r.rss_mib:7.0f} MiB  "
-              f"{r.seconds / base.seconds:5.2f}x wall {r.cpu / base.cpu:5.2f}x cpu", file=sys.stderr)
+        print(
+            f"  {label:<6} {what:<34} {r.seconds:7.2f} s {r.cpu:7.2f} cpu-s {r.rss_mib:7.0f} MiB  "
+            f"{r.seconds / base.seconds:5.2f}x wall {r.cpu / base.cpu:5.2f}x cpu",
+            file=sys.stderr,
+        )
 
     bare = best([py, "-c", "pass"], args.repeat)
     measure("-", "ckpt --help", [*ckpt, "--help"], bare, None, args.repeat)
@@ -343,17 +416,24 @@ def main() -> None:
             if not args.no_value_scan:
                 measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
 
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
-          + (f"; commands from {code_dir}" if code_dir else ""))
-    print("| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
+        + (f"; commands from {code_dir}" if code_dir else "")
+    )
+    print(
+        "| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |"
+    )
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for label, what, mb, n, r, base in rows:
         wall = "1.00" if r is base else f"{r.seconds / base.seconds:.2f}"
         cpu = "1.00" if r is base else f"{r.cpu / base.cpu:.2f}"
-        print(f"| {label} | {n:,} | {mb:.1f} | {what} | {r.seconds:.2f} | {r.cpu:.2f} | {r.rss_mib:.0f} | {wall} | {cpu} |"
-              if n else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
-              f"(vs `python -c pass`) |")
+        print(
+            f"| {label} | {n:,} | {mb:.1f} | {what} | {r.seconds:.2f} | {r.cpu:.2f} | {r.rss_mib:.0f} | {wall} | {cpu} |"
+            if n
+            else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
+            f"(vs `python -c pass`) |"
+        )
 
 
 if __name__ == "__main__":

@@ -42,14 +42,24 @@ LAYERS, EXPERTS, SHARDS = 61, 256, 163
 HIDDEN, MOE_INTER = 7168, 2048
 DTYPE_ORDER = {"F32": 0, "F8_E4M3": 1, "U8": 2}  # the safetensors writer: larger dtypes first, then by name
 ITEM = {"F32": 4, "F8_E4M3": 1, "U8": 1}
-CONFIG = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-          "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["lm_head"],
-                                  "producer": {"name": "modelopt"}}}
+CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "quantization_config": {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "ignore": ["lm_head"],
+        "producer": {"name": "modelopt"},
+    },
+}
 
 
 def expert_tensors(layer: int, expert: int):
-    for proj, (out, inp) in (("gate_proj", (MOE_INTER, HIDDEN)), ("up_proj", (MOE_INTER, HIDDEN)),
-                             ("down_proj", (HIDDEN, MOE_INTER))):
+    for proj, (out, inp) in (
+        ("gate_proj", (MOE_INTER, HIDDEN)),
+        ("up_proj", (MOE_INTER, HIDDEN)),
+        ("down_proj", (HIDDEN, MOE_INTER)),
+    ):
         p = f"model.layers.{layer}.mlp.experts.{expert}.{proj}"
         yield f"{p}.weight", "U8", [out, inp // 2]
         yield f"{p}.weight_scale", "F8_E4M3", [out, inp // 16]
@@ -76,7 +86,7 @@ def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int
     weight_map, scale_total = {}, 0
     for s in range(shards):
         name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = sorted(tensors[s * per:(s + 1) * per], key=lambda t: (DTYPE_ORDER[t[1]], t[0]))
+        part = sorted(tensors[s * per : (s + 1) * per], key=lambda t: (DTYPE_ORDER[t[1]], t[0]))
         entries, offset, spans = {}, 0, []
         for tname, dtype, shape in part:
             n = nbytes(dtype, shape)
@@ -145,7 +155,7 @@ def read_bytes() -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("read_bytes:"))
 
 
-def plans_for(root: Path):  # noqa: ANN201 - (source, shards, wanted tensors, plans)
+def plans_for(root: Path):
     from ckpt_tools.pipeline import value_rules, wanted_values
     from ckpt_tools.read import open_source
     from ckpt_tools.read.loader import load_checkpoint
@@ -163,7 +173,7 @@ def plans_for(root: Path):  # noqa: ANN201 - (source, shards, wanted tensors, pl
     return source, shards, wanted, plans
 
 
-def plain_read(root: Path, plans) -> int:  # noqa: ANN001
+def plain_read(root: Path, plans) -> int:
     """The baseline: read exactly the planned byte ranges with os.pread, in chunks, and nothing else."""
     total = 0
     for plan in plans:
@@ -185,13 +195,21 @@ def sparse_section(base: Path) -> list[str]:
     if not (root / "config.json").exists():
         t0 = time.perf_counter()
         count, scales = build(root, LAYERS, SHARDS, real=False)
-        print(f"built {count:,} tensors, {scales / 1e9:.1f} GB of scales (holes) in {SHARDS} shards "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"built {count:,} tensors, {scales / 1e9:.1f} GB of scales (holes) in {SHARDS} shards "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     cli = [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(root), "--format", "json"]
     head_wall, head_rss, _ = child([*cli, "--headers-only"])
     full_wall, full_rss, _ = child(cli)
-    scales = sum(nbytes(d, s) for layer in range(LAYERS) for e in range(EXPERTS)
-                 for _, d, s in expert_tensors(layer, e) if d != "U8")
+    scales = sum(
+        nbytes(d, s)
+        for layer in range(LAYERS)
+        for e in range(EXPERTS)
+        for _, d, s in expert_tensors(layer, e)
+        if d != "U8"
+    )
     return [
         f"(a) {SHARDS} shards, {LAYERS * EXPERTS * 12:,} tensors, {scales / 1e9:.1f} GB of scales (sparse holes)",
         "| run | wall | peak RSS |",
@@ -209,14 +227,17 @@ def real_section(base: Path, layers: int) -> list[str]:
     if not (root / "config.json").exists():
         t0 = time.perf_counter()
         count, scales = build(root, layers, shards, real=True)
-        print(f"wrote {scales / 1e9:.2f} GB of real scale bytes, {count:,} tensors, {shards} shards "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"wrote {scales / 1e9:.2f} GB of real scale bytes, {count:,} tensors, {shards} shards "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     source, shard_map, wanted, plans = plans_for(root)
     scale_bytes = sum(t.nbytes for t in wanted)
     rows = []
     method = ""
 
-    def run(label: str, fn) -> float:  # noqa: ANN001
+    def run(label: str, fn) -> float:
         nonlocal method
         method = drop_cache(root)
         before = read_bytes()
@@ -229,10 +250,12 @@ def real_section(base: Path, layers: int) -> list[str]:
     for _ in range(2):  # alternate, so drift in the machine's load hits both sides
         run("plain chunked read (baseline)", lambda: plain_read(root, plans))
         for workers in (1, 2):
+
             def scan(workers: int = workers) -> int:
                 counters = ScanCounters()
                 scan_values(source, wanted, shard_map, workers=workers, counters=counters, progress=False)
                 return counters.bytes_read
+
             run(f"value scan, {workers} worker(s)", scan)
     best: dict[str, tuple[float, int, int]] = {}
     for label, wall, disk, got in rows:
@@ -246,13 +269,17 @@ def real_section(base: Path, layers: int) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for label, (wall, disk, got) in best.items():
-        out.append(f"| {label} | {wall:.2f} s | {wall / base_wall:.2f}x | {scale_bytes / wall / 1e9:.2f} | "
-                   f"{disk / 1e9:.2f} GB | {disk / scale_bytes:.3f}x | {got / scale_bytes:.3f}x |")
+        out.append(
+            f"| {label} | {wall:.2f} s | {wall / base_wall:.2f}x | {scale_bytes / wall / 1e9:.2f} | "
+            f"{disk / 1e9:.2f} GB | {disk / scale_bytes:.3f}x | {got / scale_bytes:.3f}x |"
+        )
     drop_cache(root)
     cli = [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(root), "--format", "json"]
     wall, rss, _ = child(cli)
-    out.append(f"| `ckpt doctor` on it (cold, whole process) | {wall:.2f} s | | {scale_bytes / wall / 1e9:.2f} | | | "
-               f"peak RSS {mib(rss)} |")
+    out.append(
+        f"| `ckpt doctor` on it (cold, whole process) | {wall:.2f} s | | {scale_bytes / wall / 1e9:.2f} | | | "
+        f"peak RSS {mib(rss)} |"
+    )
     return out
 
 
@@ -265,8 +292,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
     args = ap.parse_args()
     base = Path(args.dir)
-    lines = [f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-             f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"]
+    lines = [
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"
+    ]
     try:
         if not args.skip_sparse:
             lines += ["", *sparse_section(base)]

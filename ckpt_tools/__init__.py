@@ -18,9 +18,17 @@ __version__ = "0.1.0"
 # The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the
 # whole pipeline (PEP 562 module __getattr__).
 _EXPORTS = {
-    "Analysis": ".pipeline", "analyze": ".pipeline", "doctor": ".pipeline", "Report": ".report.model",
-    "CheckServeResult": ".serve", "ServePlan": ".serve", "check_serve": ".serve", "serve_flags": ".serve",
-    "CkptError": ".errors", "TargetError": ".errors", "UsageError": ".errors",
+    "Analysis": ".pipeline",
+    "analyze": ".pipeline",
+    "doctor": ".pipeline",
+    "Report": ".report.model",
+    "CheckServeResult": ".serve",
+    "ServePlan": ".serve",
+    "check_serve": ".serve",
+    "serve_flags": ".serve",
+    "CkptError": ".errors",
+    "TargetError": ".errors",
+    "UsageError": ".errors",
 }
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ one hardware id or several) is accepted; anything else is a `UsageError`, never 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import UsageError
 

@@ -8,9 +8,10 @@ Schemas: rules/README.md. Code never hard-codes these facts; every entry in the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Any, Mapping
+from functools import cache, cached_property, lru_cache
+from typing import Any
 
 from .knowledge import load_toml
 
@@ -56,7 +57,7 @@ class ModelUnquantized:
     except_architectures: tuple[str, ...] = ()  # model classes that do pass their quant config to these modules
 
 
-@lru_cache(maxsize=None)
+@cache
 def fused_groups() -> tuple[FusedGroup, ...]:
     return tuple(
         FusedGroup(g["id"], g["fused"], tuple(g["shards"]), _tuple(g.get("families")), g["source"])
@@ -68,18 +69,24 @@ def fused_groups_for(family_id: str) -> tuple[FusedGroup, ...]:
     return tuple(g for g in fused_groups() if g.applies_to(family_id))
 
 
-@lru_cache(maxsize=None)
+@cache
 def parallel() -> Parallel:
     p = load_toml("modules.toml")["parallel"]
     return Parallel(frozenset(p["column"]), frozenset(p["row"]), tuple(p["tp_candidates"]), p["source"])
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_unquantized() -> tuple[ModelUnquantized, ...]:
     return tuple(
         ModelUnquantized(
-            u["id"], re.compile(u["pattern"]), _tuple(u.get("families")), _tuple(u.get("producers")),
-            _tuple(u.get("when_config")), u["reason"], u["source"], _tuple(u.get("except_architectures")),
+            u["id"],
+            re.compile(u["pattern"]),
+            _tuple(u.get("families")),
+            _tuple(u.get("producers")),
+            _tuple(u.get("when_config")),
+            u["reason"],
+            u["source"],
+            _tuple(u.get("except_architectures")),
         )
         for u in load_toml("modules.toml").get("unquantized", [])
     )
@@ -117,18 +124,34 @@ class ScaleScheme:
         return next((t for t in self.tensors if t.suffix == suffix), None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def scale_schemes() -> tuple[ScaleScheme, ...]:
     out = []
     for s in load_toml("scales.toml")["scheme"]:
         tensors = tuple(
-            TensorSpec(t["suffix"], t.get("role", "scale"), tuple(t["dtypes"]), t["shape"], bool(t.get("required")),
-                       t.get("activation"), t.get("convention"))
+            TensorSpec(
+                t["suffix"],
+                t.get("role", "scale"),
+                tuple(t["dtypes"]),
+                t["shape"],
+                bool(t.get("required")),
+                t.get("activation"),
+                t.get("convention"),
+            )
             for t in s["tensors"]
         )
         block = s.get("block_size")
-        out.append(ScaleScheme(s["id"], s["producer"], s["kind"], s.get("group_size"),
-                               (int(block[0]), int(block[1])) if block else None, tensors, s["source"]))
+        out.append(
+            ScaleScheme(
+                s["id"],
+                s["producer"],
+                s["kind"],
+                s.get("group_size"),
+                (int(block[0]), int(block[1])) if block else None,
+                tensors,
+                s["source"],
+            )
+        )
     return tuple(out)
 
 
@@ -136,8 +159,7 @@ def scale_schemes() -> tuple[ScaleScheme, ...]:
 def scheme_for(kind: str, suffixes: frozenset[str], dtype: str, producer: str | None = None) -> ScaleScheme | None:
     """The scale table whose weight tensor (suffix and dtype) is what this module stores, for a scheme kind: the one
     naming most of the module's tensors, the producer's own table among equals."""
-    fits = [s for s in scale_schemes()
-            if s.kind == kind and s.weight.suffix in suffixes and dtype in s.weight.dtypes]
+    fits = [s for s in scale_schemes() if s.kind == kind and s.weight.suffix in suffixes and dtype in s.weight.dtypes]
     fits.sort(key=lambda s: (-sum(t.suffix in suffixes for t in s.tensors), s.producer != producer))
     return fits[0] if fits else None
 
@@ -161,11 +183,18 @@ class KvSpelling:
     source: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def kv_spellings() -> tuple[KvSpelling, ...]:
     return tuple(
-        KvSpelling(k["id"], re.compile(k["pattern"]), k["writer"], k["status"], _tuple(k.get("methods")),
-                   k.get("consequence"), k["source"])
+        KvSpelling(
+            k["id"],
+            re.compile(k["pattern"]),
+            k["writer"],
+            k["status"],
+            _tuple(k.get("methods")),
+            k.get("consequence"),
+            k["source"],
+        )
         for k in load_toml("kv_scales.toml")["spelling"]
     )
 
@@ -224,7 +253,7 @@ class AlternateWeights:
     source: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def foreign_layouts() -> tuple[ForeignLayout, ...]:
     return tuple(
         ForeignLayout(f["id"], f["name"], tuple(f["prefixes"]), f.get("architecture_suffix"), f["fix"], f["source"])
@@ -232,23 +261,35 @@ def foreign_layouts() -> tuple[ForeignLayout, ...]:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def component_expectations() -> tuple[ComponentExpectation, ...]:
     out = []
     for c in load_toml("layouts.toml")["component"]:
         pattern = c.get("expect_pattern")
-        out.append(ComponentExpectation(
-            c["id"], c["component"], tuple(c["config_keys"]), c.get("min_value"), _tuple(c.get("expect_prefixes")),
-            c.get("expect_component"), re.compile(pattern) if pattern else None, bool(c.get("known_family_only")),
-            c["severity"], c["consequence"], c["source"],
-        ))
+        out.append(
+            ComponentExpectation(
+                c["id"],
+                c["component"],
+                tuple(c["config_keys"]),
+                c.get("min_value"),
+                _tuple(c.get("expect_prefixes")),
+                c.get("expect_component"),
+                re.compile(pattern) if pattern else None,
+                bool(c.get("known_family_only")),
+                c["severity"],
+                c["consequence"],
+                c["source"],
+            )
+        )
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def alternate_weights() -> tuple[AlternateWeights, ...]:
-    return tuple(AlternateWeights(a["pattern"], a["reason"], a["source"])
-                 for a in load_toml("layouts.toml").get("alternate_weights", []))
+    return tuple(
+        AlternateWeights(a["pattern"], a["reason"], a["source"])
+        for a in load_toml("layouts.toml").get("alternate_weights", [])
+    )
 
 
 # ---- dtypes.toml --------------------------------------------------------------------------------------------------
@@ -270,7 +311,7 @@ class DtypeSupport:
     readers: tuple[ReaderSupport, ...]
 
 
-@lru_cache(maxsize=None)
+@cache
 def dtype_support() -> Mapping[str, DtypeSupport]:
     out = {}
     for d in load_toml("dtypes.toml")["dtype"]:
@@ -293,6 +334,8 @@ def family_is_explicit(family_id: str, architecture: str | None, model_type: str
     the layout is known rather than assumed by the fallback family."""
     for raw in load_toml("architectures.toml")["family"]:
         if raw["id"] == family_id:
-            return bool((architecture and architecture in raw.get("architectures", []))
-                        or (model_type and model_type in raw.get("model_types", [])))
+            return bool(
+                (architecture and architecture in raw.get("architectures", []))
+                or (model_type and model_type in raw.get("model_types", []))
+            )
     return False

@@ -7,10 +7,11 @@ Code applies this data; it never hard-codes a runtime's accepted values. The fol
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +30,7 @@ def rules_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "rules"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_toml(relative: str) -> Mapping[str, Any]:
     path = rules_dir() / relative
     with open(path, "rb") as fh:
@@ -93,7 +94,7 @@ def _top_level(path: Path) -> Mapping[str, Any]:
     return tomllib.loads(text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _runtime_files() -> Mapping[str, str]:
     """Profile id -> file. Upstream profiles are named after their id; image profiles after the image tag."""
     out: dict[str, str] = {}
@@ -109,7 +110,7 @@ def runtime_ids() -> list[str]:
     return sorted(_runtime_files())
 
 
-@lru_cache(maxsize=None)
+@cache
 def runtime(profile_id: str = DEFAULT_RUNTIME) -> Runtime:
     files = _runtime_files()
     if profile_id not in files:
@@ -132,12 +133,17 @@ class Hardware:
     data: Mapping[str, Any]
 
 
-@lru_cache(maxsize=None)
+@cache
 def hardware_profiles() -> tuple[Hardware, ...]:
     return tuple(
         Hardware(
-            id=p["id"], name=p["name"], family=p["family"], native_fp4=bool(p["native_fp4"]),
-            nvfp4_w4a4=p["nvfp4_w4a4"], nvfp4_w4a16=p["nvfp4_w4a16"], data=p,
+            id=p["id"],
+            name=p["name"],
+            family=p["family"],
+            native_fp4=bool(p["native_fp4"]),
+            nvfp4_w4a4=p["nvfp4_w4a4"],
+            nvfp4_w4a16=p["nvfp4_w4a16"],
+            data=p,
         )
         for p in load_toml("hardware.toml")["profile"]
     )
@@ -204,11 +210,11 @@ class Family:
         """The module name vLLM sees for a checkpoint name (hf_to_vllm_mapper prefix rules)."""
         for old, new in self.vllm_prefix_map:
             if name.startswith(old):
-                return new + name[len(old):]
+                return new + name[len(old) :]
         return name
 
 
-@lru_cache(maxsize=None)
+@cache
 def families() -> tuple[Family, ...]:
     data = load_toml("architectures.toml")
     out = []
@@ -229,7 +235,7 @@ def families() -> tuple[Family, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def markers() -> Mapping[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in load_toml("architectures.toml")["markers"].items()}
 
@@ -259,7 +265,7 @@ class TransformersClasses:
     causal_lm: Mapping[str, str]  # model_type -> causal LM class
 
 
-@lru_cache(maxsize=None)
+@cache
 def transformers_classes() -> TransformersClasses:
     data = load_toml("transformers.toml")
     return TransformersClasses(data["version"], frozenset(data["classes"]), data["base_model"], data["causal_lm"])

@@ -5,14 +5,15 @@ from __future__ import annotations
 import gc
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from .detect.resolve import Detection, detect
-from .knowledge import Hardware, hardware, hardware_profiles
 from .errors import TargetError
+from .knowledge import Hardware, hardware, hardware_profiles
 from .model.checkpoint import INDEX_NAME, Checkpoint
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES, value_dtype
@@ -90,8 +91,17 @@ def analyze(
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
     """
     with _cyclic_gc_paused():
-        return _analyze(target, runtime=runtime, hardware_ids=hardware_ids, headers_only=headers_only, deep=deep,
-                        revision=revision, progress=progress, producer_schema=producer_schema, lone_shard=lone_shard)
+        return _analyze(
+            target,
+            runtime=runtime,
+            hardware_ids=hardware_ids,
+            headers_only=headers_only,
+            deep=deep,
+            revision=revision,
+            progress=progress,
+            producer_schema=producer_schema,
+            lone_shard=lone_shard,
+        )
 
 
 @contextmanager
@@ -141,10 +151,18 @@ def _analyze(
         ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
-    return judge(ckpt, target=target, label=source.label, runtime=runtime, hardware_ids=hardware_ids,
-                 skipped_reason=skipped_reason, silenced=tuple((r.code, why) for r, why in silenced),
-                 producer_schema=producer_schema, suppressions=suppressions,
-                 extra={"hub": provenance} if provenance else {})
+    return judge(
+        ckpt,
+        target=target,
+        label=source.label,
+        runtime=runtime,
+        hardware_ids=hardware_ids,
+        skipped_reason=skipped_reason,
+        silenced=tuple((r.code, why) for r, why in silenced),
+        producer_schema=producer_schema,
+        suppressions=suppressions,
+        extra={"hub": provenance} if provenance else {},
+    )
 
 
 def judge(
@@ -164,9 +182,7 @@ def judge(
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
     (code, reason) of value rules not run because a suppression silences them outright."""
     det = detect(ckpt, runtime)
-    profiles: tuple[Hardware, ...] = (
-        tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
-    )
+    profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     schema = None
     skipped = []
     if producer_schema:
@@ -174,8 +190,13 @@ def judge(
 
         schema = check_producer_schema(ckpt, det)
         if schema is not None and schema.package is None:
-            skipped.append({"code": "CK311", "slug": "producer-schema",
-                            "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"})
+            skipped.append(
+                {
+                    "code": "CK311",
+                    "slug": "producer-schema",
+                    "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')",
+                }
+            )
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
     findings: list[Finding] = []
     not_run = dict(silenced)
@@ -194,22 +215,32 @@ def judge(
         suppressed=tuple(suppressed),
         extra=extra or {},
     )
-    settings = {"target": target, "label": label, "runtime": runtime, "hardware_ids": tuple(hardware_ids),
-                "skipped_reason": skipped_reason, "silenced": tuple(silenced), "producer_schema": producer_schema,
-                "suppressions": tuple(suppressions), "extra": dict(extra or {})}
+    settings = {
+        "target": target,
+        "label": label,
+        "runtime": runtime,
+        "hardware_ids": tuple(hardware_ids),
+        "skipped_reason": skipped_reason,
+        "silenced": tuple(silenced),
+        "producer_schema": producer_schema,
+        "suppressions": tuple(suppressions),
+        "extra": dict(extra or {}),
+    }
     return Analysis(ckpt, det, report, settings)
 
 
-def _refuse_lone_shard(source) -> None:  # noqa: ANN001 - Source
+def _refuse_lone_shard(source) -> None:
     name = getattr(source, "single_file", None)
     if name is None:
         return
     index, _problem = read_index(source, INDEX_NAME) if (source.root / INDEX_NAME).is_file() else (None, None)
     shards = set(index.weight_map.values()) if index is not None else set()
     if name in shards and len(shards) > 1:
-        raise TargetError(f"{source.label} is one shard of the sharded checkpoint in {source.root} ({INDEX_NAME} "
-                          f"names {len(shards)} shards); check or repair the folder: a shard alone would be judged "
-                          f"as a whole model")
+        raise TargetError(
+            f"{source.label} is one shard of the sharded checkpoint in {source.root} ({INDEX_NAME} "
+            f"names {len(shards)} shards); check or repair the folder: a shard alone would be judged "
+            f"as a whole model"
+        )
 
 
 def doctor(

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import fnmatch
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -139,8 +140,14 @@ def load_suppressions(source: Source, cwd: Path | None = None) -> tuple[Suppress
 
 
 def _record(finding: Finding, s: Suppression, tensors: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"code": finding.code, "slug": finding.slug, "severity": finding.severity,
-                           "reason": s.reason, "source": s.source, "message": finding.message}
+    out: dict[str, Any] = {
+        "code": finding.code,
+        "slug": finding.slug,
+        "severity": finding.severity,
+        "reason": s.reason,
+        "source": s.source,
+        "message": finding.message,
+    }
     if s.globs:
         out["tensors_glob"] = list(s.globs)
         out["tensors"] = tensors
@@ -152,8 +159,9 @@ def _narrow(finding: Finding, keep: Sequence[str], dropped: int, reason: str) ->
     kept = set(keep)
     removed = set(finding.all_tensors) - kept
     details = {
-        k: [x for x in v if x not in removed] if isinstance(v, list) and v and all(isinstance(x, str) for x in v)
-        and set(v) & removed else v
+        k: [x for x in v if x not in removed]
+        if isinstance(v, list) and v and all(isinstance(x, str) for x in v) and set(v) & removed
+        else v
         for k, v in finding.details.items()
     }
     return replace(
@@ -166,8 +174,9 @@ def _narrow(finding: Finding, keep: Sequence[str], dropped: int, reason: str) ->
     )
 
 
-def apply_suppressions(findings: Iterable[Finding], suppressions: Sequence[Suppression]
-                       ) -> tuple[list[Finding], list[dict[str, Any]]]:
+def apply_suppressions(
+    findings: Iterable[Finding], suppressions: Sequence[Suppression]
+) -> tuple[list[Finding], list[dict[str, Any]]]:
     """(findings that remain, records of what was suppressed and why)."""
     kept: list[Finding] = []
     records: list[dict[str, Any]] = []

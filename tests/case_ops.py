@@ -8,12 +8,12 @@ import json
 import re
 import shutil
 import struct
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-from tests.corrupt import drop, edit_json, read_file, rename, rewrite, shards, tensors_of
+from typing import Any
 
 from ckpt_tools.dtypes import byte_size
+from tests.corrupt import drop, edit_json, read_file, rename, rewrite, shards, tensors_of
 
 INDEX = "model.safetensors.index.json"
 
@@ -90,8 +90,15 @@ def op_copy_tensor(folder: Path, source: str, to: str, into: str | None = None, 
         _set_index(folder, to, dest.name)
 
 
-def op_add_tensor(folder: Path, name: str, dtype: str, shape: list[int], values: list[float] | None = None,
-                  fill: int = 0, into: str | None = None) -> None:
+def op_add_tensor(
+    folder: Path,
+    name: str,
+    dtype: str,
+    shape: list[int],
+    values: list[float] | None = None,
+    fill: int = 0,
+    into: str | None = None,
+) -> None:
     dest = folder / into if into else shards(folder)[0]
     data = _encode(dtype, values) if values is not None else bytes([fill]) * (byte_size(dtype, tuple(shape)) or 0)
     rewrite(dest, lambda ts: [*ts, (name, dtype, shape, data)])
@@ -149,8 +156,7 @@ def _rewrite_values(folder: Path, pattern: str, fn: Callable[[str, list[float]],
 
 def op_set_values(folder: Path, pattern: str, values: list[float]) -> None:
     """Overwrite every matching float tensor with these values (repeated to its length)."""
-    _rewrite_values(folder, pattern, lambda _d, old: (values * (len(old) // len(values) + 1))[: len(old)],
-                    "set_values")
+    _rewrite_values(folder, pattern, lambda _d, old: (values * (len(old) // len(values) + 1))[: len(old)], "set_values")
 
 
 def op_scale_values(folder: Path, pattern: str, factor: float) -> None:
@@ -164,8 +170,9 @@ def op_patch_bytes(folder: Path, tensor: str, positions: Mapping[str, int]) -> N
     patch_tensor_bytes(folder, tensor, {int(k): v for k, v in positions.items()})
 
 
-def op_edit_json(folder: Path, file: str, set: Mapping[str, Any] | None = None,  # noqa: A002 - TOML key
-                 delete: list[str] | None = None) -> None:
+def op_edit_json(
+    folder: Path, file: str, set: Mapping[str, Any] | None = None, delete: list[str] | None = None
+) -> None:
     def edit(j: dict) -> None:
         for dotted, value in (set or {}).items():
             parent, key = _path(j, dotted, create=True)
@@ -216,10 +223,18 @@ def op_killed_repair(folder: Path, command: list[str], at: str) -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "CKPT_NO_PROGRESS": "1", "CKPT_REPAIR_CRASH_AT": at,
-           "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", command[0], str(folder), *command[1:]],
-                          env=env, capture_output=True, timeout=120)
+    env = {
+        **os.environ,
+        "CKPT_NO_PROGRESS": "1",
+        "CKPT_REPAIR_CRASH_AT": at,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", command[0], str(folder), *command[1:]],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     if proc.returncode != -signal.SIGKILL:
         raise AssertionError(f"crash point {at} did not fire: {proc.stderr.decode()}")
 
@@ -274,7 +289,6 @@ def op_block_scales(folder: Path, block: list[int], value: float = 0.01) -> None
 OPS: dict[str, Callable[..., None]] = {
     "index_map": op_index_map,
     "killed_repair": op_killed_repair,
-
     "truncate": op_truncate,
     "new_shard": op_new_shard,
     "block_scales": op_block_scales,

@@ -7,9 +7,9 @@ files (tests/rule_cases/*.toml, applied by tests/case_ops.py); these are the con
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tests.corrupt import edit_json
 
@@ -56,8 +56,11 @@ def fp8_block_config(ignored: tuple[str, ...] = ()) -> Callable[[Path], None]:
 
     def apply(folder: Path) -> None:
         def edit(cfg: dict) -> None:
-            cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                          "weight_block_size": [128, 128]}
+            cfg["quantization_config"] = {
+                "quant_method": "fp8",
+                "activation_scheme": "dynamic",
+                "weight_block_size": [128, 128],
+            }
             if ignored:
                 cfg["quantization_config"]["ignored_layers"] = list(ignored)
 
@@ -67,20 +70,48 @@ def fp8_block_config(ignored: tuple[str, ...] = ()) -> Callable[[Path], None]:
 
 
 RECIPES: tuple[Recipe, ...] = (
-    Recipe("hf-quant-config-only", "modelopt-llama-nvfp4", drop_config_quantization,
-           "config.json has no quantization_config; hf_quant_config.json (nested NVFP4) is used"),
-    Recipe("legacy-nested-w4a16-nvfp4", "modelopt-llama-w4a16-nvfp4", drop_config_quantization,
-           "only the nested hf_quant_config.json says W4A16_NVFP4"),
-    Recipe("modelopt-nvfp4-null-inputs", "modelopt-llama-nvfp4", null_input_activations,
-           "NVFP4 config groups with input_activations null (vLLM downgrades to W4A16)"),
-    Recipe("ct-ignore-hf-regex", "llmc-qwen35moe-nvfp4", set_vision_ignore("re:model\\.visual.*"),
-           "vision tower ignored by an HF-side regex, which vLLM matches against vLLM names"),
-    Recipe("ct-ignore-any-visual", "llmc-qwen35moe-nvfp4", set_vision_ignore("re:.*visual.*"),
-           "vision tower ignored by a regex that matches the vLLM names"),
-    Recipe("fp8-block-config", "llmc-llama-fp8-dynamic", fp8_block_config(),
-           "quantization_config replaced by a block-FP8 `quant_method: fp8` config (vLLM Fp8Config)"),
-    Recipe("fp8-block-config-ignored", "llmc-llama-fp8-dynamic", fp8_block_config(("model.layers.0.mlp.down_proj",)),
-           "block-FP8 Fp8Config with one layer in ignored_layers"),
+    Recipe(
+        "hf-quant-config-only",
+        "modelopt-llama-nvfp4",
+        drop_config_quantization,
+        "config.json has no quantization_config; hf_quant_config.json (nested NVFP4) is used",
+    ),
+    Recipe(
+        "legacy-nested-w4a16-nvfp4",
+        "modelopt-llama-w4a16-nvfp4",
+        drop_config_quantization,
+        "only the nested hf_quant_config.json says W4A16_NVFP4",
+    ),
+    Recipe(
+        "modelopt-nvfp4-null-inputs",
+        "modelopt-llama-nvfp4",
+        null_input_activations,
+        "NVFP4 config groups with input_activations null (vLLM downgrades to W4A16)",
+    ),
+    Recipe(
+        "ct-ignore-hf-regex",
+        "llmc-qwen35moe-nvfp4",
+        set_vision_ignore("re:model\\.visual.*"),
+        "vision tower ignored by an HF-side regex, which vLLM matches against vLLM names",
+    ),
+    Recipe(
+        "ct-ignore-any-visual",
+        "llmc-qwen35moe-nvfp4",
+        set_vision_ignore("re:.*visual.*"),
+        "vision tower ignored by a regex that matches the vLLM names",
+    ),
+    Recipe(
+        "fp8-block-config",
+        "llmc-llama-fp8-dynamic",
+        fp8_block_config(),
+        "quantization_config replaced by a block-FP8 `quant_method: fp8` config (vLLM Fp8Config)",
+    ),
+    Recipe(
+        "fp8-block-config-ignored",
+        "llmc-llama-fp8-dynamic",
+        fp8_block_config(("model.layers.0.mlp.down_proj",)),
+        "block-FP8 Fp8Config with one layer in ignored_layers",
+    ),
 )
 
 BY_NAME = {r.name: r for r in RECIPES}

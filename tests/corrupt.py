@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from ckpt_tools.write.header import build_file, encode_header
 
@@ -78,8 +78,9 @@ def drop(folder: Path, predicate: Callable[[str], bool], *, update_index: bool =
         rewrite(shard, lambda ts: [t for t in ts if not predicate(t[0])])
     index = folder / "model.safetensors.index.json"
     if update_index and index.exists():
-        edit_json(index, lambda j: j.__setitem__("weight_map", {k: v for k, v in j["weight_map"].items()
-                                                                if not predicate(k)}))
+        edit_json(
+            index, lambda j: j.__setitem__("weight_map", {k: v for k, v in j["weight_map"].items() if not predicate(k)})
+        )
     return sorted(removed)
 
 

@@ -71,8 +71,9 @@ class Blob:
 class HubServer:
     """`with HubServer(root) as srv:` serves `root` on an ephemeral port of 127.0.0.1 until the block ends."""
 
-    def __init__(self, root: Path, *, lfs_redirect: bool = False, ignore_range: bool = False,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self, root: Path, *, lfs_redirect: bool = False, ignore_range: bool = False, delay: float = 0.0
+    ) -> None:
         self.root = Path(root)
         self.lfs_redirect = lfs_redirect
         self.ignore_range = ignore_range  # answer every GET with the whole file, as a server without Range support
@@ -90,7 +91,7 @@ class HubServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         self._thread.start()
         return self
 
@@ -191,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
     hub: HubServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def do_HEAD(self) -> None:
@@ -201,12 +202,27 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head=False)
 
     # ---- replies ------------------------------------------------------------------------------------------------
-    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, *, head: bool = False,
-               content_length: int | None = None) -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        *,
+        head: bool = False,
+        content_length: int | None = None,
+    ) -> None:
         length = len(body) if content_length is None else content_length
-        self.hub.log.append(Request(self.command, self.path, self.headers.get("range"), status,
-                                    0 if head else len(body), self.headers.get("host", ""),
-                                    "authorization" in self.headers))
+        self.hub.log.append(
+            Request(
+                self.command,
+                self.path,
+                self.headers.get("range"),
+                status,
+                0 if head else len(body),
+                self.headers.get("host", ""),
+                "authorization" in self.headers,
+            )
+        )
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -237,8 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200, b"ok", head=head)
         if parts[:1] == ["__stats"]:  # the log, for a client in another process
             since = int(parse_qs(query).get("since", ["0"])[0])
-            return self._json([r.__dict__ for r in self.hub.requests(since)] + [{"log_size": len(self.hub.log)}],
-                              head)
+            return self._json([r.__dict__ for r in self.hub.requests(since)] + [{"log_size": len(self.hub.log)}], head)
         if parts[:1] == ["__config"]:
             self.hub.delay = float(parse_qs(query).get("delay_ms", ["0"])[0]) / 1000
             return self._reply(200, b"ok", head=head)
@@ -282,13 +297,24 @@ class _Handler(BaseHTTPRequestHandler):
                 if blob.lfs:
                     entry["lfs"] = {"size": blob.size, "sha256": blob.sha256, "pointerSize": 134}
             siblings.append(entry)
-        self._json({
-            "_id": hashlib.md5(repo.encode()).hexdigest()[:24], "id": repo, "modelId": repo,
-            "sha": self.hub._commit(folder), "private": bool(settings.get("private")),
-            "gated": settings.get("gated", False), "disabled": False, "downloads": 0, "likes": 0, "tags": [],
-            "lastModified": "2025-01-01T00:00:00.000Z", "createdAt": "2025-01-01T00:00:00.000Z",
-            "siblings": siblings,
-        }, head)
+        self._json(
+            {
+                "_id": hashlib.md5(repo.encode()).hexdigest()[:24],
+                "id": repo,
+                "modelId": repo,
+                "sha": self.hub._commit(folder),
+                "private": bool(settings.get("private")),
+                "gated": settings.get("gated", False),
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "lastModified": "2025-01-01T00:00:00.000Z",
+                "createdAt": "2025-01-01T00:00:00.000Z",
+                "siblings": siblings,
+            },
+            head,
+        )
 
     def _resolve(self, repo: str, revision: str, rel: str, head: bool) -> None:
         found = self._repo(repo, head)
@@ -311,8 +337,9 @@ class _Handler(BaseHTTPRequestHandler):
         blob = self.hub._blob(path)
         headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
         if blob.lfs:
-            headers.update({"ETag": f'"{blob.sha256}"', "X-Linked-Size": str(blob.size),
-                            "X-Linked-Etag": f'"{blob.sha256}"'})
+            headers.update(
+                {"ETag": f'"{blob.sha256}"', "X-Linked-Size": str(blob.size), "X-Linked-Etag": f'"{blob.sha256}"'}
+            )
             if self.hub.lfs_redirect:
                 headers["Location"] = f"http://localhost:{self.hub.port}/__cdn/{blob.sha256}"
                 return self._reply(302, b"", headers, head=head)
@@ -326,8 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, b"no such object", head=head)
         self._send_file(path, path.stat().st_size, {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}, head)
 
-    def _send_file(self, path: Path, size: int, headers: dict[str, str], head: bool,
-                   mangle: str | None = None) -> None:
+    def _send_file(self, path: Path, size: int, headers: dict[str, str], head: bool, mangle: str | None = None) -> None:
         wanted = self.headers.get("range")
         start, end = 0, size - 1
         status = 200
@@ -365,8 +391,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply_cut(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         """Declare the whole body, send half of it, and close the connection."""
-        self.hub.log.append(Request(self.command, self.path, self.headers.get("range"), status, len(body) // 2,
-                                    self.headers.get("host", ""), "authorization" in self.headers))
+        self.hub.log.append(
+            Request(
+                self.command,
+                self.path,
+                self.headers.get("range"),
+                status,
+                len(body) // 2,
+                self.headers.get("host", ""),
+                "authorization" in self.headers,
+            )
+        )
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)

@@ -8,8 +8,8 @@ import json
 import re
 import shutil
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ckpt_tools.dtypes import byte_size
 from ckpt_tools.write.header import encode_header

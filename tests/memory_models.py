@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ckpt_tools.write.header import encode_header
 
@@ -36,24 +36,55 @@ def _bf16(prefix: str, out: int, inp: int) -> Iterator[Tensor]:
 
 
 SEED_TEXT = {
-    "num_hidden_layers": 40, "full_attention_interval": 4, "hidden_size": 2048, "num_attention_heads": 16,
-    "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 256,
-    "num_experts_per_tok": 8, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
-    "vocab_size": 248320, "max_position_embeddings": 262144, "model_type": "qwen3_5_moe_text", "dtype": "bfloat16",
-    "attn_output_gate": True, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "num_hidden_layers": 40,
+    "full_attention_interval": 4,
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 256,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "vocab_size": 248320,
+    "max_position_embeddings": 262144,
+    "model_type": "qwen3_5_moe_text",
+    "dtype": "bfloat16",
+    "attn_output_gate": True,
+    "partial_rotary_factor": 0.25,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
 }
-SEED_VISION = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
-               "temporal_patch_size": 2, "in_channels": 3, "spatial_merge_size": 2, "out_hidden_size": 2048,
-               "num_position_embeddings": 2304, "model_type": "qwen3_5_moe_vision"}
+SEED_VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_heads": 16,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "in_channels": 3,
+    "spatial_merge_size": 2,
+    "out_hidden_size": 2048,
+    "num_position_embeddings": 2304,
+    "model_type": "qwen3_5_moe_vision",
+}
 
 
 def _seed_tensors(experts: int) -> Iterator[Tensor]:
     t = SEED_TEXT
     h, e, mi = t["hidden_size"], experts, t["moe_intermediate_size"]
     heads, kv, hd = t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"]
-    nk, nv, dk, dv = t["linear_num_key_heads"], t["linear_num_value_heads"], t["linear_key_head_dim"], \
-        t["linear_value_head_dim"]
+    nk, nv, dk, dv = (
+        t["linear_num_key_heads"],
+        t["linear_num_value_heads"],
+        t["linear_key_head_dim"],
+        t["linear_value_head_dim"],
+    )
     lm = "model.language_model"
     yield f"{lm}.embed_tokens.weight", "BF16", [t["vocab_size"], h]
     for i in range(t["num_hidden_layers"]):
@@ -101,8 +132,12 @@ def _seed_tensors(experts: int) -> Iterator[Tensor]:
         for norm in ("norm1", "norm2"):
             yield f"{p}.{norm}.weight", "BF16", [vh]
             yield f"{p}.{norm}.bias", "BF16", [vh]
-        for name, out, inp in (("attn.qkv", 3 * vh, vh), ("attn.proj", vh, vh), ("mlp.linear_fc1", vi, vh),
-                               ("mlp.linear_fc2", vh, vi)):
+        for name, out, inp in (
+            ("attn.qkv", 3 * vh, vh),
+            ("attn.proj", vh, vh),
+            ("mlp.linear_fc1", vi, vh),
+            ("mlp.linear_fc2", vh, vi),
+        ):
             yield f"{p}.{name}.weight", "BF16", [out, inp]
             yield f"{p}.{name}.bias", "BF16", [out]
     merged = vh * 4
@@ -115,44 +150,87 @@ def _seed_tensors(experts: int) -> Iterator[Tensor]:
 
 
 def _seed_config(experts: int) -> dict:
-    ignore = ["lm_head", "re:.*mlp.gate$", "re:.*visual.*", "re:.*shared_expert_gate$", "re:.*linear_attn.in_proj_a$",
-              "re:.*linear_attn.in_proj_b$"]
-    scheme = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True,
-              "dynamic": False}
+    ignore = [
+        "lm_head",
+        "re:.*mlp.gate$",
+        "re:.*visual.*",
+        "re:.*shared_expert_gate$",
+        "re:.*linear_attn.in_proj_a$",
+        "re:.*linear_attn.in_proj_b$",
+    ]
+    scheme = {
+        "num_bits": 4,
+        "type": "float",
+        "strategy": "tensor_group",
+        "group_size": 16,
+        "symmetric": True,
+        "dynamic": False,
+    }
     return {
-        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
-        "text_config": {**SEED_TEXT, "num_experts": experts}, "vision_config": SEED_VISION, "tie_word_embeddings": False,
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "text_config": {**SEED_TEXT, "num_experts": experts},
+        "vision_config": SEED_VISION,
+        "tie_word_embeddings": False,
         "quantization_config": {
-            "quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ignore,
-            "config_groups": {"group_0": {"targets": ["Linear"], "format": "nvfp4-pack-quantized",
-                                          "weights": scheme, "input_activations": {**scheme, "dynamic": "local"}}},
+            "quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized",
+            "ignore": ignore,
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "format": "nvfp4-pack-quantized",
+                    "weights": scheme,
+                    "input_activations": {**scheme, "dynamic": "local"},
+                }
+            },
         },
     }
 
 
-def _dense_tensors(layers: int = 80, hidden: int = 8192, inter: int = 28672, heads: int = 64, kv: int = 8,
-                   vocab: int = 128256) -> Iterator[Tensor]:
+def _dense_tensors(
+    layers: int = 80, hidden: int = 8192, inter: int = 28672, heads: int = 64, kv: int = 8, vocab: int = 128256
+) -> Iterator[Tensor]:
     hd = hidden // heads
     yield "model.embed_tokens.weight", "BF16", [vocab, hidden]
     for i in range(layers):
         p = f"model.layers.{i}"
         yield f"{p}.input_layernorm.weight", "BF16", [hidden]
         yield f"{p}.post_attention_layernorm.weight", "BF16", [hidden]
-        for name, out, inp in (("self_attn.q_proj", hidden, hidden), ("self_attn.k_proj", kv * hd, hidden),
-                               ("self_attn.v_proj", kv * hd, hidden), ("self_attn.o_proj", hidden, hidden),
-                               ("mlp.gate_proj", inter, hidden), ("mlp.up_proj", inter, hidden),
-                               ("mlp.down_proj", hidden, inter)):
+        for name, out, inp in (
+            ("self_attn.q_proj", hidden, hidden),
+            ("self_attn.k_proj", kv * hd, hidden),
+            ("self_attn.v_proj", kv * hd, hidden),
+            ("self_attn.o_proj", hidden, hidden),
+            ("mlp.gate_proj", inter, hidden),
+            ("mlp.up_proj", inter, hidden),
+            ("mlp.down_proj", hidden, inter),
+        ):
             yield f"{p}.{name}.weight", "BF16", [out, inp]
     yield "model.norm.weight", "BF16", [hidden]
     yield "lm_head.weight", "BF16", [vocab, hidden]
 
 
 DENSE_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
-    "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
-                     "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "original_max_position_embeddings": 8192,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    },
 }
 
 
@@ -166,7 +244,7 @@ def _write(folder: Path, tensors: Iterator[Tensor], config: dict, shards: int) -
     for s in range(shards):
         name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         entries, offset = {}, 0
-        for tname, dtype, shape in items[s * per:(s + 1) * per]:
+        for tname, dtype, shape in items[s * per : (s + 1) * per]:
             n = BYTES[dtype]
             for d in shape:
                 n *= d
@@ -179,7 +257,8 @@ def _write(folder: Path, tensors: Iterator[Tensor], config: dict, shards: int) -
             fh.truncate(8 + len(header) + offset)  # the data region takes no disk space
         total += offset
     (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+    )
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return total
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from safetensors import deserialize, safe_open
 
@@ -88,7 +88,7 @@ def file_bytes(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def run_cli(args: Iterable[str], capsys) -> tuple[int, str, str]:  # noqa: ANN001 - pytest's capsys
+def run_cli(args: Iterable[str], capsys) -> tuple[int, str, str]:
     """Run `ckpt ARGS` in this process through the real entry point (one-line errors, exit codes)."""
     from ckpt_tools.cli.main import main
 
@@ -107,7 +107,7 @@ def run_cli(args: Iterable[str], capsys) -> tuple[int, str, str]:  # noqa: ANN00
 
 def renamed_view(view: dict, old: str, new: str) -> dict:
     """What the library view must be after renaming prefix `old` to `new` (shard, dtype, shape, data unchanged)."""
-    return {(new + k[len(old):] if k.startswith(old) else k): v for k, v in view.items()}
+    return {(new + k[len(old) :] if k.startswith(old) else k): v for k, v in view.items()}
 
 
 def add_tensors(folder: Path, tensors: list[tuple[str, str, list[int], bytes]], *, beside: str) -> Path:

@@ -14,7 +14,9 @@ CLEAN = GENUINE / "modelopt-llama-nvfp4"
 
 
 def test_accepts_paths_strings_one_or_many_hardware_ids_any_case() -> None:
-    assert ckpt_tools.doctor(CLEAN, hardware="GB10").findings == ckpt_tools.doctor(str(CLEAN), hardware=["gb10"]).findings
+    assert (
+        ckpt_tools.doctor(CLEAN, hardware="GB10").findings == ckpt_tools.doctor(str(CLEAN), hardware=["gb10"]).findings
+    )
     plan = ckpt_tools.serve_flags(Path(CLEAN), hardware="H100")
     assert plan.hardware.id == "h100"
     as_string = ckpt_tools.check_serve(CLEAN, f"vllm serve {CLEAN}")
@@ -23,22 +25,39 @@ def test_accepts_paths_strings_one_or_many_hardware_ids_any_case() -> None:
     assert isinstance(ckpt_tools.doctor(CLEAN), ckpt_tools.Report) and isinstance(plan, ckpt_tools.ServePlan)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: ckpt_tools.doctor(123),
-    lambda: ckpt_tools.doctor(None),
-    lambda: ckpt_tools.doctor(""),
-    lambda: ckpt_tools.doctor(CLEAN, hardware=[1]),
-    lambda: ckpt_tools.doctor(CLEAN, runtime=3),
-    lambda: ckpt_tools.doctor(CLEAN).render("yaml"),
-    lambda: ckpt_tools.doctor(CLEAN).exit_code("fatal"),
-    lambda: ckpt_tools.serve_flags(CLEAN, max_model_len="abc"),
-    lambda: ckpt_tools.serve_flags(CLEAN, hardware=["gb10"]),
-    lambda: ckpt_tools.check_serve(CLEAN, None),
-    lambda: ckpt_tools.check_serve(CLEAN, []),
-    lambda: ckpt_tools.check_serve(CLEAN, "vllm serve 'x"),
-    lambda: ckpt_tools.analyze("/nonexistent/model"),
-], ids=["int", "none", "empty", "hw-int", "runtime-int", "render", "exit-code", "mml-str", "hw-list-serve",
-        "cmd-none", "cmd-empty", "cmd-quote", "missing"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: ckpt_tools.doctor(123),
+        lambda: ckpt_tools.doctor(None),
+        lambda: ckpt_tools.doctor(""),
+        lambda: ckpt_tools.doctor(CLEAN, hardware=[1]),
+        lambda: ckpt_tools.doctor(CLEAN, runtime=3),
+        lambda: ckpt_tools.doctor(CLEAN).render("yaml"),
+        lambda: ckpt_tools.doctor(CLEAN).exit_code("fatal"),
+        lambda: ckpt_tools.serve_flags(CLEAN, max_model_len="abc"),
+        lambda: ckpt_tools.serve_flags(CLEAN, hardware=["gb10"]),
+        lambda: ckpt_tools.check_serve(CLEAN, None),
+        lambda: ckpt_tools.check_serve(CLEAN, []),
+        lambda: ckpt_tools.check_serve(CLEAN, "vllm serve 'x"),
+        lambda: ckpt_tools.analyze("/nonexistent/model"),
+    ],
+    ids=[
+        "int",
+        "none",
+        "empty",
+        "hw-int",
+        "runtime-int",
+        "render",
+        "exit-code",
+        "mml-str",
+        "hw-list-serve",
+        "cmd-none",
+        "cmd-empty",
+        "cmd-quote",
+        "missing",
+    ],
+)
 def test_bad_input_raises_only_ckpt_errors(call) -> None:
     with pytest.raises(CkptError):
         call()

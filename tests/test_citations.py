@@ -9,8 +9,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = [ROOT / "README.md", *sorted((ROOT / "ckpt_tools").rglob("*.py")), *sorted((ROOT / "rules").rglob("*")),
-           *sorted((ROOT / "docs").rglob("*"))]
+SHIPPED = [
+    ROOT / "README.md",
+    *sorted((ROOT / "ckpt_tools").rglob("*.py")),
+    *sorted((ROOT / "rules").rglob("*")),
+    *sorted((ROOT / "docs").rglob("*")),
+]
 UNSHIPPED = re.compile(r"vllm-facts|failure-catalogue|(?<!docs/reference/)producers\.md|shared/")
 
 

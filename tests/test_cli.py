@@ -17,8 +17,9 @@ FIXTURES = GENUINE.parent
 
 def ckpt(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "NO_COLOR": "1", "CKPT_NO_PROGRESS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True,
-                          env=full_env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess) -> None:
@@ -45,8 +46,10 @@ def test_fail_on_levels() -> None:
     target = str(GENUINE / "llmc-llama-nvfp4a16")  # one warning (weight-only by design)
     assert ckpt("doctor", target).returncode == 0
     assert ckpt("doctor", target, "--fail-on", "warning").returncode == 1
-    assert ckpt("doctor", str(FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"), "--fail-on",
-                "none").returncode == 0
+    assert (
+        ckpt("doctor", str(FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"), "--fail-on", "none").returncode
+        == 0
+    )
 
 
 def test_missing_target_exits_2(tmp_path: Path) -> None:
@@ -110,8 +113,19 @@ def test_json_report_contract(tmp_path: Path) -> None:
     proc = ckpt("doctor", str(folder), "-f", "json")
     report = json.loads(proc.stdout)
     assert report["schema_version"] == 1 and report["tool"]["name"] == "ckpt" and report["target"] == str(folder)
-    required = {"producer", "quant_algo", "vllm_quantization", "activation_mode", "architecture", "model_type",
-                "shards", "tensors", "bytes", "kv_cache", "components"}
+    required = {
+        "producer",
+        "quant_algo",
+        "vllm_quantization",
+        "activation_mode",
+        "architecture",
+        "model_type",
+        "shards",
+        "tensors",
+        "bytes",
+        "kv_cache",
+        "components",
+    }
     assert required <= set(report["checkpoint"])
     # vLLM builds what the config declares (W4A4); the tensors carry input scales for the dense layers only.
     assert report["checkpoint"]["activation_mode"] == "W4A4"
@@ -140,7 +154,9 @@ def test_colour_only_on_tty() -> None:
 def test_output_file(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     proc = ckpt("doctor", str(GENUINE / "base-llama-bf16"), "-f", "json", "-o", str(out))
-    assert proc.returncode == 0 and proc.stdout == "" and json.loads(out.read_text())["checkpoint"]["producer"] == "none"
+    assert (
+        proc.returncode == 0 and proc.stdout == "" and json.loads(out.read_text())["checkpoint"]["producer"] == "none"
+    )
 
 
 def test_single_file_target() -> None:
@@ -168,10 +184,13 @@ def test_rules_and_explain() -> None:
 
 
 def test_header_path_imports_no_torch_or_numpy() -> None:
-    code = ("import sys, ckpt_tools; ckpt_tools.doctor(sys.argv[1]); "
-            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code, str(GENUINE / "llmc-qwen35moe-nvfp4")], capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import sys, ckpt_tools; ckpt_tools.doctor(sys.argv[1]); "
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(GENUINE / "llmc-qwen35moe-nvfp4")], capture_output=True, text=True, timeout=120
+    )
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
@@ -192,8 +211,13 @@ print(code, sorted(m for m in sys.modules
 @pytest.mark.parametrize("args", [["--help"], ["doctor", "--help"], ["serve-flags", "--help"], []])
 def test_help_imports_no_pipeline(args: list[str]) -> None:
     """Printing help registers the commands only: the pipeline, the Hub client, rich and numpy stay unimported."""
-    proc = subprocess.run([sys.executable, "-c", HELP_PROBE, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     code, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
     assert loaded == "[]", proc.stderr
     assert "Usage:" in proc.stdout + proc.stderr and "--help" in proc.stdout + proc.stderr
@@ -201,9 +225,11 @@ def test_help_imports_no_pipeline(args: list[str]) -> None:
 
 
 def test_package_import_is_lazy_but_complete() -> None:
-    code = ("import sys, ckpt_tools; lazy = 'ckpt_tools.pipeline' not in sys.modules; "
-            "print(lazy, ckpt_tools.Report.__name__, ckpt_tools.doctor.__module__, ckpt_tools.serve_flags.__module__, "
-            "set(ckpt_tools.__all__) <= set(dir(ckpt_tools)))")
+    code = (
+        "import sys, ckpt_tools; lazy = 'ckpt_tools.pipeline' not in sys.modules; "
+        "print(lazy, ckpt_tools.Report.__name__, ckpt_tools.doctor.__module__, ckpt_tools.serve_flags.__module__, "
+        "set(ckpt_tools.__all__) <= set(dir(ckpt_tools)))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["True", "Report", "ckpt_tools.pipeline", "ckpt_tools.serve", "True"], proc.stderr
 

@@ -22,8 +22,18 @@ from tests.test_cli import FIXTURES, ckpt
 
 CLEAN = str(GENUINE / "modelopt-llama-nvfp4")
 MISNESTED = FIXTURES / "defective" / "qwen35moe-nvfp4-misnested-vision"
-COMMANDS = ("doctor", "inspect", "serve-flags", "check-serve", "fix-prefix", "scrub-nan", "drop-orphans", "fix",
-            "rules", "explain")
+COMMANDS = (
+    "doctor",
+    "inspect",
+    "serve-flags",
+    "check-serve",
+    "fix-prefix",
+    "scrub-nan",
+    "drop-orphans",
+    "fix",
+    "rules",
+    "explain",
+)
 
 
 def test_serve_flags_stdout_is_only_the_command() -> None:
@@ -32,10 +42,25 @@ def test_serve_flags_stdout_is_only_the_command() -> None:
     assert proc.stdout.startswith("env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve ")
     assert "warning: CS120 max-model-len-exceeded" in proc.stderr
     # `cmd=$(ckpt serve-flags ...)` then `$cmd`: the env prefix runs through `env`, so word splitting works.
-    script = f'cmd=$("$@") && set -- $cmd && echo "$1|$2|$3|$4"'
-    out = subprocess.run(["bash", "-c", script, "_", sys.executable, "-m", "ckpt_tools.cli.main", "serve-flags",
-                          CLEAN, "--max-model-len", "9999"], capture_output=True, text=True,
-                         env={**os.environ, "CKPT_NO_PROGRESS": "1"}).stdout
+    script = 'cmd=$("$@") && set -- $cmd && echo "$1|$2|$3|$4"'
+    out = subprocess.run(
+        [
+            "bash",
+            "-c",
+            script,
+            "_",
+            sys.executable,
+            "-m",
+            "ckpt_tools.cli.main",
+            "serve-flags",
+            CLEAN,
+            "--max-model-len",
+            "9999",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CKPT_NO_PROGRESS": "1"},
+    ).stdout
     assert out.strip() == "env|VLLM_ALLOW_LONG_MAX_MODEL_LEN=1|vllm|serve"
 
 
@@ -76,8 +101,13 @@ def test_full_disk_is_one_line() -> None:
     proc = ckpt("doctor", CLEAN, "-o", "/dev/full")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "internal error" not in proc.stderr
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", CLEAN], stdout=full,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "CKPT_NO_PROGRESS": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", CLEAN],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "CKPT_NO_PROGRESS": "1"},
+        )
     assert proc.returncode == 2 and proc.stderr == "ckpt: cannot write the output: the disk is full\n"
 
 
@@ -142,7 +172,7 @@ def _silent_server() -> tuple[socket.socket, int, list]:
     return srv, srv.getsockname()[1], held
 
 
-def _wait_for(condition, timeout: float = 60.0) -> None:  # noqa: ANN001
+def _wait_for(condition, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < end, "the child never got there"
@@ -161,11 +191,22 @@ def _maps(pid: int) -> str:
 @pytest.mark.parametrize("moment", ["start-up", "reading"])
 def test_ctrl_c_prints_one_line_and_exits_130(moment) -> None:
     srv, port, held = _silent_server()
-    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "CKPT_NO_PROGRESS": "1", "HF_HUB_ETAG_TIMEOUT": "60", "HF_HUB_DOWNLOAD_TIMEOUT": "60"}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": f"http://127.0.0.1:{port}",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "CKPT_NO_PROGRESS": "1",
+        "HF_HUB_ETAG_TIMEOUT": "60",
+        "HF_HUB_DOWNLOAD_TIMEOUT": "60",
+    }
     env.pop("HF_HUB_OFFLINE", None)
-    proc = subprocess.Popen([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", "org/model"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", "org/model"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if moment == "start-up":
         # While the commands are being imported: orjson's extension is mapped by then, typer's app not yet run.
         _wait_for(lambda: "orjson" in _maps(proc.pid))
@@ -205,16 +246,29 @@ def test_progress_bars_only_on_a_terminal(tmp_path) -> None:
     folder.mkdir()
     rows, cols = 16384, 65536  # 64 MiB of weight_scale
     n = rows * cols // 16
-    entries = {"model.layers.0.mlp.down_proj.weight": {"dtype": "U8", "shape": [rows, cols // 2],
-                                                       "data_offsets": [0, rows * cols // 2]},
-               "model.layers.0.mlp.down_proj.weight_scale": {"dtype": "F8_E4M3", "shape": [rows, cols // 16],
-                                                             "data_offsets": [rows * cols // 2, rows * cols // 2 + n]}}
+    entries = {
+        "model.layers.0.mlp.down_proj.weight": {
+            "dtype": "U8",
+            "shape": [rows, cols // 2],
+            "data_offsets": [0, rows * cols // 2],
+        },
+        "model.layers.0.mlp.down_proj.weight_scale": {
+            "dtype": "F8_E4M3",
+            "shape": [rows, cols // 16],
+            "data_offsets": [rows * cols // 2, rows * cols // 2 + n],
+        },
+    }
     header = encode_header(entries, {"format": "pt"})
     with open(folder / "model.safetensors", "wb") as fh:
         fh.write(struct.pack("<Q", len(header)) + header)
         fh.truncate(8 + len(header) + rows * cols // 2 + n)
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}')
     env = {k: v for k, v in os.environ.items() if k != "CKPT_NO_PROGRESS"}
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode in (0, 1) and "scale scan" not in proc.stderr and "\r" not in proc.stderr

@@ -16,7 +16,7 @@ from tests.corrupt import GENUINE, genuine_entries
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _cases_module():  # noqa: ANN202
+def _cases_module():
     spec = importlib.util.spec_from_file_location("conformance_cases", REPO / "bench" / "conformance" / "cases.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
@@ -25,11 +25,11 @@ def _cases_module():  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def cases():  # noqa: ANN201
+def cases():
     return _cases_module().all_cases(REPO)
 
 
-def test_every_fixture_and_recipe_is_a_case(cases) -> None:  # noqa: ANN001
+def test_every_fixture_and_recipe_is_a_case(cases) -> None:
     names = {c.name for c in cases}
     assert set(genuine_entries()) <= names
     defective = [p.name for p in (REPO / "fixtures" / "defective").iterdir() if p.is_dir()]
@@ -37,7 +37,7 @@ def test_every_fixture_and_recipe_is_a_case(cases) -> None:  # noqa: ANN001
     assert {f"recipe:{r.name}" for r in RECIPES} <= names
 
 
-def test_every_rule_case_with_steps_is_a_case(cases) -> None:  # noqa: ANN001
+def test_every_rule_case_with_steps_is_a_case(cases) -> None:
     import tomllib
 
     expected = 0
@@ -50,7 +50,7 @@ def test_every_rule_case_with_steps_is_a_case(cases) -> None:  # noqa: ANN001
     assert all(c.fixture.parent == GENUINE and c.fixture.is_dir() for c in rule_cases)
 
 
-def test_a_case_materializes_a_corrupted_copy(cases, tmp_path) -> None:  # noqa: ANN001
+def test_a_case_materializes_a_corrupted_copy(cases, tmp_path) -> None:
     case = next(c for c in cases if c.name == "recipe:hf-quant-config-only")
     folder = case.materialize(tmp_path)
     assert folder != case.fixture and folder.parent == tmp_path

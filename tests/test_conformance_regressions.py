@@ -9,7 +9,7 @@ from ckpt_tools import analyze
 from tests.config_recipes import BY_NAME
 
 
-def _detect(fixture_copy, name: str):  # noqa: ANN001, ANN202 - the conftest factory; a Detection
+def _detect(fixture_copy, name: str):
     recipe = BY_NAME[name]
     folder = fixture_copy(recipe.fixture)
     recipe.apply(folder)
@@ -51,18 +51,22 @@ def test_serve_flags_does_not_block_a_readable_config(fixture_copy) -> None:
     assert serve_flags_blocked(fixture_copy("llmc-llama-nvfp4")) is None
 
 
-def serve_flags_blocked(folder):  # noqa: ANN001, ANN201
+def serve_flags_blocked(folder):
     from ckpt_tools.serve import serve_flags
 
     return serve_flags(str(folder)).blocked
 
 
-def _routers_not_ignored(fixture_copy, fixture: str):  # noqa: ANN001, ANN202
+def _routers_not_ignored(fixture_copy, fixture: str):
     from tests.corrupt import edit_json
 
     folder = fixture_copy(fixture)
-    edit_json(folder / "config.json", lambda c: c["quantization_config"].__setitem__(
-        "ignore", [e for e in c["quantization_config"]["ignore"] if not e.endswith("mlp.gate")]))
+    edit_json(
+        folder / "config.json",
+        lambda c: c["quantization_config"].__setitem__(
+            "ignore", [e for e in c["quantization_config"]["ignore"] if not e.endswith("mlp.gate")]
+        ),
+    )
     det = analyze(str(folder), headers_only=True).detection
     return [r for r in det.rows if r.name.endswith("mlp.gate")]
 

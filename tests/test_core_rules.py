@@ -43,6 +43,7 @@ def test_no_lfs_pointer_on_genuine(fixture_copy) -> None:
 
 # ---- CK104 invalid-header --------------------------------------------------------------------------------------------
 
+
 def test_truncated_shard(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4")
     shard = folder / "model.safetensors"
@@ -83,6 +84,7 @@ def test_valid_headers_on_genuine(fixture_copy) -> None:
 
 # ---- CK102 index-missing-shard ---------------------------------------------------------------------------------------
 
+
 def test_index_missing_shard(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4-awq-sharded")
     gone = shards(folder)[-1]
@@ -95,11 +97,14 @@ def test_index_missing_shard(fixture_copy) -> None:
 
 # ---- CK103 index-tensor-mismatch -------------------------------------------------------------------------------------
 
+
 def test_index_lists_absent_tensor(fixture_copy) -> None:
     folder = fixture_copy("llmc-qwen3moe-nvfp4-sharded")
     first_shard = shards(folder)[0].name
-    edit_json(folder / "model.safetensors.index.json",
-              lambda j: j["weight_map"].__setitem__("model.layers.0.self_attn.q_proj.stale_scale", first_shard))
+    edit_json(
+        folder / "model.safetensors.index.json",
+        lambda j: j["weight_map"].__setitem__("model.layers.0.self_attn.q_proj.stale_scale", first_shard),
+    )
     [f] = findings(folder, "index-tensor-mismatch")
     assert f.details["absent"] == ["model.layers.0.self_attn.q_proj.stale_scale"]
 
@@ -125,13 +130,13 @@ def test_index_consistent_on_genuine(fixture_copy) -> None:
 
 # ---- CK201 misnested-prefix ------------------------------------------------------------------------------------------
 
+
 def test_misnested_vision_tower_both_producers(fixture_copy) -> None:
     for name in ("llmc-qwen35moe-nvfp4", "modelopt-qwen35moe-nvfp4"):
         folder = fixture_copy(name)
         moved = rename(folder, lambda n: n.replace("model.visual.", "model.language_model.visual.", 1))
         [f] = findings(folder, "misnested-prefix")
-        assert f.details["rename"] == [{"from": "model.language_model.visual.", "to": "model.visual.",
-                                        "count": moved}]
+        assert f.details["rename"] == [{"from": "model.language_model.visual.", "to": "model.visual.", "count": moved}]
         assert f.count == moved and f.fix == f"ckpt fix-prefix {folder}"
 
 
@@ -139,8 +144,9 @@ def test_doubled_language_model_prefix(fixture_copy) -> None:
     folder = fixture_copy("llmc-qwen35moe-nvfp4a16")
     moved = rename(folder, lambda n: n.replace("model.language_model.", "model.language_model.language_model.", 1))
     [f] = findings(folder, "misnested-prefix")
-    assert f.details["rename"] == [{"from": "model.language_model.language_model.", "to": "model.language_model.",
-                                    "count": moved}]
+    assert f.details["rename"] == [
+        {"from": "model.language_model.language_model.", "to": "model.language_model.", "count": moved}
+    ]
 
 
 def test_misnested_with_collision_has_no_auto_fix(fixture_copy) -> None:
@@ -149,8 +155,17 @@ def test_misnested_with_collision_has_no_auto_fix(fixture_copy) -> None:
     from tests.corrupt import rewrite
 
     shard = shards(folder)[0]
-    rewrite(shard, lambda ts: ts + [(n.replace("model.visual.", "model.language_model.visual.", 1), d, s, b)
-                                    for n, d, s, b in ts if n.startswith("model.visual.")])
+    rewrite(
+        shard,
+        lambda ts: (
+            ts
+            + [
+                (n.replace("model.visual.", "model.language_model.visual.", 1), d, s, b)
+                for n, d, s, b in ts
+                if n.startswith("model.visual.")
+            ]
+        ),
+    )
     [f] = findings(folder, "misnested-prefix")
     assert f.fix is None and f.details["collisions"]
 
@@ -163,12 +178,16 @@ def test_no_misnesting_on_genuine(genuine: str) -> None:
 
 # ---- CK304 quant-config-mismatch -------------------------------------------------------------------------------------
 
+
 def test_configs_disagree_on_algo(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4")
     edit_json(folder / "hf_quant_config.json", lambda j: j["quantization"].__setitem__("quant_algo", "FP8"))
     [f] = findings(folder, "quant-config-mismatch")
-    assert f.severity == "error" and f.details == {"field": "quant_algo", "config.json": "NVFP4",
-                                                   "hf_quant_config.json": "FP8"}
+    assert f.severity == "error" and f.details == {
+        "field": "quant_algo",
+        "config.json": "NVFP4",
+        "hf_quant_config.json": "FP8",
+    }
 
 
 def test_quantized_tensors_without_declaration(fixture_copy) -> None:
@@ -219,6 +238,7 @@ def test_no_config_mismatch_on_genuine(genuine: str) -> None:
 
 # ---- CK310 unsupported-quant-algo ------------------------------------------------------------------------------------
 
+
 def test_awq_rejected_by_upstream(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4-awq")
     [f] = findings(folder, "unsupported-quant-algo")
@@ -243,6 +263,7 @@ def test_mixed_precision_without_layers(fixture_copy) -> None:
 
 
 # ---- CK401 nvfp4-weight-only -----------------------------------------------------------------------------------------
+
 
 def test_modelopt_missing_input_scales_is_error(fixture_copy) -> None:
     folder = fixture_copy("modelopt-qwen3moe-nvfp4")
@@ -282,6 +303,7 @@ def test_w4a4_fixtures_are_not_weight_only(fixture_copy) -> None:
 
 # ---- CK501 nan-fp8-scale ---------------------------------------------------------------------------------------------
 
+
 def test_nan_block_scale(fixture_copy) -> None:
     folder = fixture_copy("modelopt-qwen3moe-nvfp4")
     tensor = first_tensor(folder, "mlp.experts.2.down_proj.weight_scale")
@@ -309,9 +331,20 @@ def test_absent_experts_held_by_missing_shards_are_found_in_one_pass() -> None:
     one-pass index answers exactly as testing every missing tensor's name for the `<layer>.<id>.` prefix."""
     from ckpt_tools.rules._experts import _experts_touched
 
-    names = frozenset(["a.experts.3.up.weight", "b.experts.07.x", "c.experts.1.d.experts.2.e", "d.experts.5",
-                       "m.experts.12.gate.weight", "n.experts.x.w"])
+    names = frozenset(
+        [
+            "a.experts.3.up.weight",
+            "b.experts.07.x",
+            "c.experts.1.d.experts.2.e",
+            "d.experts.5",
+            "m.experts.12.gate.weight",
+            "n.experts.x.w",
+        ]
+    )
     layers = ("a.experts", "b.experts", "c.experts", "c.experts.1.d.experts", "d.experts", "m.experts", "n.experts")
     brute = {(layer, e) for layer in layers for e in range(20) if any(n.startswith(f"{layer}.{e}.") for n in names)}
-    assert _experts_touched(names) == brute == {("a.experts", 3), ("c.experts", 1), ("c.experts.1.d.experts", 2),
-                                                 ("m.experts", 12)}
+    assert (
+        _experts_touched(names)
+        == brute
+        == {("a.experts", 3), ("c.experts", 1), ("c.experts.1.d.experts", 2), ("m.experts", 12)}
+    )

@@ -94,8 +94,14 @@ def test_every_fixture_has_expectations() -> None:
 def test_detection(genuine: str) -> None:
     report = analyze(str(GENUINE / genuine)).report.to_dict()
     ck = report["checkpoint"]
-    got = (ck["producer"], ck["quant_algo"], ck["vllm_quantization"], ck["activation_mode"], ck["kv_cache"],
-           ck["components"])
+    got = (
+        ck["producer"],
+        ck["quant_algo"],
+        ck["vllm_quantization"],
+        ck["activation_mode"],
+        ck["kv_cache"],
+        ck["components"],
+    )
     assert got == EXPECTED[genuine]
 
 
@@ -110,7 +116,8 @@ def test_scheme_table_covers_every_linear(genuine: str) -> None:
     result = analyze(str(GENUINE / genuine), headers_only=True)
     det = result.detection
     quantized_modules = {
-        m.name for m in result.checkpoint.modules.values()
+        m.name
+        for m in result.checkpoint.modules.values()
         if m.weight is not None and m.weight.dtype not in ("BF16", "F16", "F32")
     }
     assert quantized_modules <= set(det.row_by_name)
@@ -145,7 +152,7 @@ def test_ct_regex_ignore_uses_vllm_side_names(fixture_copy) -> None:
         shutil.rmtree(folder)
 
 
-def _recipe_copy(fixture_copy, name: str):  # noqa: ANN001 - the conftest factory
+def _recipe_copy(fixture_copy, name: str):
     recipe = BY_NAME[name]
     folder = fixture_copy(recipe.fixture)
     recipe.apply(folder)

@@ -43,11 +43,18 @@ def test_rejected_autoround_exports_get_no_quantization_flag(entry: str) -> None
     assert any("refuses" in w for w in plan.warnings) or plan.blocked is not None
 
 
-def test_fbgemm_fp8_needs_the_deprecated_switch(tmp_path) -> None:  # noqa: ANN001
+def test_fbgemm_fp8_needs_the_deprecated_switch(tmp_path) -> None:
     folder = copy_fixture("llmc-llama-fp8-dynamic", tmp_path)
-    edit_json(folder / "config.json", lambda c: c.update(
-        quantization_config={"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
-                             "modules_to_not_convert": ["lm_head"]}))
+    edit_json(
+        folder / "config.json",
+        lambda c: c.update(
+            quantization_config={
+                "quant_method": "fbgemm_fp8",
+                "activation_scale_ub": 1200.0,
+                "modules_to_not_convert": ["lm_head"],
+            }
+        ),
+    )
     report = analyze(str(folder), headers_only=True).report
     assert report.checkpoint["vllm_quantization"] == "fbgemm_fp8"
     flags = {f.flag: f.value for f in serve_flags(str(folder)).flags}
@@ -70,7 +77,7 @@ def test_inspect_table_names_the_new_schemes() -> None:
     assert attention and all(r.declared.kind == "fp8" and r.group == "FP8" for r in attention)
 
 
-def test_zero_d_scale_of_a_one_block_expert_grid_loads(tmp_path) -> None:  # noqa: ANN001
+def test_zero_d_scale_of_a_one_block_expert_grid_loads(tmp_path) -> None:
     """transformers FineGrainedFP8 with [128, 128] blocks writes a Qwen3-MoE expert's one-block scale grid 0-d; vLLM's
     MoE loader copies a 0-d tensor into its slot without narrowing, so it is not a shape error."""
     from tests import case_ops

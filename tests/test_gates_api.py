@@ -102,8 +102,13 @@ def test_readme_and_docs_pre_commit_snippets_name_real_hooks() -> None:
     assert hooks["ckpt-doctor-strict"]["entry"] == "ckpt doctor --pre-commit --fail-on warning"
     assert all(h["require_serial"] is True and h["language"] == "python" for h in hooks.values())
     pattern = re.compile(hooks["ckpt-doctor"]["files"])
-    for path in ("model.safetensors", "m/model-00001-of-00004.safetensors", "m/model.safetensors.index.json",
-                 "m/config.json", "m/hf_quant_config.json"):
+    for path in (
+        "model.safetensors",
+        "m/model-00001-of-00004.safetensors",
+        "m/model.safetensors.index.json",
+        "m/config.json",
+        "m/hf_quant_config.json",
+    ):
         assert pattern.search(path), path
     for path in ("m/tokenizer_config.json", "m/generation_config.json", "m/README.md", "m/x.safetensors.tmp"):
         assert not pattern.search(path), path
@@ -136,7 +141,9 @@ def test_the_github_actions_example_runs_and_uploads_what_it_wrote(
     assert list(SARIF.iter_errors(log)) == []
     (alert,) = log["runs"][0]["results"]
     assert alert["locations"][0]["physicalLocation"]["artifactLocation"] == {
-        "uri": "models/llama-nvfp4/model.safetensors", "uriBaseId": "%SRCROOT%"}
+        "uri": "models/llama-nvfp4/model.safetensors",
+        "uriBaseId": "%SRCROOT%",
+    }
 
 
 SERVE_SCHEMA = jsonschema.Draft202012Validator(

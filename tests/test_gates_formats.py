@@ -77,11 +77,14 @@ def defective_copies(root: Path) -> dict[str, Path]:
 
 # ---- SARIF ----------------------------------------------------------------------------------------------------------
 
+
 def test_the_shipped_schema_is_the_official_one_and_rejects_invalid_logs() -> None:
     assert SARIF_SCHEMA["id"] == sarif.SCHEMA_URI
     assert SARIF_SCHEMA["title"] == "Static Analysis Results Format (SARIF) Version 2.1.0 JSON Schema"
-    bad = {"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [
-        {"message": {"text": "m"}, "level": "info"}]}]}  # SARIF has no level "info": it is "note"
+    bad = {
+        "version": "2.1.0",
+        "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"message": {"text": "m"}, "level": "info"}]}],
+    }  # SARIF has no level "info": it is "note"
     assert sarif_errors(bad)
     assert sarif_errors({"version": "2.1.0", "runs": [{"tool": {}}]})  # a driver is required
     # URI formats are checked (rfc3986-validator, in the test extra), so a malformed informationUri fails.
@@ -113,8 +116,10 @@ def test_sarif_of_defective_checkpoints_validates_and_locates_each_finding(cwd: 
         for result in run["results"]:
             rule = rules[result["ruleIndex"]]
             assert result["ruleId"] == rule["id"] == by_slug[result["properties"]["slug"]]["id"]
-            assert result["level"] == {"error": "error", "warning": "warning", "info": "note"}[
-                result["properties"]["severity"]]
+            assert (
+                result["level"]
+                == {"error": "error", "warning": "warning", "info": "note"}[result["properties"]["severity"]]
+            )
             for loc in result["locations"]:
                 art = loc["physicalLocation"]["artifactLocation"]
                 assert art["uriBaseId"] == "%SRCROOT%"
@@ -126,13 +131,15 @@ def test_sarif_of_defective_checkpoints_validates_and_locates_each_finding(cwd: 
 
     nan = next(r for r in doc["runs"][1]["results"] if r["ruleId"] == "CK501")
     assert nan["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "nan/model.safetensors"
-    assert nan["locations"][0]["logicalLocations"] == [{
-        "name": "weight_scale", "fullyQualifiedName": "model.layers.1.self_attn.o_proj.weight_scale", "kind": "member"}]
+    assert nan["locations"][0]["logicalLocations"] == [
+        {"name": "weight_scale", "fullyQualifiedName": "model.layers.1.self_attn.o_proj.weight_scale", "kind": "member"}
+    ]
     assert "ckpt scrub-nan" in nan["message"]["text"]
     # The shard a missing-shard finding names is the index, where the dangling entry lives.
     missing = next(r for r in doc["runs"][2]["results"] if r["ruleId"] == "CK102")
-    assert missing["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == \
-        "missing/model.safetensors.index.json"
+    assert (
+        missing["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "missing/model.safetensors.index.json"
+    )
 
 
 @needs_genuine
@@ -167,18 +174,46 @@ def test_rule_metadata_carries_help_and_levels() -> None:
 
 def _synthetic(target: str, hub: dict | None = None) -> Report:
     findings = tuple(
-        Finding(code="CK104", slug="invalid-header", severity=sev, message=f"{sev} finding", files=("model.safetensors",),
-                tensors=("model.layers.0.mlp",), count=1)
+        Finding(
+            code="CK104",
+            slug="invalid-header",
+            severity=sev,
+            message=f"{sev} finding",
+            files=("model.safetensors",),
+            tensors=("model.layers.0.mlp",),
+            count=1,
+        )
         for sev in ("error", "warning", "info")
     )
-    checkpoint = {"producer": "none", "quant_algo": None, "vllm_quantization": None, "activation_mode": None,
-                  "architecture": None, "model_type": None, "shards": 1, "tensors": 1, "bytes": 10, "kv_cache": None,
-                  "components": ["text"]}
-    return Report(target=target, checkpoint=checkpoint, findings=findings,
-                  skipped=({"code": "CK501", "slug": "nan-fp8-scale", "reason": "--headers-only"},),
-                  suppressed=({"code": "CK401", "slug": "nvfp4-weight-only", "reason": "weight-only on purpose",
-                               "severity": "warning", "files": ["model.safetensors"]},),
-                  extra={"hub": hub} if hub else {})
+    checkpoint = {
+        "producer": "none",
+        "quant_algo": None,
+        "vllm_quantization": None,
+        "activation_mode": None,
+        "architecture": None,
+        "model_type": None,
+        "shards": 1,
+        "tensors": 1,
+        "bytes": 10,
+        "kv_cache": None,
+        "components": ["text"],
+    }
+    return Report(
+        target=target,
+        checkpoint=checkpoint,
+        findings=findings,
+        skipped=({"code": "CK501", "slug": "nan-fp8-scale", "reason": "--headers-only"},),
+        suppressed=(
+            {
+                "code": "CK401",
+                "slug": "nvfp4-weight-only",
+                "reason": "weight-only on purpose",
+                "severity": "warning",
+                "files": ["model.safetensors"],
+            },
+        ),
+        extra={"hub": hub} if hub else {},
+    )
 
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -194,8 +229,12 @@ HUB = {"repo_id": "acme/llama-nvfp4", "revision": "refs/pr/1", "commit": SHA, "e
         (".", None, "model.safetensors", "%SRCROOT%"),
         ("/data/my model", None, "file:///data/my%20model/model.safetensors", None),
         # A Hub report carries the commit it read: URIs are permalinks to that commit.
-        ("acme/llama-nvfp4@refs/pr/1", HUB,
-         f"https://huggingface.co/acme/llama-nvfp4/blob/{SHA}/model.safetensors", None),
+        (
+            "acme/llama-nvfp4@refs/pr/1",
+            HUB,
+            f"https://huggingface.co/acme/llama-nvfp4/blob/{SHA}/model.safetensors",
+            None,
+        ),
     ],
 )
 def test_artifact_uris_follow_the_target(target: str, hub: dict | None, uri: str, base_id: str | None) -> None:
@@ -224,6 +263,7 @@ def test_hub_fingerprints_ignore_the_commit() -> None:
 
 
 # ---- JSON -----------------------------------------------------------------------------------------------------------
+
 
 def test_the_report_schema_rejects_what_the_contract_forbids() -> None:
     good = _synthetic("m").to_dict()
@@ -264,12 +304,24 @@ def test_json_reports_of_defective_checkpoints_validate(cwd: Path) -> None:
 
 # ---- Markdown -------------------------------------------------------------------------------------------------------
 
+
 def test_markdown_escapes_table_breakers_and_summarises() -> None:
-    finding = Finding(code="CK304", slug="quant-config-mismatch", severity="error",
-                      message="a | b\nc <script>", files=("config.json", "hf_quant_config.json"),
-                      tensors=("model.`odd`.weight",), count=3, fix="ckpt fix-config 'a|b'")
-    report = Report(target="m", checkpoint=_synthetic("m").checkpoint, findings=(finding,),
-                    skipped=({"code": "CK501", "slug": "nan-fp8-scale", "reason": "--headers-only"},))
+    finding = Finding(
+        code="CK304",
+        slug="quant-config-mismatch",
+        severity="error",
+        message="a | b\nc <script>",
+        files=("config.json", "hf_quant_config.json"),
+        tensors=("model.`odd`.weight",),
+        count=3,
+        fix="ckpt fix-config 'a|b'",
+    )
+    report = Report(
+        target="m",
+        checkpoint=_synthetic("m").checkpoint,
+        findings=(finding,),
+        skipped=({"code": "CK501", "slug": "nan-fp8-scale", "reason": "--headers-only"},),
+    )
     text = report.render("markdown")
     row = next(line for line in text.splitlines() if line.startswith("| ❌"))
     assert row.count(" | ") == 4  # five cells, none split by the message's pipe

@@ -38,8 +38,9 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
 def run(hub: HubServer, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cwd = home / "cwd"  # empty: no local folder named acme/llama-nvfp4
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=hub_env(hub, home), capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=hub_env(hub, home), capture_output=True, text=True, timeout=120
+    )
 
 
 def test_sarif_and_json_for_a_hub_repo(hub: HubServer, tmp_path: Path) -> None:
@@ -56,7 +57,8 @@ def test_sarif_and_json_for_a_hub_repo(hub: HubServer, tmp_path: Path) -> None:
     assert result["ruleId"] == "CK501"
     location = result["locations"][0]
     assert location["physicalLocation"]["artifactLocation"] == {
-        "uri": f"{hub.url}/acme/llama-nvfp4/blob/{commit}/model.safetensors"}
+        "uri": f"{hub.url}/acme/llama-nvfp4/blob/{commit}/model.safetensors"
+    }
     assert location["logicalLocations"][0]["fullyQualifiedName"] == TENSOR
 
 

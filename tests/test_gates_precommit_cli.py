@@ -42,7 +42,7 @@ def place(name: str, label: str) -> Path:
     return copy_fixture(name, Path(".")).rename(label)
 
 
-def doctor(*args: str):  # noqa: ANN201
+def doctor(*args: str):
     return CliRunner().invoke(app, ["doctor", *args])
 
 
@@ -69,15 +69,23 @@ def findings(out: str) -> list[str]:
 
 # ---- files -> folders -----------------------------------------------------------------------------------------------
 
+
 def test_files_map_to_their_checkpoint_folders_once(cwd: Path) -> None:
     place("modelopt-llama-nvfp4", "a")
     place("llmc-qwen3moe-nvfp4-sharded", "models/b")
     (cwd / "docs").mkdir()
     (cwd / "docs" / "config.json").write_text("{}")
-    plan = plan_folders([
-        "models/b/model-00001-of-00003.safetensors", "a/config.json", "./a/model.safetensors",
-        "models/b/model.safetensors.index.json", "docs/config.json", "models/b/", "a/hf_quant_config.json",
-    ])
+    plan = plan_folders(
+        [
+            "models/b/model-00001-of-00003.safetensors",
+            "a/config.json",
+            "./a/model.safetensors",
+            "models/b/model.safetensors.index.json",
+            "docs/config.json",
+            "models/b/",
+            "a/hf_quant_config.json",
+        ]
+    )
     assert plan.folders == ("a", "models/b")
     assert plan.ignored == ("docs/config.json",)
 
@@ -107,6 +115,7 @@ def test_a_missing_path_in_a_missing_folder_is_exit_2(cwd: Path) -> None:
 
 
 # ---- the CLI --------------------------------------------------------------------------------------------------------
+
 
 def test_one_defective_folder_fails_and_is_named_last(cwd: Path) -> None:
     place("modelopt-llama-nvfp4", "good")
@@ -160,6 +169,7 @@ def test_several_targets_without_pre_commit_are_judged_each(cwd: Path) -> None:
 
 
 # ---- Git LFS --------------------------------------------------------------------------------------------------------
+
 
 def lfs_repo(cwd: Path, fixture: str, *, tracked: bool, remote: str | None) -> Path:
     folder = place(fixture, "m")
@@ -232,7 +242,10 @@ def test_lfs_tracked_reads_gitattributes(cwd: Path) -> None:
     git(cwd, "init", "-q")
     (cwd / ".gitattributes").write_text("*.safetensors filter=lfs\nplain.safetensors -filter\n")
     assert lfs_tracked(str(cwd), ["a.safetensors", "plain.safetensors", "config.json"]) == {
-        "a.safetensors": True, "plain.safetensors": False, "config.json": False}
+        "a.safetensors": True,
+        "plain.safetensors": False,
+        "config.json": False,
+    }
     outside = cwd.parent / "not-a-repo"
     outside.mkdir()
     assert lfs_tracked(str(outside), ["a.safetensors"]) == {"a.safetensors": None}

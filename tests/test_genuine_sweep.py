@@ -6,9 +6,8 @@ or error level fails the test.
 
 from __future__ import annotations
 
-from tests.corrupt import GENUINE
-
 from ckpt_tools.pipeline import analyze
+from tests.corrupt import GENUINE
 
 JUSTIFIED = {
     # vLLM 0.33 has no pre_quant_scale parameter and rejects NVFP4_AWQ (vllm-facts.md 1.3): a true error.

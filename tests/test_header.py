@@ -36,7 +36,10 @@ CASES = {
     "unknown-dtype": mk(b'{"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,2]}}', b"xx"),
     "negative-dim": mk(b'{"a":{"dtype":"U8","shape":[-2],"data_offsets":[0,2]}}', b"xx"),
     "gap": mk(b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}', b"xxx"),
-    "overlap": mk(b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}', b"xxx"),
+    "overlap": mk(
+        b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}',
+        b"xxx",
+    ),
     "span-mismatch": mk(b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,2]}}', b"xx"),
     "sub-byte-misaligned": mk(b'{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,1]}}', b"x"),
     "sub-byte-ok": mk(b'{"a":{"dtype":"F4","shape":[4],"data_offsets":[0,2]}}', b"xx"),
@@ -47,7 +50,9 @@ CASES = {
     "tiny-file": b"\x01\x02\x03",
     "empty-file": b"",
     "scalar": mk(b'{"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}', b"abcd"),
-    "zero-elements": mk(b'{"z":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]},' + T.replace(b"[0,2]", b"[0,2]") + b"}", b"xx"),
+    "zero-elements": mk(
+        b'{"z":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]},' + T.replace(b"[0,2]", b"[0,2]") + b"}", b"xx"
+    ),
     "missing-offsets": mk(b'{"a":{"dtype":"U8","shape":[2]}}', b"xx"),
     "duplicate-key": mk(b"{" + T + b"," + T + b"}", b"xx"),
     "e8m0-f4-dtypes": build_file([("s", "F8_E8M0", [4], b"\x7f\x7f\x7f\x7f"), ("w", "F4", [8], b"abcd")]),
@@ -73,8 +78,7 @@ def test_verdict_matches_safetensors_library(tmp_path: Path, case: str) -> None:
 
 
 def test_lfs_pointer_is_recognised_not_parsed(tmp_path: Path) -> None:
-    pointer = (b"version https://git-lfs.github.com/spec/v1\noid sha256:"
-               + b"ab" * 32 + b"\nsize 4970000000\n")
+    pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"ab" * 32 + b"\nsize 4970000000\n"
     (tmp_path / "model.safetensors").write_bytes(pointer)
     result = read_shard(LocalSource(tmp_path), "model.safetensors")
     assert result.shard is None and result.problems == ()

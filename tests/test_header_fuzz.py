@@ -24,8 +24,13 @@ def test_seeded_cases_agree_with_the_reader(tmp_path: Path) -> None:
     assert (summary.disagreements, summary.exceptions) == (0, 0), summary.first
 
 
-@settings(max_examples=200, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(rng=st.randoms(use_true_random=False))
 def test_generated_cases_agree_with_the_reader(tmp_path: Path, rng: random.Random) -> None:
     """Hypothesis drives the generator's choices, so a failure shrinks to a small header."""
@@ -41,7 +46,7 @@ def test_the_fuzzer_finds_a_disagreement_when_there_is_one(tmp_path: Path, monke
 
     from ckpt_tools.read import header
 
-    def last_wins(name: str, file_size: int, raw: bytes):  # noqa: ANN202 - the old, orjson-only verdict
+    def last_wins(name: str, file_size: int, raw: bytes):
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:

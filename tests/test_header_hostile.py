@@ -49,16 +49,26 @@ CASES = {
     "depth-129": (deep(129), False),
     "depth-1030": (deep(1030), False),
     "depth-5000": (deep(5000), False),
-    "overflow-before-zero": ('{"a":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]},'
-                             '"b":{%s}}' % E, False),
-    "zero-before-overflow": ('{"a":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]},'
-                             '"b":{%s}}' % E, True),
-    "bit-count-overflow": ('{"a":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]},'
-                           '"b":{%s}}' % E, True),
-    "bit-count-overflow-nonzero": ('{"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]},'
-                                   '"b":{%s}}' % E, False),
-    "u64-max-dim-then-zero": ('{"a":{"dtype":"U8","shape":[18446744073709551615,0],"data_offsets":[0,0]},'
-                              '"b":{%s}}' % E, True),
+    "overflow-before-zero": (
+        '{"a":{"dtype":"U8","shape":[4294967296,4294967296,0],"data_offsets":[0,0]},"b":{%s}}' % E,
+        False,
+    ),
+    "zero-before-overflow": (
+        '{"a":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]},"b":{%s}}' % E,
+        True,
+    ),
+    "bit-count-overflow": (
+        '{"a":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]},"b":{%s}}' % E,
+        True,
+    ),
+    "bit-count-overflow-nonzero": (
+        '{"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]},"b":{%s}}' % E,
+        False,
+    ),
+    "u64-max-dim-then-zero": (
+        '{"a":{"dtype":"U8","shape":[18446744073709551615,0],"data_offsets":[0,0]},"b":{%s}}' % E,
+        True,
+    ),
     "2^64-dim": ('{"a":{"dtype":"U8","shape":[18446744073709551616,0],"data_offsets":[0,0]},"b":{%s}}' % E, False),
     "negzero-offset": ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[-0,4]}}', False),
     "negzero-dim": ('{"a":{"dtype":"F32","shape":[-0],"data_offsets":[0,0]},"b":{%s}}' % E, False),
@@ -82,16 +92,28 @@ CASES = {
     "lone-surrogate-name": ('{"\\ud800":{%s}}' % E, False),
     "surrogate-pair-name": ('{"\\ud83d\\ude00":{%s}}' % E, True),
     # The whole-list fast path compares value types: a bool or float equal to an int seen earlier is still refused.
-    "bool-dim-after-equal-int": ('{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
-                                 '"b":{"dtype":"U8","shape":[2,true],"data_offsets":[2,4]}}', False),
-    "float-dim-after-equal-int": ('{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
-                                  '"b":{"dtype":"U8","shape":[2,1.0],"data_offsets":[2,4]}}', False),
-    "bool-offset-after-equal-int": ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},'
-                                    '"b":{"dtype":"U8","shape":[3],"data_offsets":[true,4]}}', False),
-    "offsets-out-of-header-order": ('{"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},'
-                                    '"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}', True),
-    "span-mismatch-in-order": ('{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},'
-                               '"b":{"dtype":"U8","shape":[3],"data_offsets":[2,4]}}', False),
+    "bool-dim-after-equal-int": (
+        '{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
+        '"b":{"dtype":"U8","shape":[2,true],"data_offsets":[2,4]}}',
+        False,
+    ),
+    "float-dim-after-equal-int": (
+        '{"a":{"dtype":"U8","shape":[2,1],"data_offsets":[0,2]},'
+        '"b":{"dtype":"U8","shape":[2,1.0],"data_offsets":[2,4]}}',
+        False,
+    ),
+    "bool-offset-after-equal-int": (
+        '{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[3],"data_offsets":[true,4]}}',
+        False,
+    ),
+    "offsets-out-of-header-order": (
+        '{"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}',
+        True,
+    ),
+    "span-mismatch-in-order": (
+        '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[3],"data_offsets":[2,4]}}',
+        False,
+    ),
 }
 
 
@@ -124,12 +146,20 @@ def test_verdict_equals_the_reader(tmp_path: Path, case: str) -> None:
             assert sorted(t.name for t in result.shard.tensors) == sorted(fh.keys())
 
 
-@pytest.mark.parametrize(("case", "kind"), [
-    ("dup-dtype-field", "duplicate-field"), ("dup-metadata", "duplicate-field"), ("depth-128", "nesting-too-deep"),
-    ("depth-5000", "nesting-too-deep"), ("overflow-before-zero", "shape-overflow"),
-    ("bit-count-overflow-nonzero", "shape-overflow"), ("negzero-offset", "invalid-schema"),
-    ("5000-digit-dim", "invalid-json"), ("dup-name-last-wins", "duplicate-key"),
-])
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [
+        ("dup-dtype-field", "duplicate-field"),
+        ("dup-metadata", "duplicate-field"),
+        ("depth-128", "nesting-too-deep"),
+        ("depth-5000", "nesting-too-deep"),
+        ("overflow-before-zero", "shape-overflow"),
+        ("bit-count-overflow-nonzero", "shape-overflow"),
+        ("negzero-offset", "invalid-schema"),
+        ("5000-digit-dim", "invalid-json"),
+        ("dup-name-last-wins", "duplicate-key"),
+    ],
+)
 def test_problem_kind_names_the_reason(tmp_path: Path, case: str, kind: str) -> None:
     write_shard(tmp_path, CASES[case][0])
     problems = read_shard(LocalSource(tmp_path), "model.safetensors").problems
@@ -138,8 +168,12 @@ def test_problem_kind_names_the_reason(tmp_path: Path, case: str, kind: str) -> 
 
 
 def doctor_json(folder: Path, timeout: float = 300) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder), "--format", "json"],
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -161,9 +195,21 @@ def test_80000_dimension_shapes_through_doctor(tmp_path: Path) -> None:
     assert ck104_kinds(report) == [] and report["checkpoint"]["tensors"] == 1
 
 
-HOSTILE = ["dup-dtype-field", "depth-1030", "depth-5000", "5000-digit-dim", "5000-digit-unknown-field",
-           "5000-digit-dtype", "5000-digit-with-dup-name", "depth-1010-with-dup-name", "15000-dims-of-2",
-           "overflow-before-zero", "lone-surrogate-name", "array-entry", "enum-map-dtype"]
+HOSTILE = [
+    "dup-dtype-field",
+    "depth-1030",
+    "depth-5000",
+    "5000-digit-dim",
+    "5000-digit-unknown-field",
+    "5000-digit-dtype",
+    "5000-digit-with-dup-name",
+    "depth-1010-with-dup-name",
+    "15000-dims-of-2",
+    "overflow-before-zero",
+    "lone-surrogate-name",
+    "array-entry",
+    "enum-map-dtype",
+]
 
 
 @pytest.mark.parametrize("case", HOSTILE)
@@ -181,11 +227,28 @@ def test_api_returns_a_report_or_raises_ckpt_error(tmp_path: Path, case: str) ->
             pass  # a one-line refusal is fine; a built-in exception is not
 
 
-@pytest.mark.parametrize("command", [["doctor"], ["inspect"], ["serve-flags"], ["fix-prefix"], ["scrub-nan"],
-                                     ["fix"], ["drop-orphans", "--tensor", "a"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["doctor"],
+        ["inspect"],
+        ["serve-flags"],
+        ["fix-prefix"],
+        ["scrub-nan"],
+        ["fix"],
+        ["drop-orphans", "--tensor", "a"],
+    ],
+)
 def test_no_command_fails_internally_on_a_hostile_header(tmp_path: Path, capsys, command: list[str]) -> None:
-    for case in ("depth-1010-with-dup-name", "15000-dims-of-2", "dup-metadata", "overflow-before-zero", "array-entry",
-                 "enum-map-dtype", "dup-name-last-wins"):
+    for case in (
+        "depth-1010-with-dup-name",
+        "15000-dims-of-2",
+        "dup-metadata",
+        "overflow-before-zero",
+        "array-entry",
+        "enum-map-dtype",
+        "dup-name-last-wins",
+    ):
         folder = tmp_path / case
         folder.mkdir()
         write_shard(folder, CASES[case][0])

@@ -77,7 +77,8 @@ def repos(hub_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     pointer.mkdir()
     (pointer / "config.json").symlink_to(GENUINE / "base-llama-bf16" / "config.json")
     (pointer / "model.safetensors").write_text(
-        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 855440\n")
+        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 855440\n"
+    )
     out["acme/lfs-pointer"] = pointer
 
     nested = link_repo(GENUINE / "base-llama-bf16", root / "acme" / "nested")
@@ -114,13 +115,23 @@ def rangeless_hub(hub_root: Path, repos: dict[str, Path]):
 
 # ---- running the client -------------------------------------------------------------------------------------------
 def hub_env(srv: HubServer | str, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HF_", "HUGGING_FACE_")) and k.lower() not in PROXY_VARS
-           and k != "TRANSFORMERS_OFFLINE"}
-    env.update(HF_ENDPOINT=srv if isinstance(srv, str) else srv.url, HF_HOME=str(home),
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_ETAG_TIMEOUT="5",
-               HF_HUB_DOWNLOAD_TIMEOUT="5", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
-               CKPT_NO_PROGRESS="1", NO_COLOR="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HF_", "HUGGING_FACE_")) and k.lower() not in PROXY_VARS and k != "TRANSFORMERS_OFFLINE"
+    }
+    env.update(
+        HF_ENDPOINT=srv if isinstance(srv, str) else srv.url,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        HF_HUB_ETAG_TIMEOUT="5",
+        HF_HUB_DOWNLOAD_TIMEOUT="5",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        CKPT_NO_PROGRESS="1",
+        NO_COLOR="1",
+    )
     env.update(extra)
     return env
 
@@ -129,8 +140,14 @@ def ckpt(srv: HubServer | str, home: Path, *args: str, **env: str) -> subprocess
     """The `ckpt` CLI in a subprocess, run from an empty folder so that no `org/name` exists locally."""
     cwd = home / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], cwd=cwd, env=hub_env(srv, home, **env),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", *args],
+        cwd=cwd,
+        env=hub_env(srv, home, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 DRIVER = r"""
@@ -150,8 +167,14 @@ def drive(srv: HubServer, home: Path, jobs: list[dict], **env: str) -> dict[str,
     start = len(srv.log)
     cwd = home / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, srv.url, json.dumps(jobs)], cwd=cwd,
-                          env=hub_env(srv, home, **env), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, srv.url, json.dumps(jobs)],
+        cwd=cwd,
+        env=hub_env(srv, home, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     reports = {r["id"]: r for r in map(json.loads, proc.stdout.splitlines())}
     log = srv.log[start:]
@@ -219,8 +242,11 @@ def check_cold_cost(folder: Path, requests: list[Request], commit: str) -> None:
 
 # ---- tests --------------------------------------------------------------------------------------------------------
 def test_every_genuine_fixture_same_verdict_as_local_within_budget(hub, repos, tmp_path):
-    jobs = [{"id": f"{e}:{mode}", "target": f"genuine/{e}", "deep": mode == "deep"}
-            for e in ENTRIES for mode in ("cold", "deep")]
+    jobs = [
+        {"id": f"{e}:{mode}", "target": f"genuine/{e}", "deep": mode == "deep"}
+        for e in ENTRIES
+        for mode in ("cold", "deep")
+    ]
     runs = drive(hub, tmp_path, jobs)
     for entry in ENTRIES:
         folder = repos[f"genuine/{entry}"]
@@ -244,9 +270,15 @@ def test_sharded_repo_with_a_header_over_100kb(hub, repos, tmp_path):
     folder = repos[SYNTHETIC]
     headers = header_lengths(folder)
     assert len(headers) == 10 and max(headers.values()) > 100_000
-    runs = drive(hub, tmp_path, [{"id": "cold", "target": SYNTHETIC, "deep": False},
-                                 {"id": "cached", "target": SYNTHETIC, "deep": False},
-                                 {"id": "deep", "target": f"hf://{SYNTHETIC}", "deep": True}])
+    runs = drive(
+        hub,
+        tmp_path,
+        [
+            {"id": "cold", "target": SYNTHETIC, "deep": False},
+            {"id": "cached", "target": SYNTHETIC, "deep": False},
+            {"id": "deep", "target": f"hf://{SYNTHETIC}", "deep": True},
+        ],
+    )
     cold, requests = runs["cold"]
     assert verdict(cold) == local_verdict(folder, deep=False)
     assert cold["checkpoint"]["shards"] == 10 and cold["checkpoint"]["tensors"] > 2000
@@ -260,8 +292,11 @@ def test_sharded_repo_with_a_header_over_100kb(hub, repos, tmp_path):
     deep, requests = runs["deep"]
     assert verdict(deep) == local_verdict(folder, deep=True)
     # Scale tensors are read in coalesced spans, not one request per tensor.
-    scales = sum(1 for n in json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
-                 if n.endswith("weight_scale"))
+    scales = sum(
+        1
+        for n in json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+        if n.endswith("weight_scale")
+    )
     assert 10 <= len(requests) - 1 < scales / 10
 
 
@@ -293,8 +328,10 @@ def test_damaged_cache_costs_requests_not_wrong_bytes(hub, repos, tmp_path):
 
 
 def test_cdn_redirect_keeps_budget_and_drops_the_token(cdn_hub, repos, tmp_path):
-    jobs = [{"id": "synthetic", "target": SYNTHETIC, "deep": False},
-            {"id": "private", "target": "acme/private", "deep": True}]
+    jobs = [
+        {"id": "synthetic", "target": SYNTHETIC, "deep": False},
+        {"id": "private", "target": "acme/private", "deep": True},
+    ]
     runs = drive(cdn_hub, tmp_path, jobs, HF_TOKEN=PRIVATE_TOKEN)
     for job_id, repo, deep in (("synthetic", SYNTHETIC, False), ("private", "acme/private", True)):
         report, requests = runs[job_id]
@@ -357,8 +394,12 @@ def test_revisions(hub, repos, tmp_path):
     v1_local = local_verdict(repos["acme/branched@v1"], deep=False)
     assert any(f["slug"] == "invalid-header" for f in v1_local["findings"])
     sha = hub.commit("acme/branched", "v1")
-    for args in (["acme/branched", "--revision", "v1"], ["acme/branched@v1"], [f"hf://acme/branched@{sha}"],
-                 ["acme/branched@v1", "--revision", "v1"]):
+    for args in (
+        ["acme/branched", "--revision", "v1"],
+        ["acme/branched@v1"],
+        [f"hf://acme/branched@{sha}"],
+        ["acme/branched@v1", "--revision", "v1"],
+    ):
         run = ckpt(hub, tmp_path, "doctor", *args, "--format", "json")
         assert run.returncode == 1, (args, run.stderr)
         report = json.loads(run.stdout)
@@ -367,8 +408,9 @@ def test_revisions(hub, repos, tmp_path):
 
     missing = ckpt(hub, tmp_path, "doctor", "acme/branched@nope")
     assert missing.returncode == 2
-    assert missing.stderr == (f"ckpt: acme/branched: revision 'nope' not found; give a branch, tag or commit sha of "
-                              f"{hub.url}/acme/branched\n")
+    assert missing.stderr == (
+        f"ckpt: acme/branched: revision 'nope' not found; give a branch, tag or commit sha of {hub.url}/acme/branched\n"
+    )
     clash = ckpt(hub, tmp_path, "doctor", "acme/branched@v1", "--revision", "main")
     assert clash.returncode == 2 and "conflicts with --revision 'main'" in clash.stderr
 
@@ -376,8 +418,10 @@ def test_revisions(hub, repos, tmp_path):
 def test_gated_repo(hub, repos, tmp_path):
     anonymous = ckpt(hub, tmp_path, "doctor", "acme/gated")
     assert anonymous.returncode == 2
-    assert anonymous.stderr == (f"ckpt: acme/gated: gated repo; request access at {hub.url}/acme/gated, then log in "
-                                "with `hf auth login` or set HF_TOKEN\n")
+    assert anonymous.stderr == (
+        f"ckpt: acme/gated: gated repo; request access at {hub.url}/acme/gated, then log in "
+        "with `hf auth login` or set HF_TOKEN\n"
+    )
     refused = ckpt(hub, tmp_path, "doctor", "acme/gated", HF_TOKEN="hf_someone_else")
     assert refused.returncode == 2
     assert "your token has not been granted access; request access at " + f"{hub.url}/acme/gated" in refused.stderr
@@ -389,12 +433,16 @@ def test_gated_repo(hub, repos, tmp_path):
 def test_private_repo_with_token_or_stored_login(hub, repos, tmp_path):
     anonymous = ckpt(hub, tmp_path / "a", "doctor", "acme/private")
     assert anonymous.returncode == 2
-    assert anonymous.stderr == (f"ckpt: acme/private: repository not found on {hub.url} (and no local path of that "
-                                "name exists); if it is private, log in with `hf auth login` or set HF_TOKEN\n")
+    assert anonymous.stderr == (
+        f"ckpt: acme/private: repository not found on {hub.url} (and no local path of that "
+        "name exists); if it is private, log in with `hf auth login` or set HF_TOKEN\n"
+    )
     wrong = ckpt(hub, tmp_path / "b", "doctor", "hf://acme/private", HF_TOKEN="hf_wrong")
     assert wrong.returncode == 2
-    assert wrong.stderr == f"ckpt: acme/private: repository not found on {hub.url}, or it is private and your token " \
-                           "cannot see it\n"
+    assert (
+        wrong.stderr == f"ckpt: acme/private: repository not found on {hub.url}, or it is private and your token "
+        "cannot see it\n"
+    )
     expected = local_verdict(repos["acme/private"], deep=False)
     by_env = ckpt(hub, tmp_path / "c", "doctor", "acme/private", "--format", "json", HF_TOKEN=PRIVATE_TOKEN)
     assert by_env.returncode == 0, by_env.stderr
@@ -411,8 +459,10 @@ def test_offline_and_unreachable_hub(hub, tmp_path):
     start = len(hub.log)
     offline = ckpt(hub, tmp_path, "doctor", SYNTHETIC, HF_HUB_OFFLINE="1")
     assert offline.returncode == 2
-    assert offline.stderr == (f"ckpt: {SYNTHETIC}: huggingface_hub is in offline mode (HF_HUB_OFFLINE is set); unset "
-                              "it to inspect a Hub repo, or inspect a local copy\n")
+    assert offline.stderr == (
+        f"ckpt: {SYNTHETIC}: huggingface_hub is in offline mode (HF_HUB_OFFLINE is set); unset "
+        "it to inspect a Hub repo, or inspect a local copy\n"
+    )
     assert hub.requests(start) == []
 
     with socket.socket() as s:  # a port nothing listens on
@@ -433,7 +483,7 @@ def test_persistent_503_and_a_server_that_is_not_a_hub(hub, tmp_path):
     assert [r.status for r in hub.requests(start)] == [200, 503, 503, 503]  # model info, then three attempts
 
     class NotAHub(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        def do_GET(self) -> None:
             body = b"<html>a web page</html>"
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -477,9 +527,11 @@ def test_other_files_and_targets(hub, repos, tmp_path):
 
     empty = ckpt(hub, tmp_path, "doctor", "acme/no-weights")
     assert (empty.returncode, empty.stderr) == (2, "ckpt: acme/no-weights: no .safetensors file found\n")
-    for target, message in (("hf://datasets/acme/data", "only model repos can be inspected"),
-                            ("hf://acme/a..b", "not a valid Hub repo id"),
-                            ("hf://acme", "not a Hub model repo")):
+    for target, message in (
+        ("hf://datasets/acme/data", "only model repos can be inspected"),
+        ("hf://acme/a..b", "not a valid Hub repo id"),
+        ("hf://acme", "not a Hub model repo"),
+    ):
         run = ckpt(hub, tmp_path, "doctor", target)
         assert run.returncode == 2 and message in run.stderr and run.stderr.count("\n") == 1, (target, run.stderr)
 
@@ -503,11 +555,26 @@ def test_local_path_always_wins(hub, repos, tmp_path):
 
 
 def test_inspect_matches_local(hub, repos, tmp_path):
-    remote = ckpt(hub, tmp_path, "inspect", SYNTHETIC, "--format", "json", "--tensors", "*.layers.9.*down_proj.weight_scale")
+    remote = ckpt(
+        hub, tmp_path, "inspect", SYNTHETIC, "--format", "json", "--tensors", "*.layers.9.*down_proj.weight_scale"
+    )
     assert remote.returncode == 0, remote.stderr
-    local = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "inspect", str(repos[SYNTHETIC]), "--format",
-                            "json", "--tensors", "*.layers.9.*down_proj.weight_scale"],
-                           capture_output=True, text=True, env={**os.environ, "CKPT_NO_PROGRESS": "1"})
+    local = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ckpt_tools.cli.main",
+            "inspect",
+            str(repos[SYNTHETIC]),
+            "--format",
+            "json",
+            "--tensors",
+            "*.layers.9.*down_proj.weight_scale",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CKPT_NO_PROGRESS": "1"},
+    )
     remote_data, local_data = json.loads(remote.stdout), json.loads(local.stdout)
     assert remote_data.pop("hub")["repo_id"] == SYNTHETIC
     assert remote_data.pop("target") == SYNTHETIC
@@ -519,12 +586,22 @@ def test_inspect_matches_local(hub, repos, tmp_path):
 
 
 def test_open_source_gives_a_remote_hub_source(hub, tmp_path):
-    code = ("from ckpt_tools.read import open_source; s = open_source('hf://acme/flaky@main'); "
-            "print(type(s).__name__, s.is_remote, s.label, s.sha, ' '.join(s.list_files()))")
-    proc = subprocess.run([sys.executable, "-c", code], env=hub_env(hub, tmp_path), capture_output=True, text=True,
-                          cwd=tmp_path)
-    assert proc.stdout.split() == ["HubSource", "True", "acme/flaky@main", hub.commit("acme/flaky"), "config.json",
-                                   "generation_config.json", "model.safetensors"]
+    code = (
+        "from ckpt_tools.read import open_source; s = open_source('hf://acme/flaky@main'); "
+        "print(type(s).__name__, s.is_remote, s.label, s.sha, ' '.join(s.list_files()))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=hub_env(hub, tmp_path), capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.stdout.split() == [
+        "HubSource",
+        "True",
+        "acme/flaky@main",
+        hub.commit("acme/flaky"),
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+    ]
 
 
 STATS_DRIVER = r"""
@@ -539,8 +616,14 @@ def test_deep_scan_measures_the_same_statistics_as_a_local_scan(hub, repos, tmp_
     """--deep streams the scale ranges through the same value scan (ranged reads): identical statistics."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    proc = subprocess.run([sys.executable, "-c", STATS_DRIVER, "acme/nan-scale"], cwd=cwd,
-                          env=hub_env(hub, tmp_path), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", STATS_DRIVER, "acme/nan-scale"],
+        cwd=cwd,
+        env=hub_env(hub, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     local = analyze(str(repos["acme/nan-scale"])).checkpoint.values
     remote = json.loads(proc.stdout)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,7 @@ MANGLED = {  # repo -> (how the shard's range replies misbehave, for how many re
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def hub(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("hostile-hub")
     for repo, rule in MANGLED.items():
         write_settings(link_repo(GENUINE / BASE, root / repo), mangle={SHARD: list(rule)})
@@ -66,9 +65,10 @@ def test_a_body_cut_short_once_is_retried_and_the_verdict_is_right(hub, tmp_path
     assert first.range == retry.range  # the cut reply was asked for again, once
 
 
-
-@pytest.mark.parametrize("repo, message", [("acme/cut-always", "cannot reach the Hub"),
-                                           ("acme/short-always", "the connection keeps closing early")])
+@pytest.mark.parametrize(
+    "repo, message",
+    [("acme/cut-always", "cannot reach the Hub"), ("acme/short-always", "the connection keeps closing early")],
+)
 def test_a_body_always_cut_short_is_an_error_after_three_attempts(hub, tmp_path, repo, message):
     start = len(hub.log)
     run = ckpt(hub, tmp_path, "doctor", repo)

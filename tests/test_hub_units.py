@@ -20,20 +20,23 @@ from tests.corrupt import GENUINE
 
 
 # ---- targets ------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("target", "revision", "expected"), [
-    ("org/name", None, HubTarget("org/name", None)),
-    ("org/name@v1.0", None, HubTarget("org/name", "v1.0")),
-    ("org/name@refs/pr/1", None, HubTarget("org/name", "refs/pr/1")),
-    ("hf://org/name", "dev", HubTarget("org/name", "dev")),
-    ("hf://Org-1/Name_2.5@main", "main", HubTarget("Org-1/Name_2.5", "main")),
-    ("./org/name", None, None),
-    ("/abs/org/name", None, None),
-    ("~/org/name", None, None),
-    ("model.safetensors", None, None),
-    ("a/b/c", None, None),
-    ("org/", None, None),
-    ("org/name@", None, None),
-])
+@pytest.mark.parametrize(
+    ("target", "revision", "expected"),
+    [
+        ("org/name", None, HubTarget("org/name", None)),
+        ("org/name@v1.0", None, HubTarget("org/name", "v1.0")),
+        ("org/name@refs/pr/1", None, HubTarget("org/name", "refs/pr/1")),
+        ("hf://org/name", "dev", HubTarget("org/name", "dev")),
+        ("hf://Org-1/Name_2.5@main", "main", HubTarget("Org-1/Name_2.5", "main")),
+        ("./org/name", None, None),
+        ("/abs/org/name", None, None),
+        ("~/org/name", None, None),
+        ("model.safetensors", None, None),
+        ("a/b/c", None, None),
+        ("org/", None, None),
+        ("org/name@", None, None),
+    ],
+)
 def test_parse_hub_target(target, revision, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert parse_hub_target(target, revision) == expected
@@ -48,12 +51,15 @@ def test_existing_local_path_wins(tmp_path, monkeypatch):
     assert parse_hub_target("hf://org/name") == HubTarget("org/name", None)  # the scheme says Hub
 
 
-@pytest.mark.parametrize(("target", "error", "message"), [
-    ("hf://datasets/org/name", TargetError, "only model repos"),
-    ("hf://org", TargetError, "not a Hub model repo"),
-    ("hf://org/name/sub/file", TargetError, "not a Hub model repo"),
-    ("hf://org/name@", TargetError, "not a Hub model repo"),
-])
+@pytest.mark.parametrize(
+    ("target", "error", "message"),
+    [
+        ("hf://datasets/org/name", TargetError, "only model repos"),
+        ("hf://org", TargetError, "not a Hub model repo"),
+        ("hf://org/name/sub/file", TargetError, "not a Hub model repo"),
+        ("hf://org/name@", TargetError, "not a Hub model repo"),
+    ],
+)
 def test_malformed_hub_targets(target, error, message):
     with pytest.raises(error, match=message):
         parse_hub_target(target)
@@ -168,4 +174,3 @@ def test_range_cache_without_a_writable_folder(tmp_path):
     cache.put("a", 0, b"kept in memory")
     assert cache.get("a", 0, 4) == b"kept" and cache.path is None
     assert RangeCache(None).get("a", 0, 1) is None
-

@@ -21,7 +21,7 @@ class _Pickle:
     def __init__(self, marker: str) -> None:
         self.marker = marker
 
-    def __reduce__(self):  # noqa: ANN204 - unpickling this runs the payload
+    def __reduce__(self):
         return (exec, (PAYLOAD.format(marker=self.marker),))
 
 
@@ -40,9 +40,18 @@ def booby_trapped(tmp_path: Path) -> tuple[Path, Path]:
     return folder, marker
 
 
-@pytest.mark.parametrize("argv", [["doctor"], ["doctor", "--format", "sarif"], ["inspect"],
-                                  ["serve-flags", "--fail-on", "none"], ["check-serve", "--", "vllm", "serve", "m"],
-                                  ["fix", "--dry-run"]], ids=lambda a: a[0] + (" " + a[1] if len(a) > 1 else ""))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor"],
+        ["doctor", "--format", "sarif"],
+        ["inspect"],
+        ["serve-flags", "--fail-on", "none"],
+        ["check-serve", "--", "vllm", "serve", "m"],
+        ["fix", "--dry-run"],
+    ],
+    ids=lambda a: a[0] + (" " + a[1] if len(a) > 1 else ""),
+)
 def test_no_command_runs_code_shipped_with_the_checkpoint(tmp_path, capsys, argv):
     folder, marker = booby_trapped(tmp_path)
     code, _out, err = run_cli([argv[0], folder, *argv[1:]], capsys)
@@ -68,12 +77,18 @@ def test_no_module_can_unpickle_or_evaluate_text():
             if isinstance(node, ast.Call):
                 func = node.func
                 builtin = func.id if isinstance(func, ast.Name) else ""  # re.compile is fine, compile() is not
-                torch_load = (isinstance(func, ast.Attribute) and func.attr == "load"
-                              and isinstance(func.value, ast.Name) and func.value.id == "torch")
+                torch_load = (
+                    isinstance(func, ast.Attribute)
+                    and func.attr == "load"
+                    and isinstance(func.value, ast.Name)
+                    and func.value.id == "torch"
+                )
                 if builtin in FORBIDDEN_CALLS or torch_load:
                     offenders.append(f"{path.name}:{node.lineno} calls {builtin or 'torch.load'}")
 
-                if any(k.arg == "trust_remote_code" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
-                       for k in node.keywords):
+                if any(
+                    k.arg == "trust_remote_code" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                    for k in node.keywords
+                ):
                     offenders.append(f"{path.name}:{node.lineno} passes trust_remote_code")
     assert not offenders, offenders

@@ -24,11 +24,16 @@ pytestmark = pytest.mark.skipif(not genuine_entries(), reason="fixtures/genuine 
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "plan", *args], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
 
 
-def plan(name: str, **settings):  # noqa: ANN003, ANN201
+def plan(name: str, **settings):
     settings.setdefault("hardware", "gb10")
     return memory_plan(str(GENUINE / name), Settings(**settings))
 
@@ -36,13 +41,16 @@ def plan(name: str, **settings):  # noqa: ANN003, ANN201
 def data_bytes(folder: Path) -> int:
     """Every tensor's data span, read straight from the safetensors headers (the shards an index names, else all)."""
     index = folder / "model.safetensors.index.json"
-    shards = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
-              else sorted(p.name for p in folder.glob("*.safetensors")))
+    shards = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.is_file()
+        else sorted(p.name for p in folder.glob("*.safetensors"))
+    )
     total = 0
     for name in shards:
         raw = (folder / name).read_bytes()
         (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(raw[8 : 8 + n])
         total += sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
     return total
 
@@ -70,7 +78,7 @@ def test_components_split_text_and_vision() -> None:
 def _tensor_bytes(folder: Path) -> dict[str, int]:
     raw = (folder / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     return {k: e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__"}
 
 
@@ -125,8 +133,17 @@ def test_speculative_tokens_flag_adds_state_pages_and_lowers_the_capacity_line()
     """--num-speculative-tokens 3 on the hybrid fixture (1 full-attention + 1 GatedDeltaNet layer: two groups of one,
     12,288 B blocks): a 4,096-token request takes 86 + (1 + 3) blocks (MambaSpec.max_memory_usage_bytes, vLLM 0.33)."""
     base = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json")
-    spec = run(str(GENUINE / HYBRID), "--hardware", "gb10", "--max-model-len", "4096", "--format", "json",
-               "--num-speculative-tokens", "3")
+    spec = run(
+        str(GENUINE / HYBRID),
+        "--hardware",
+        "gb10",
+        "--max-model-len",
+        "4096",
+        "--format",
+        "json",
+        "--num-speculative-tokens",
+        "3",
+    )
     assert base.returncode == spec.returncode == 0, spec.stderr
     b, s = json.loads(base.stdout), json.loads(spec.stdout)
     SCHEMA.validate(s)
@@ -168,20 +185,25 @@ def test_no_room_for_the_kv_cache_does_not_fit() -> None:
 
 
 # ---- KV dtype from the checkpoint or the flag ------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "dtype"), [
-    ("modelopt-llama-nvfp4-fp8kv", "fp8_e4m3"),  # hf_quant_config kv_cache_quant_algo FP8
-    ("llmc-llama-fp8-dynamic-fp8kv", "fp8"),  # compressed-tensors kv_cache_scheme
-    ("modelopt-llama-nvfp4", "bfloat16"),
-    ("llmc-llama-nvfp4", "bfloat16"),
-])
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        ("modelopt-llama-nvfp4-fp8kv", "fp8_e4m3"),  # hf_quant_config kv_cache_quant_algo FP8
+        ("llmc-llama-fp8-dynamic-fp8kv", "fp8"),  # compressed-tensors kv_cache_scheme
+        ("modelopt-llama-nvfp4", "bfloat16"),
+        ("llmc-llama-nvfp4", "bfloat16"),
+    ],
+)
 def test_auto_kv_dtype_follows_the_checkpoint(name: str, dtype: str) -> None:
     doc = plan(name).to_json()
     assert doc["kv_cache"]["dtype"] == dtype
     assert doc["kv_cache"]["bytes_per_token"] == (256 if dtype.startswith("fp8") else 512)
 
 
-@pytest.mark.parametrize(("dtype", "per_token"), [("bfloat16", 512), ("fp8", 256), ("nvfp4", 144),
-                                                  ("fp8_per_token_head", 288), ("int4_per_token_head", 160)])
+@pytest.mark.parametrize(
+    ("dtype", "per_token"),
+    [("bfloat16", 512), ("fp8", 256), ("nvfp4", 144), ("fp8_per_token_head", 288), ("int4_per_token_head", 160)],
+)
 def test_kv_dtype_flag(dtype: str, per_token: int) -> None:
     assert plan(LLAMA, kv_cache_dtype=dtype).to_json()["kv_cache"]["bytes_per_token"] == per_token
 
@@ -212,7 +234,7 @@ def _shard_tensor_bytes(folder: Path) -> dict[str, int]:
     for shard in folder.glob("*.safetensors"):
         raw = shard.read_bytes()
         (n,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(raw[8 : 8 + n])
         out.update({k: e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__"})
     return out
 
@@ -313,7 +335,7 @@ def test_hub_target_plans_like_the_local_folder(tmp_path: Path) -> None:
         assert remote[key] == local[key], key
 
 
-def test_missing_shard_is_noted_not_counted(fixture_copy) -> None:  # noqa: ANN001
+def test_missing_shard_is_noted_not_counted(fixture_copy) -> None:
     folder = fixture_copy(MOE)
     shards = sorted(folder.glob("*.safetensors"))
     gone = data_bytes(folder) - sum(_tensor_bytes_of(s) for s in shards[1:])
@@ -327,5 +349,5 @@ def test_missing_shard_is_noted_not_counted(fixture_copy) -> None:  # noqa: ANN0
 def _tensor_bytes_of(shard: Path) -> int:
     raw = shard.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")

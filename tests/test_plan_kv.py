@@ -74,8 +74,7 @@ EXPECTED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "kv", "tp", "layers"), EXPECTED,
-                         ids=[f"{n}-{k}-tp{t}" for n, k, t, _ in EXPECTED])
+@pytest.mark.parametrize(("name", "kv", "tp", "layers"), EXPECTED, ids=[f"{n}-{k}-tp{t}" for n, k, t, _ in EXPECTED])
 def test_per_layer_bytes_match_vllm(name: str, kv: str, tp: int, layers: list[tuple[str, int, int]]) -> None:
     text, top = _cfgs(name)
     cache = cache_model(text, top, tp=tp, kv_request=kv, quant_method=None, kv_word=None)
@@ -105,10 +104,20 @@ def test_sliding_window_requests_stop_at_the_window() -> None:
 def test_seed_model_figures() -> None:
     """Qwen3.6-35B-A3B (the AEON-7 model card's model: Qwen3_5MoeForConditionalGeneration, 40 layers, full attention
     every 4th; heads and dims from the public Qwen3.5/3.6-35B-A3B config): the README sanity table's KV figures."""
-    text = {"num_hidden_layers": 40, "full_attention_interval": 4, "hidden_size": 2048, "num_attention_heads": 16,
-            "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
-            "dtype": "bfloat16"}
+    text = {
+        "num_hidden_layers": 40,
+        "full_attention_interval": 4,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "dtype": "bfloat16",
+    }
     cache = cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
     assert len(cache.of(FULL)) == 10 and len(cache.of(GDN)) == 30
     assert sum(layer.token_bytes for layer in cache.of(FULL)) == 10 * 2 * 512 * 2  # 20,480 B per token
@@ -128,7 +137,7 @@ def test_seed_model_figures() -> None:
 # bench/conformance/plan_check.py checks the same figures against those functions themselves.
 
 
-def _pages(name: str, **kw):  # noqa: ANN202
+def _pages(name: str, **kw):
     text, top = _cfgs(name)
     cache = cache_model(text, top, tp=1, kv_request=None, quant_method=None, kv_word=None)
     return pages(cache, max_num_batched_tokens=2048, **{"prefix_caching": False, **kw})
@@ -158,7 +167,9 @@ def test_speculative_tokens_add_a_state_page_per_recurrent_group() -> None:
     assert _pages("qwen3-next-padded", speculative_tokens=4).request_blocks(4096) == 86 + 3 * (1 + 4)
     assert _pages("qwen3-next-padded", prefix_caching=True, speculative_tokens=4).request_blocks(4096) == 86 + 3 * 6
     # Attention-only models keep no state: speculative tokens change nothing.
-    assert _pages("gemma3-sliding", speculative_tokens=4).request_blocks(8192) == _pages("gemma3-sliding").request_blocks(8192)
+    assert _pages("gemma3-sliding", speculative_tokens=4).request_blocks(8192) == _pages(
+        "gemma3-sliding"
+    ).request_blocks(8192)
 
 
 def test_sliding_and_full_layers_are_two_groups_of_one() -> None:
@@ -174,16 +185,27 @@ def test_seed_model_log_line() -> None:
     tokens)."""
     from ckpt_tools.plan.budget import answer
 
-    text = {"num_hidden_layers": 40, "full_attention_interval": 4, "hidden_size": 2048, "num_attention_heads": 16,
-            "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-            "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
-            "dtype": "bfloat16"}
+    text = {
+        "num_hidden_layers": 40,
+        "full_attention_interval": 4,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "dtype": "bfloat16",
+    }
     cache = cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
     p = pages(cache, max_num_batched_tokens=16384, prefix_caching=False)
     assert p.group_size == 10 and len(p.groups) == 4 and p.block_bytes == 10 * 1_114_112
     assert p.request_blocks(8192) == 16 + 3
-    assert pages(cache, max_num_batched_tokens=16384, prefix_caching=True,
-                 speculative_tokens=4).request_blocks(8192) == 16 + 3 * (2 + 4)
+    assert pages(cache, max_num_batched_tokens=16384, prefix_caching=True, speculative_tokens=4).request_blocks(
+        8192
+    ) == 16 + 3 * (2 + 4)
     budget = 70 << 30
     a = answer(p, budget, context=262_144, max_model_len=8192, max_num_seqs=None, seq_counts=())
     assert budget // (10 * 1_114_112) == 6746

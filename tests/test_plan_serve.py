@@ -19,8 +19,9 @@ GENUINE = Path(__file__).resolve().parents[1] / "fixtures" / "genuine"
 
 
 def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +90,44 @@ def test_serve_flags_without_hardware_has_no_memory_plan() -> None:
 # ---- check-serve ----------------------------------------------------------------------------------------------------
 def test_check_serve_rates_settings_that_cannot_fit(dense: Path) -> None:
     plan = memory_plan(str(dense), Settings(hardware="b200", max_num_seqs=4, max_model_len=131072))
-    out = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
-               "--max-model-len", "131072", "--max-num-seqs", "4")
+    out = ckpt(
+        "check-serve",
+        str(dense),
+        "--hardware",
+        "b200",
+        "-f",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        str(dense),
+        "--max-model-len",
+        "131072",
+        "--max-num-seqs",
+        "4",
+    )
     assert out.returncode == 1, out.stdout
     finding = next(f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
     assert finding["code"] == "CS172" and finding["severity"] == "error"
     assert "one sequence of 131,072 tokens does not fit" in finding["message"]
     assert finding["fix"] == f"--max-model-len {dict(plan.answers.context_at_seqs)[4]} for 4 sequences"
 
-    seqs = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
-                "--max-model-len", "32k", "--max-num-seqs", "8")
+    seqs = ckpt(
+        "check-serve",
+        str(dense),
+        "--hardware",
+        "b200",
+        "-f",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        str(dense),
+        "--max-model-len",
+        "32k",
+        "--max-num-seqs",
+        "8",
+    )
     finding = next(f for f in json.loads(seqs.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
     fits = memory_plan(str(dense), Settings(hardware="b200", max_model_len=32000))
     assert "8 sequences of 32,000 tokens do not fit" in finding["message"]
@@ -107,18 +136,45 @@ def test_check_serve_rates_settings_that_cannot_fit(dense: Path) -> None:
     # Split over two GPUs the same settings fit; and a command without --max-num-seqs is judged at one sequence.
     for extra in (["-tp", "2"], []):
         args = ["--max-model-len", "32768", "--max-num-seqs", "8"] if extra else ["--max-model-len", "32768"]
-        ok = ckpt("check-serve", str(dense), "--hardware", "b200", "-f", "json", "--", "vllm", "serve", str(dense),
-                  *args, *extra)
+        ok = ckpt(
+            "check-serve",
+            str(dense),
+            "--hardware",
+            "b200",
+            "-f",
+            "json",
+            "--",
+            "vllm",
+            "serve",
+            str(dense),
+            *args,
+            *extra,
+        )
         assert not [f for f in json.loads(ok.stdout)["findings"] if f["slug"] == "memory-does-not-fit"], extra
 
 
 def test_check_serve_on_the_seed_command_has_no_memory_finding(seed: Path) -> None:
-    out = ckpt("check-serve", str(seed), "--hardware", "gb10", "-f", "json", "--", "vllm", "serve", str(seed),
-               "--max-model-len", "262144", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.85",
-               "--enable-prefix-caching")
+    out = ckpt(
+        "check-serve",
+        str(seed),
+        "--hardware",
+        "gb10",
+        "-f",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        str(seed),
+        "--max-model-len",
+        "262144",
+        "--max-num-seqs",
+        "64",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--enable-prefix-caching",
+    )
     findings = json.loads(out.stdout)["findings"]
-    plan = memory_plan(str(seed), Settings(hardware="gb10", max_model_len=262144, max_num_seqs=64,
-                                           prefix_caching=True))
+    plan = memory_plan(str(seed), Settings(hardware="gb10", max_model_len=262144, max_num_seqs=64, prefix_caching=True))
     # 64 sequences of the full 262,144 tokens need more than GB10 holds: the finding says how many do fit.
     assert not plan.fits and plan.answers.max_num_seqs < 64
     finding = next(f for f in findings if f["slug"] == "memory-does-not-fit")
@@ -130,8 +186,12 @@ def test_inspect_shows_weight_and_kv_figures_and_doctor_stays_a_defect_check(den
     out = ckpt("inspect", str(GENUINE / "modelopt-qwen35moe-nvfp4"), "-f", "json")
     memory = json.loads(out.stdout)["memory"]
     assert memory["weights"]["bytes"] == 1157240
-    assert memory["kv_cache"] == {"dtype": "bfloat16", "bytes_per_token": 256, "attention_layers": 1,
-                                  "sliding_window_layers": 0}
+    assert memory["kv_cache"] == {
+        "dtype": "bfloat16",
+        "bytes_per_token": 256,
+        "attention_layers": 1,
+        "sliding_window_layers": 0,
+    }
     assert memory["state"] == {"bytes_per_sequence": 9728, "layers": 1}
     text = ckpt("inspect", str(GENUINE / "modelopt-qwen35moe-nvfp4")).stdout
     assert "KV cache  256 B per token (bfloat16, 1 attention layer)" in text
@@ -143,8 +203,20 @@ def test_inspect_shows_weight_and_kv_figures_and_doctor_stays_a_defect_check(den
 
 def test_a_length_above_the_context_is_not_a_memory_finding(dense: Path) -> None:
     """--max-model-len past the model's context is the context check's business; memory is judged at that length."""
-    out = ckpt("check-serve", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "-f", "json", "--", "vllm",
-               "serve", "x", "--max-model-len", "8192")
+    out = ckpt(
+        "check-serve",
+        str(GENUINE / "base-llama-bf16"),
+        "--hardware",
+        "gb10",
+        "-f",
+        "json",
+        "--",
+        "vllm",
+        "serve",
+        "x",
+        "--max-model-len",
+        "8192",
+    )
     assert not [f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit"]
     flags = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "--max-model-len", "8192")
     assert flags.returncode == 0 and "--max-model-len 8192" in flags.stdout

@@ -32,8 +32,11 @@ def test_missing_package_is_reported_as_skipped() -> None:
 
 
 def test_errors_become_a_finding(monkeypatch) -> None:
-    fake = producer_schema.SchemaCheck("compressed-tensors", "compressed-tensors 0.19.0",
-                                       ("config_groups.group_0.weights.strategy: not a valid QuantizationStrategy",))
+    fake = producer_schema.SchemaCheck(
+        "compressed-tensors",
+        "compressed-tensors 0.19.0",
+        ("config_groups.group_0.weights.strategy: not a valid QuantizationStrategy",),
+    )
     monkeypatch.setattr(producer_schema, "check_producer_schema", lambda ckpt, det: fake)
     report = analyze(str(GENUINE / "llmc-llama-nvfp4"), producer_schema=True).report
     [f] = [f for f in report.findings if f.slug == "producer-schema"]
@@ -44,14 +47,18 @@ def test_errors_become_a_finding(monkeypatch) -> None:
 def test_compressed_tensors_schema(fixture_copy) -> None:
     assert "producer-schema" not in slugs(analyze(str(GENUINE / "llmc-qwen35moe-nvfp4"), producer_schema=True).report)
     folder = fixture_copy("llmc-llama-nvfp4")
-    edit_json(folder / "config.json",
-              lambda c: c["quantization_config"]["config_groups"]["group_0"]["weights"].__setitem__("strategy", "x"))
+    edit_json(
+        folder / "config.json",
+        lambda c: c["quantization_config"]["config_groups"]["group_0"]["weights"].__setitem__("strategy", "x"),
+    )
     assert "producer-schema" in slugs(analyze(str(folder), producer_schema=True).report)
 
 
 @pytest.mark.skipif(not HAS_MODELOPT, reason="needs the producers extra (nvidia-modelopt)")
 def test_modelopt_conversion_agrees(fixture_copy) -> None:
-    assert "producer-schema" not in slugs(analyze(str(GENUINE / "modelopt-qwen35moe-nvfp4"), producer_schema=True).report)
+    assert "producer-schema" not in slugs(
+        analyze(str(GENUINE / "modelopt-qwen35moe-nvfp4"), producer_schema=True).report
+    )
     folder = fixture_copy("modelopt-llama-nvfp4")
     edit_json(folder / "config.json", lambda c: c["quantization_config"]["ignore"].append("model.layers.0.mlp.up_proj"))
     assert "producer-schema" in slugs(analyze(str(folder), producer_schema=True).report)

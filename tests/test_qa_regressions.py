@@ -17,16 +17,20 @@ from tests.corrupt import GENUINE, edit_json
 from tests.test_cli import assert_one_line_error, ckpt
 
 
-def codes(report) -> list[str]:  # noqa: ANN001 - Report
+def codes(report) -> list[str]:
     return [f.code for f in report.findings]
 
 
 def test_top_level_scale_without_dot_is_an_orphan_not_a_crash(tmp_path: Path) -> None:
     # A tensor named `weight_scale` (no module prefix) once raised KeyError('.weight_scale') in orphan-scale.
-    (tmp_path / "model.safetensors").write_bytes(build_file([
-        ("weight_scale", "F32", [1], b"\0" * 4),
-        ("model.layers.0.mlp.down_proj.weight", "BF16", [2], b"\0" * 4),
-    ]))
+    (tmp_path / "model.safetensors").write_bytes(
+        build_file(
+            [
+                ("weight_scale", "F32", [1], b"\0" * 4),
+                ("model.layers.0.mlp.down_proj.weight", "BF16", [2], b"\0" * 4),
+            ]
+        )
+    )
     report = ckpt_tools.doctor(tmp_path)
     orphan = next(f for f in report.findings if f.code == "CK302")
     assert list(orphan.tensors) == ["weight_scale"]
@@ -48,10 +52,12 @@ def test_compressed_tensors_config_that_quantizes_nothing_on_quantized_tensors(f
 def test_modelopt_exclude_everything_on_quantized_tensors(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-fp8")
     for name in ("config.json", "hf_quant_config.json"):
+
         def exclude_all(c: dict) -> None:
             q = c.get("quantization_config") or c.get("quantization") or c
             q["exclude_modules"] = ["*"]
             q.pop("ignore", None)
+
         if (folder / name).exists():
             edit_json(folder / name, exclude_all)
     finding = next(f for f in ckpt_tools.doctor(folder).findings if f.code == "CK304")
@@ -61,17 +67,22 @@ def test_modelopt_exclude_everything_on_quantized_tensors(fixture_copy) -> None:
 def test_gptq_style_checkpoint_is_not_reported_as_quantizing_nothing(fixture_copy) -> None:
     # The new CK304 branch is for producers whose layers ckpt resolves; other methods (gptq, awq) are not judged.
     folder = fixture_copy("llmc-llama-w4a16")
-    edit_json(folder / "config.json", lambda c: c.__setitem__("quantization_config", {"quant_method": "gptq", "bits": 4}))
+    edit_json(
+        folder / "config.json", lambda c: c.__setitem__("quantization_config", {"quant_method": "gptq", "bits": 4})
+    )
     assert not [f for f in ckpt_tools.doctor(folder).findings if "quantizes none" in f.message]
 
 
-@pytest.mark.parametrize("entry, name, excluded", [
-    ("*", "model.layers.0.mlp.down_proj", True),  # vLLM keeps a bare `*` (len < 2): fnmatch excludes everything
-    ("", "model.layers.0.mlp.down_proj", True),  # `"" in prefix` is true for every module
-    ("model.layers.0*", "model.layers.0", True),  # split into `model.layers.0` and `model.layers.0.*`
-    ("model.layers.0*", "model.layers.0.mlp.down_proj", True),
-    ("lm_head", "model.layers.0.mlp.down_proj", False),
-])
+@pytest.mark.parametrize(
+    "entry, name, excluded",
+    [
+        ("*", "model.layers.0.mlp.down_proj", True),  # vLLM keeps a bare `*` (len < 2): fnmatch excludes everything
+        ("", "model.layers.0.mlp.down_proj", True),  # `"" in prefix` is true for every module
+        ("model.layers.0*", "model.layers.0", True),  # split into `model.layers.0` and `model.layers.0.*`
+        ("model.layers.0*", "model.layers.0.mlp.down_proj", True),
+        ("lm_head", "model.layers.0.mlp.down_proj", False),
+    ],
+)
 def test_modelopt_exclude_matching_follows_vllm_mapper(entry: str, name: str, excluded: bool) -> None:
     # A bare `*` was split into `` and `.*` (vLLM only splits entries of two or more characters) and empty entries
     # were skipped, so `exclude_modules: ["*"]` excluded nothing here and everything in vLLM.
@@ -85,8 +96,10 @@ def test_modelopt_exclude_matching_follows_vllm_mapper(entry: str, name: str, ex
 def test_exclude_lists_of_equal_length_name_the_entries_that_differ(fixture_copy) -> None:
     # Two different exclude lists of the same length once read "exclude list = 2 entries, ... says 2 entries".
     folder = fixture_copy("modelopt-llama-nvfp4")
-    edit_json(folder / "hf_quant_config.json",
-              lambda c: c["quantization"].__setitem__("exclude_modules", ["lm_head", "model.layers.0.mlp*"]))
+    edit_json(
+        folder / "hf_quant_config.json",
+        lambda c: c["quantization"].__setitem__("exclude_modules", ["lm_head", "model.layers.0.mlp*"]),
+    )
     finding = next(f for f in ckpt_tools.doctor(folder).findings if f.details.get("field") == "exclude list")
     assert "only in hf_quant_config.json: `model.layers.0.mlp*`" in finding.message
     assert "2 entries" not in finding.message
@@ -157,28 +170,41 @@ def test_enum_options_accept_any_case_and_inspect_refuses_report_only_formats() 
     assert proc.returncode == 2 and not proc.stdout
 
 
-@pytest.mark.parametrize("args, verdict", [
-    (["doctor", str(GENUINE / "base-llama-bf16")], 0),
-    (["doctor", str(GENUINE.parent / "defective" / "llama-nvfp4-missing-input-scales")], 1),
-    (["serve-flags", str(GENUINE / "base-llama-bf16")], 0),
-    (["rules"], 0),
-])
+@pytest.mark.parametrize(
+    "args, verdict",
+    [
+        (["doctor", str(GENUINE / "base-llama-bf16")], 0),
+        (["doctor", str(GENUINE.parent / "defective" / "llama-nvfp4-missing-input-scales")], 1),
+        (["serve-flags", str(GENUINE / "base-llama-bf16")], 0),
+        (["rules"], 0),
+    ],
+)
 def test_reader_gone_keeps_the_verdict_exit_code(args: list[str], verdict: int) -> None:
     # `ckpt doctor X | head -1` on a clean checkpoint exited 1: typer turns EPIPE into exit 1 whatever the verdict.
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt_tools.cli.main", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == verdict and proc.stderr == ""
 
 
 def test_closed_stdout_is_not_an_internal_error() -> None:
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(GENUINE / "base-llama-bf16")],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
-                          preexec_fn=lambda: os.close(1))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(GENUINE / "base-llama-bf16")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )
     assert proc.returncode == 0 and proc.stderr == ""
 
 
@@ -190,8 +216,13 @@ def test_colour_only_on_a_capable_terminal(env: dict, coloured: bool) -> None:
     clean = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     target = str(GENUINE.parent / "defective" / "llama-nvfp4-missing-input-scales")
     try:
-        subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", target, "--hardware", "h100"],
-                       stdout=follower, stderr=subprocess.DEVNULL, env={**clean, "TERM": "xterm", **env}, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", target, "--hardware", "h100"],
+            stdout=follower,
+            stderr=subprocess.DEVNULL,
+            env={**clean, "TERM": "xterm", **env},
+            timeout=120,
+        )
         os.close(follower)
         out = b""
         while True:
@@ -209,8 +240,9 @@ def test_colour_only_on_a_capable_terminal(env: dict, coloured: bool) -> None:
 
 def test_serve_flags_explanations_never_print_python_none() -> None:
     # aeon-v0.26.0 records no gpu_memory_utilization default: the gb10 reason read "the runtime's default is None".
-    proc = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--runtime", "aeon-v0.26.0", "--hardware", "gb10",
-                "--explain")
+    proc = ckpt(
+        "serve-flags", str(GENUINE / "base-llama-bf16"), "--runtime", "aeon-v0.26.0", "--hardware", "gb10", "--explain"
+    )
     assert proc.returncode == 0 and "--gpu-memory-utilization" in proc.stdout
     assert "None" not in proc.stdout
 
@@ -219,8 +251,11 @@ def test_unknown_env_var_message_reads_as_english() -> None:
     from ckpt_tools.serve import check_serve
 
     target = str(GENUINE / "base-llama-bf16")
-    finding = next(f for f in check_serve(target, ["VLLM_USE_V1=0", "vllm", "serve", target]).findings
-                   if f.slug == "unknown-env-var")
+    finding = next(
+        f
+        for f in check_serve(target, ["VLLM_USE_V1=0", "vllm", "serve", target]).findings
+        if f.slug == "unknown-env-var"
+    )
     assert finding.message.startswith("VLLM_USE_V1 is not an environment variable of upstream vLLM")
 
 
@@ -228,9 +263,14 @@ def test_ignore_list_finding_names_the_covering_entry_and_the_key_the_config_use
     # Read "`q_proj` (q_proj). Remove the entries from `exclude_modules / ignore`": the entry looked like a repeat of
     # the module name and the key was a guess. ModelOpt's config.json writes `ignore`.
     folder = fixture_copy("modelopt-llama-nvfp4")
-    edit_json(folder / "config.json", lambda c: c["quantization_config"]["ignore"].append("model.layers.1.mlp.down_proj"))
-    finding = next(f for f in ckpt_tools.doctor(folder).findings
-                   if f.code == "CK301" and f.details.get("direction") == "declared-unquantized-disk-quantized")
+    edit_json(
+        folder / "config.json", lambda c: c["quantization_config"]["ignore"].append("model.layers.1.mlp.down_proj")
+    )
+    finding = next(
+        f
+        for f in ckpt_tools.doctor(folder).findings
+        if f.code == "CK301" and f.details.get("direction") == "declared-unquantized-disk-quantized"
+    )
     assert "`model.layers.1.mlp.down_proj` (covered by `model.layers.1.mlp.down_proj`)" in finding.message
     assert "Remove those entries from `ignore`" in finding.message and "exclude_modules / ignore" not in finding.message
 

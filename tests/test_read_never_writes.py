@@ -21,8 +21,12 @@ def killed_fix_prefix(tmp_path: Path, at: str = "step0:after") -> Path:
     """A sharded fix-prefix SIGKILLed after its first shard: that shard has the new names, the index the old ones."""
     folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path))
     env = {**os.environ, "CKPT_NO_PROGRESS": "1", "CKPT_REPAIR_CRASH_AT": at, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "fix-prefix", str(folder)], env=env,
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "fix-prefix", str(folder)],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == -9 and (folder / JOURNAL_NAME).exists()
     return folder
 
@@ -32,8 +36,11 @@ def every_entry(folder: Path) -> dict[str, tuple[int, bytes]]:
     return {p.name: (p.lstat().st_mode, p.read_bytes() if p.is_file() else b"") for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("argv", [["doctor"], ["doctor", "--format", "json"], ["inspect"],
-                                  ["serve-flags", "--fail-on", "none"]], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "argv",
+    [["doctor"], ["doctor", "--format", "json"], ["inspect"], ["serve-flags", "--fail-on", "none"]],
+    ids=lambda a: " ".join(a),
+)
 def test_reading_commands_report_a_pending_journal_and_write_nothing(tmp_path, capsys, argv):
     folder = killed_fix_prefix(tmp_path)
     (folder / ".model-00001-of-00003.safetensors.ckpt-tmp").write_bytes(b"half a copy")
@@ -96,8 +103,12 @@ def test_rollback_of_a_rebuilt_shard_is_refused_with_nothing_changed(tmp_path, c
     folder = copy_of("modelopt-llama-nvfp4", tmp_path)
     add_tensors(folder, [("lm_head.input_scale", "F32", [], b"\x00\x00\x80\x3f")], beside="lm_head.weight")
     env = {**os.environ, "CKPT_NO_PROGRESS": "1", "CKPT_REPAIR_CRASH_AT": "step0:renamed", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "drop-orphans", str(folder), "-t",
-                           "lm_head.input_scale"], env=env, capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "drop-orphans", str(folder), "-t", "lm_head.input_scale"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == -9
     before = every_entry(folder)
     code, _out, err = run_cli(["repair", folder, "--rollback"], capsys)
@@ -109,11 +120,18 @@ def test_rollback_of_a_rebuilt_shard_is_refused_with_nothing_changed(tmp_path, c
 
 def test_the_read_path_imports_nothing_from_repair(tmp_path):
     folder = killed_fix_prefix(tmp_path)
-    code = ("import sys; from ckpt_tools.pipeline import analyze; from ckpt_tools.serve import *; "
-            f"r = analyze({str(folder)!r}).report; "
-            "assert any(f.code == 'CK109' for f in r.findings); "
-            "bad = sorted(m for m in sys.modules if m.startswith('ckpt_tools.repair')); "
-            "assert not bad, bad")
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from ckpt_tools.pipeline import analyze; from ckpt_tools.serve import *; "
+        f"r = analyze({str(folder)!r}).report; "
+        "assert any(f.code == 'CK109' for f in r.findings); "
+        "bad = sorted(m for m in sys.modules if m.startswith('ckpt_tools.repair')); "
+        "assert not bad, bad"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr

@@ -26,9 +26,13 @@ KINDS = {
 
 def doctor(folder: Path) -> subprocess.CompletedProcess:
     """In its own process with a timeout, so that a read blocked on a FIFO fails the test instead of hanging it."""
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder), "--headers-only",
-                           "--format", "json"], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(folder), "--headers-only", "--format", "json"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)

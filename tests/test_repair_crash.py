@@ -21,9 +21,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -72,8 +72,10 @@ def build_rename(where: Path) -> Path:
     return folder
 
 
-ORPHANS = [("lm_head.input_scale", "F32", [], b"\x00\x00\x80\x3f"),
-           ("model.layers.1.mlp.up_proj.k_scale", "F32", [], b"\x00\x00\x00\x40")]
+ORPHANS = [
+    ("lm_head.input_scale", "F32", [], b"\x00\x00\x80\x3f"),
+    ("model.layers.1.mlp.up_proj.k_scale", "F32", [], b"\x00\x00\x00\x40"),
+]
 BIG = ("model.layers.0.mlp.big_buffer", "BF16", [4096, 2048], os.urandom(4096 * 2048 * 2))
 
 
@@ -84,8 +86,10 @@ def build_drop(where: Path) -> Path:
     return folder
 
 
-NAN = {"model.layers.0.mlp.down_proj.weight_scale": {0: 0x7F, 1: 0xFF, 9: 0x7F},
-       "model.layers.1.self_attn.o_proj.weight_scale": {4: 0xFF}}
+NAN = {
+    "model.layers.0.mlp.down_proj.weight_scale": {0: 0x7F, 1: 0xFF, 9: 0x7F},
+    "model.layers.1.self_attn.o_proj.weight_scale": {4: 0xFF},
+}
 
 
 def build_scrub(where: Path) -> Path:
@@ -107,12 +111,20 @@ def scrubbed(view: dict) -> dict:
 
 
 SCENARIOS = [
-    Scenario("fix-prefix (header in place + index)", build_rename, ("fix-prefix",), fix_prefix.job,
-             lambda v: renamed_view(v, "model.language_model.visual.", "model.visual.")),
-    Scenario("drop-orphans (shard rewrite + index)", build_drop,
-             ("drop-orphans", "-t", ORPHANS[0][0], "-t", ORPHANS[1][0]),
-             lambda: drop_orphans.job([o[0] for o in ORPHANS]),
-             lambda v: {k: x for k, x in v.items() if k not in {o[0] for o in ORPHANS}}),
+    Scenario(
+        "fix-prefix (header in place + index)",
+        build_rename,
+        ("fix-prefix",),
+        fix_prefix.job,
+        lambda v: renamed_view(v, "model.language_model.visual.", "model.visual."),
+    ),
+    Scenario(
+        "drop-orphans (shard rewrite + index)",
+        build_drop,
+        ("drop-orphans", "-t", ORPHANS[0][0], "-t", ORPHANS[1][0]),
+        lambda: drop_orphans.job([o[0] for o in ORPHANS]),
+        lambda v: {k: x for k, x in v.items() if k not in {o[0] for o in ORPHANS}},
+    ),
     Scenario("scrub-nan (byte patches in two shards)", build_scrub, ("scrub-nan",), scrub_nan.job, scrubbed),
 ]
 
@@ -131,8 +143,12 @@ def spawn(argv: tuple[str, ...], folder: Path, crash_at: str | None = None) -> s
     env.pop("CKPT_REPAIR_CRASH_AT", None)
     if crash_at:
         env["CKPT_REPAIR_CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, "-m", "ckpt_tools.cli.main", argv[0], str(folder), *argv[1:]],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckpt_tools.cli.main", argv[0], str(folder), *argv[1:]],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def kill_at_random(proc: subprocess.Popen, folder: Path, rng: random.Random) -> None:
@@ -166,7 +182,8 @@ def check_after_kill(folder: Path, old: dict[str, bytes], new: dict[str, bytes],
         if states[f] == "mixed":
             assert pending, f"{point}: {f} is neither old nor new and no journal covers it"
             assert point.endswith((":torn", ":partial")) or point.startswith("random"), (
-                f"{point}: {f} is mixed, which only a write cut short inside a file may leave")
+                f"{point}: {f} is mixed, which only a write cut short inside a file may leave"
+            )
             assert f.endswith(".safetensors"), f"{point}: the index is only ever replaced whole"
         if f.endswith(".safetensors") and _prefix_is_whole(now[f], old[f], new[f]):
             library_view_of_one(folder / f)  # old or new header, data old, new or partly patched: it loads
@@ -179,8 +196,9 @@ def check_after_kill(folder: Path, old: dict[str, bytes], new: dict[str, bytes],
 
 def _prefix_is_whole(now: bytes, old: bytes, new: bytes) -> bool:
     """Whether the length field and header of `now` are exactly the old or the new ones (not a torn header)."""
-    return any(now[: 8 + struct.unpack_from("<Q", ref)[0]] == ref[: 8 + struct.unpack_from("<Q", ref)[0]]
-               for ref in (old, new))
+    return any(
+        now[: 8 + struct.unpack_from("<Q", ref)[0]] == ref[: 8 + struct.unpack_from("<Q", ref)[0]] for ref in (old, new)
+    )
 
 
 def library_view_of_one(shard: Path) -> None:
@@ -198,13 +216,19 @@ def assert_reported_not_acted_on(folder: Path, pending: bool) -> None:
     assert any(f.code == "CK109" and f.severity == "error" for f in report.findings) == pending
 
 
-def next_run(folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, old: dict[str, bytes],
-             pending: bool) -> str:
+def next_run(
+    folder: Path, scenario: Scenario, k: int, subprocess_resume: bool, old: dict[str, bytes], pending: bool
+) -> str:
     """The next writing run: `ckpt repair --resume` as its own process, or in this process `--resume`, `--rollback`
     or the same repair. Returns which ran."""
     if subprocess_resume:
-        proc = subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", "repair", str(folder), "--resume"],
-                              env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt_tools.cli.main", "repair", str(folder), "--resume"],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "completed the interrupted" in proc.stdout
         return "resume"
@@ -304,8 +328,15 @@ def test_kill_during_rollback_then_resume_leaves_old_or_new(tmp_path):
     run(str(reference), scenario.job())
     new = file_bytes(reference)
     # Killed after its header step: the rollback's steps are the index (still old: skipped), then the header.
-    points = ["rollback:torn", "rollback:synced", "rollback:renamed", "step0:before", "step1:torn", "step1:after",
-              "done"]
+    points = [
+        "rollback:torn",
+        "rollback:synced",
+        "rollback:renamed",
+        "step0:before",
+        "step1:torn",
+        "step1:after",
+        "done",
+    ]
     outcomes = set()
     for k, point in enumerate(points):
         folder = tmp_path / f"rollback{k}"

@@ -23,12 +23,17 @@ DROP = ["drop-orphans", "-t", ORPHAN[0]]
 
 
 @pytest.fixture
-def small_disk(tmp_path):  # noqa: ANN001, ANN201
+def small_disk(tmp_path):
     """A 4 MiB tmpfs: big enough for the checkpoint, too small once filled for a rebuilt copy of its shard."""
     mount = tmp_path / "small"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         yield mount
@@ -59,8 +64,9 @@ def test_a_rewrite_the_disk_has_no_room_for_is_refused_before_writing(small_disk
     code, _out, err = run_cli([DROP[0], folder, *DROP[1:]], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "not enough free space" in err and "a rebuilt copy of model.safetensors" in err
-    needed, available = (int(err.split(word)[1].split(" B")[0].replace(",", "")) for word in
-                         ("it needs ", "the filesystem has "))
+    needed, available = (
+        int(err.split(word)[1].split(" B")[0].replace(",", "")) for word in ("it needs ", "the filesystem has ")
+    )
     assert needed > os.path.getsize(folder / "model.safetensors") and available < needed
     no_trace(folder, before)
 
@@ -86,12 +92,12 @@ def test_enospc_writing_the_journal_leaves_no_partial_file(small_disk, tmp_path,
     no_trace(folder, before)
 
 
-def enospc_on_write(monkeypatch, n: int) -> None:  # noqa: ANN001
+def enospc_on_write(monkeypatch, n: int) -> None:
     """The `n`-th positional write of the repair fails with ENOSPC (the Writer seam)."""
     calls = {"n": 0}
     real = fsio.Writer._pwrite_all
 
-    def failing(self, fd, view, offset):  # noqa: ANN001, ANN202
+    def failing(self, fd, view, offset):
         calls["n"] += 1
         if calls["n"] == n:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

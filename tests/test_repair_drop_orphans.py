@@ -25,7 +25,7 @@ ORPHAN = ("lm_head.input_scale", "F32", [], b"\x00\x00\x80\x3f")
 ORPHAN2 = ("model.layers.0.mlp.gate_proj.k_scale", "F32", [], b"\x00\x00\x00\x40")
 
 
-def with_orphans(folder, *orphans):  # noqa: ANN001, ANN002
+def with_orphans(folder, *orphans):
     """Orphan scales beside lm_head.weight (a BF16 weight: nothing to scale), in its shard and the index."""
     return add_tensors(folder, list(orphans), beside="lm_head.weight")
 
@@ -62,11 +62,16 @@ def test_sharded_index_updated_and_other_shards_untouched(tmp_path, capsys):
     assert (folder / INDEX).read_text() == json.dumps(index, indent=2, sort_keys=True) + "\n"
 
 
-@pytest.mark.parametrize("names, message", [
-    (["model.layers.0.mlp.down_proj.weight"], "is not a scale or zero point"),
-    (["model.layers.0.mlp.down_proj.input_scale", "model.layers.0.mlp.down_proj.inptu_scale"],
-     "no tensor `model.layers.0.mlp.down_proj.inptu_scale`"),
-])
+@pytest.mark.parametrize(
+    "names, message",
+    [
+        (["model.layers.0.mlp.down_proj.weight"], "is not a scale or zero point"),
+        (
+            ["model.layers.0.mlp.down_proj.input_scale", "model.layers.0.mlp.down_proj.inptu_scale"],
+            "no tensor `model.layers.0.mlp.down_proj.inptu_scale`",
+        ),
+    ],
+)
 def test_refuses_anything_but_existing_scales(tmp_path, capsys, names, message):
     folder = copy_of("modelopt-llama-nvfp4", tmp_path)
     before = file_bytes(folder)
@@ -106,11 +111,16 @@ class StandInOrphanRule(Rule):
     title = "orphan scales (test stand-in)"
     fixable = True
 
-    def check(self, ctx: Context):  # noqa: ANN201
+    def check(self, ctx: Context):
         found = sorted(n for n in ctx.ckpt.tensors if n.startswith("lm_head.") and n != "lm_head.weight")
         if found:
-            yield self.finding("orphans", tensors=found[:1], count=len(found), fix=ctx.command("drop-orphans"),
-                               details={"orphans": found})
+            yield self.finding(
+                "orphans",
+                tensors=found[:1],
+                count=len(found),
+                fix=ctx.command("drop-orphans"),
+                details={"orphans": found},
+            )
 
 
 def test_uses_the_full_list_of_the_orphan_scale_finding(tmp_path, capsys, monkeypatch):

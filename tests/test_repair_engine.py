@@ -35,8 +35,18 @@ def test_diff_span_matches_brute_force():
 STEPS = (
     HeaderStep("a.safetensors", 100, 64, 10, b"new bytes", sha256(b"old bytes"), sha256(b"rest"), "1 renamed"),
     PatchStep("b.safetensors", 200, (Run(80, b"\x7f\xff", b"\x7e\x7e"), Run(99, b"\x7f", b"\x00")), "3 patched"),
-    RewriteStep("c.safetensors", 300, 48, sha256(b"p"), b"\x08" + bytes(7) + b"{}      ", 120,
-                ((48, 16, 100), (160, 116, 4)), (Run(20, b"\xff", b"\x7e"),), "tensors dropped", "1 dropped"),
+    RewriteStep(
+        "c.safetensors",
+        300,
+        48,
+        sha256(b"p"),
+        b"\x08" + bytes(7) + b"{}      ",
+        120,
+        ((48, 16, 100), (160, 116, 4)),
+        (Run(20, b"\xff", b"\x7e"),),
+        "tensors dropped",
+        "1 dropped",
+    ),
     IndexStep("model.safetensors.index.json", sha256(b"{}"), b'{"weight_map": {}}\n', "1 key(s) removed"),
 )
 
@@ -61,8 +71,9 @@ def test_a_journal_from_another_folder_writes_nothing(tmp_path):
         decode_journal(raw, tmp_path / "here")
 
 
-@pytest.mark.parametrize("name", ["../outside.safetensors", "/etc/passwd", ".hidden.safetensors", "config.json",
-                                  "sub/model.safetensors"])
+@pytest.mark.parametrize(
+    "name", ["../outside.safetensors", "/etc/passwd", ".hidden.safetensors", "config.json", "sub/model.safetensors"]
+)
 def test_a_journal_may_only_name_checkpoint_files(tmp_path, name):
     step = IndexStep(name, sha256(b""), b"{}", "")
     with pytest.raises(TargetError, match="not a checkpoint file in this folder"):
@@ -71,9 +82,8 @@ def test_a_journal_may_only_name_checkpoint_files(tmp_path, name):
 
 def test_lock_is_exclusive_and_leaves_no_file(tmp_path):
     with Lock(tmp_path):
-        with pytest.raises(TargetError, match="already running"):
-            with Lock(tmp_path):
-                pass
+        with pytest.raises(TargetError, match="already running"), Lock(tmp_path):
+            pass
         (tmp_path / JOURNAL_NAME).write_bytes(encode_journal("fix-prefix", tmp_path, ()))
         with pytest.raises(TargetError, match="already running"):
             resume(str(tmp_path))  # waits for nobody: it says a repair is running
@@ -95,8 +105,9 @@ def header_step(path: Path, new_name: bytes) -> HeaderStep:
     prefix = raw[: 8 + n]
     new_prefix = prefix.replace(b"a.visual.w", new_name)
     i, j = diff_span(prefix, new_prefix)
-    return HeaderStep(path.name, len(raw), len(prefix), i, new_prefix[i:j], sha256(prefix[i:j]),
-                      sha256(prefix[:i] + prefix[j:]), "")
+    return HeaderStep(
+        path.name, len(raw), len(prefix), i, new_prefix[i:j], sha256(prefix[i:j]), sha256(prefix[:i] + prefix[j:]), ""
+    )
 
 
 def test_header_step_is_idempotent_and_completes_a_torn_write(tmp_path):
@@ -147,7 +158,9 @@ def test_index_step_refuses_a_changed_index(tmp_path):
     index = tmp_path / "model.safetensors.index.json"
     index.write_text('{"weight_map": {"b": "x"}}')
     with pytest.raises(TargetError, match="the index"):
-        apply_index(Folder(tmp_path), IndexStep(index.name, sha256(b'{"weight_map": {"a": "x"}}'), b"{}", ""), Writer(), "t")
+        apply_index(
+            Folder(tmp_path), IndexStep(index.name, sha256(b'{"weight_map": {"a": "x"}}'), b"{}", ""), Writer(), "t"
+        )
     assert index.read_text() == '{"weight_map": {"b": "x"}}'
 
 
@@ -168,13 +181,16 @@ def test_every_copy_method_copies_exactly(tmp_path, method):
     assert writer.copied_with == {method} and writer.written == 4 + len(data) - 5
 
 
-@pytest.mark.parametrize("layout", [
-    lambda d: json.dumps(d, indent=2, sort_keys=True) + "\n",
-    lambda d: json.dumps(d, indent=4),
-    lambda d: json.dumps(d, separators=(",", ":")),
-    lambda d: json.dumps(d),
-    lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n",
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        lambda d: json.dumps(d, indent=2, sort_keys=True) + "\n",
+        lambda d: json.dumps(d, indent=4),
+        lambda d: json.dumps(d, separators=(",", ":")),
+        lambda d: json.dumps(d),
+        lambda d: json.dumps(d, indent=2, ensure_ascii=False) + "\n",
+    ],
+)
 def test_index_keeps_its_layout(layout):
     data = {"metadata": {"total_size": 3, "note": "für"}, "weight_map": {"a.w": "x", "b.w": "y"}}
     raw = layout(data).encode()

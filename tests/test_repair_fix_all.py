@@ -54,13 +54,16 @@ def test_fix_dry_run_lists_both_plans_and_changes_nothing(tmp_path, capsys):
     assert file_bytes(folder) == before
 
 
-@pytest.mark.parametrize("command, fixture", [
-    ("fix", "modelopt-qwen35moe-nvfp4"),
-    ("fix", "llmc-qwen3moe-nvfp4-sharded"),
-    ("fix-prefix", "llmc-qwen35moe-nvfp4"),
-    ("scrub-nan", "modelopt-llama-nvfp4"),
-    ("scrub-nan", "llmc-qwen3moe-nvfp4"),
-])
+@pytest.mark.parametrize(
+    "command, fixture",
+    [
+        ("fix", "modelopt-qwen35moe-nvfp4"),
+        ("fix", "llmc-qwen3moe-nvfp4-sharded"),
+        ("fix-prefix", "llmc-qwen35moe-nvfp4"),
+        ("scrub-nan", "modelopt-llama-nvfp4"),
+        ("scrub-nan", "llmc-qwen3moe-nvfp4"),
+    ],
+)
 def test_clean_checkpoint_is_left_alone(tmp_path, capsys, command, fixture):
     folder = copy_of(fixture, tmp_path)
     before = file_bytes(folder)

@@ -54,7 +54,7 @@ def test_seed_fixture_header_only_rename(tmp_path, capsys):
     assert result["bytes_written"] <= 2 * n + 4096
 
     after = shard.read_bytes()
-    assert len(after) == len(before) and after[: 8] == before[:8]  # same length field
+    assert len(after) == len(before) and after[:8] == before[:8]  # same length field
     assert after[8 + n :] == before[8 + n :]  # the data region, byte for byte
     assert library_view(folder) == renamed_view(view, OLD, NEW)
     _h, meta, _d = read_file(shard)
@@ -76,7 +76,7 @@ def test_dry_run_changes_nothing(tmp_path, capsys):
 
 def test_sharded_index_and_untouched_shards(tmp_path, capsys):
     folder = make_sharded(copy_of("llmc-qwen35moe-nvfp4", tmp_path))
-    rename(folder, lambda n: "model.language_model.visual." + n[len(NEW):] if n.startswith(NEW) else n)
+    rename(folder, lambda n: "model.language_model.visual." + n[len(NEW) :] if n.startswith(NEW) else n)
     index = json.loads((folder / INDEX).read_text())
     (folder / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")  # as transformers writes it
     view = library_view(folder)
@@ -108,8 +108,9 @@ def test_header_that_outgrows_its_length_is_rewritten(tmp_path, capsys):
     (folder / "model.safetensors").chmod(mode)
     longer = "model.vision_tower_with_a_much_longer_name_than_before."
     # A prefix vLLM does not load (more errors after): --force, since this test is about the rewrite's bytes.
-    code, out, err = run_cli(["fix-prefix", folder, "--from", OLD, "--to", longer, "--format", "json", "--force"],
-                             capsys)
+    code, out, err = run_cli(
+        ["fix-prefix", folder, "--from", OLD, "--to", longer, "--format", "json", "--force"], capsys
+    )
     assert code == 0, err
     step = json.loads(out)["plan"]["steps"][0]
     assert step["kind"] == "rewrite" and step["reason"] == "header outgrows its old length"
@@ -147,8 +148,9 @@ def test_hard_linked_shard_is_replaced_not_changed_under_the_other_link(tmp_path
 
 def test_explicit_prefix_matches_whole_segments_and_can_remove_a_prefix(tmp_path, capsys):
     data = b"\x01\x02"
-    (tmp_path / "model.safetensors").write_bytes(build_file([
-        ("wrap.model.a.weight", "U8", [2], data), ("wrap.model_b.weight", "U8", [2], data)]))
+    (tmp_path / "model.safetensors").write_bytes(
+        build_file([("wrap.model.a.weight", "U8", [2], data), ("wrap.model_b.weight", "U8", [2], data)])
+    )
     code, _, err = run_cli(["fix-prefix", tmp_path, "--from", "wrap.model", "--to", "model"], capsys)
     assert code == 0, err
     assert set(library_view(tmp_path)) == {"model.a.weight", "wrap.model_b.weight"}
@@ -162,10 +164,23 @@ def test_explicit_prefix_matches_whole_segments_and_can_remove_a_prefix(tmp_path
     [
         (["--from", "model.visual"], "in pairs"),
         (["--from", "no.such.prefix", "--to", "x"], "no tensor name starts with"),
-        (["--from", "model.language_model.visual.blocks.0", "--to", "model.language_model.visual.blocks.1"],
-         "collide with an existing tensor"),
-        (["--from", "model.language_model.visual.blocks.0", "--to", "v.b", "--from",
-          "model.language_model.visual.blocks.1", "--to", "v.b"], "would both become"),
+        (
+            ["--from", "model.language_model.visual.blocks.0", "--to", "model.language_model.visual.blocks.1"],
+            "collide with an existing tensor",
+        ),
+        (
+            [
+                "--from",
+                "model.language_model.visual.blocks.0",
+                "--to",
+                "v.b",
+                "--from",
+                "model.language_model.visual.blocks.1",
+                "--to",
+                "v.b",
+            ],
+            "would both become",
+        ),
         (["--from", "", "--to", "x"], "non-empty"),
     ],
 )
@@ -175,4 +190,3 @@ def test_bad_explicit_plans_refuse_and_change_nothing(tmp_path, capsys, args, me
     code, out, err = run_cli(["fix-prefix", folder, *args], capsys)
     assert code == 2 and message in err and err.count("\n") == 1
     assert file_bytes(folder) == before
-

@@ -45,16 +45,24 @@ def snapshot(folder: Path) -> dict[str, object]:
     """Every entry of the folder, without following links: name -> bytes, link target or kind."""
     out: dict[str, object] = {}
     for p in sorted(folder.iterdir()):
-        out[p.name] = (f"-> {os.readlink(p)}" if p.is_symlink() else p.read_bytes() if p.is_file()
-                       else "directory" if p.is_dir() else "other")
+        out[p.name] = (
+            f"-> {os.readlink(p)}"
+            if p.is_symlink()
+            else p.read_bytes()
+            if p.is_file()
+            else "directory"
+            if p.is_dir()
+            else "other"
+        )
     return out
 
 
 def ckpt(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """The CLI in its own process, so that a repair blocked on a FIFO fails the test instead of hanging it."""
     env = {**os.environ, "CKPT_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_refused(code: int, err: str, *needles: str) -> None:
@@ -151,8 +159,9 @@ def test_a_journal_that_is_not_a_regular_file_is_refused_without_hanging(tmp_pat
     outside = tmp_path / "elsewhere"
     outside.write_bytes(b"precious\n")
     journal = folder / JOURNAL_NAME
-    {"symlink": lambda: journal.symlink_to(outside), "fifo": lambda: os.mkfifo(journal),
-     "directory": journal.mkdir}[kind]()
+    {"symlink": lambda: journal.symlink_to(outside), "fifo": lambda: os.mkfifo(journal), "directory": journal.mkdir}[
+        kind
+    ]()
     before = snapshot(folder)
     proc = ckpt(["fix-prefix", str(folder)])
     assert_refused(proc.returncode, proc.stderr, JOURNAL_NAME)

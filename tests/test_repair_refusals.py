@@ -23,7 +23,7 @@ LAYER0 = "model.language_model.layers.0.linear_attn.out_proj"
 COMMANDS = [["fix-prefix"], ["scrub-nan"], ["drop-orphans", "--tensor", "lm_head.input_scale"], ["fix"]]
 
 
-def refused(capsys, folder, args, message, *, target=None):  # noqa: ANN001
+def refused(capsys, folder, args, message, *, target=None):
     before = file_bytes(folder)
     code, out, err = run_cli([args[0], target or folder, *args[1:]], capsys)
     assert code == 2, (out, err)
@@ -55,7 +55,8 @@ def test_read_only_folder(tmp_path, capsys):
 def test_lfs_pointer(tmp_path, capsys, args):
     folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path))
     (folder / "model-00002-of-00003.safetensors").write_text(
-        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "a" * 64 + "\nsize 123456\n")
+        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "a" * 64 + "\nsize 123456\n"
+    )
     refused(capsys, folder, args, "Git LFS pointer")
 
 
@@ -71,8 +72,12 @@ def test_duplicate_keys_would_be_lost_so_refused(tmp_path, capsys):
     t = b'"model.language_model.visual.w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}'
     header = b"{" + t + b"," + t + b"}"
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"xy")
-    refused(capsys, tmp_path, ["fix-prefix", "--from", "model.language_model.visual", "--to", "model.visual"],
-            "repeats tensor name")
+    refused(
+        capsys,
+        tmp_path,
+        ["fix-prefix", "--from", "model.language_model.visual", "--to", "model.visual"],
+        "repeats tensor name",
+    )
 
 
 def test_invalid_index_when_the_plan_updates_it(tmp_path, capsys):
@@ -89,8 +94,9 @@ def test_repair_already_running(tmp_path, capsys, args):
     assert leftovers(folder) == []  # the holder removed its lock file on release
 
 
-@pytest.mark.parametrize("target", ["Qwen/Qwen3.6-35B-A3B-NVFP4", "hf://org/model@main",
-                                    "https://huggingface.co/org/model"])
+@pytest.mark.parametrize(
+    "target", ["Qwen/Qwen3.6-35B-A3B-NVFP4", "hf://org/model@main", "https://huggingface.co/org/model"]
+)
 @pytest.mark.parametrize("args", COMMANDS)
 def test_hub_target(tmp_path, capsys, monkeypatch, target, args):
     monkeypatch.chdir(tmp_path)
@@ -113,8 +119,13 @@ def test_symlinked_shard(tmp_path, capsys):
 def test_one_shard_of_a_sharded_checkpoint(tmp_path, capsys):
     folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path))
     shard = next(p for p in sorted(folder.glob("*.safetensors")) if b"language_model.visual" in p.read_bytes())
-    refused(capsys, folder, ["fix-prefix", "--from", "model.language_model.visual", "--to", "model.visual"],
-            "repair the folder", target=shard)
+    refused(
+        capsys,
+        folder,
+        ["fix-prefix", "--from", "model.language_model.visual", "--to", "model.visual"],
+        "repair the folder",
+        target=shard,
+    )
 
 
 def test_dry_run_does_not_complete_a_pending_journal(tmp_path, capsys):
@@ -136,17 +147,18 @@ def test_damaged_journal_is_reported_not_guessed(tmp_path, capsys):
     assert file_bytes(folder) == before
 
 
-
 def test_finding_without_a_safe_plan(tmp_path, capsys):
     # Both the mis-nested tensor and its canonical name exist: the rule offers no automatic fix, so neither do we.
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
-    add_tensors(folder, [("model.visual.pos_embed.weight", "BF16", [2], b"\x00\x00\x80\x3f")],
-                beside="model.language_model.visual.pos_embed.weight")
+    add_tensors(
+        folder,
+        [("model.visual.pos_embed.weight", "BF16", [2], b"\x00\x00\x80\x3f")],
+        beside="model.language_model.visual.pos_embed.weight",
+    )
     refused(capsys, folder, ["fix-prefix"], "CK201 misnested-prefix is not automatically fixable here")
 
 
-
-def pending_journal(folder):  # noqa: ANN001, ANN201
+def pending_journal(folder):
     """The state a repair killed right after writing its journal leaves: the journal, and no file changed yet."""
     from ckpt_tools.repair import fix_prefix, run
     from ckpt_tools.repair.journal import encode_journal
@@ -163,7 +175,7 @@ def test_interrupted_repair_that_cannot_be_written_is_explained(tmp_path, capsys
     pending_journal(folder)
     before = file_bytes(folder)
 
-    def denied(*args):  # noqa: ANN002, ANN202 - as on a read-only mount (root ignores chmod, so simulate it)
+    def denied(*args):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(execute, "_open_checked", denied)

@@ -14,7 +14,7 @@ SCALE = "model.layers.0.mlp.down_proj.weight_scale"
 OTHER = "model.layers.1.self_attn.q_proj.weight_scale"
 
 
-def tensor_start(shard, name: str) -> int:  # noqa: ANN001
+def tensor_start(shard, name: str) -> int:
     header, _meta, _data = read_file(shard)
     n = len(shard.read_bytes()) - len(_data) - 8
     return 8 + n + header[name]["data_offsets"][0]
@@ -75,10 +75,14 @@ def test_unknown_value_is_a_usage_error(tmp_path, capsys):
 
 
 def test_e8m0_scales_saturate_and_have_no_zero(tmp_path, capsys):
-    (tmp_path / "model.safetensors").write_bytes(build_file([
-        ("m.proj.weight", "U8", [4, 8], bytes(32)),
-        ("m.proj.weight_scale", "F8_E8M0", [4], b"\x7f\xff\x7f\xff"),
-    ]))
+    (tmp_path / "model.safetensors").write_bytes(
+        build_file(
+            [
+                ("m.proj.weight", "U8", [4, 8], bytes(32)),
+                ("m.proj.weight_scale", "F8_E8M0", [4], b"\x7f\xff\x7f\xff"),
+            ]
+        )
+    )
     before = file_bytes(tmp_path)
     code, _out, err = run_cli(["scrub-nan", tmp_path, "--value", "zero"], capsys)
     assert code == 2 and "F8_E8M0, which has no zero value" in err
@@ -99,8 +103,10 @@ def test_u8_mx_scales_of_a_genuine_mxfp4_export_are_scrubbed_as_e8m0(tmp_path, c
     assert result["plan"]["details"]["replacement"] == {"F8_E8M0": "0xFE"}
     assert "CK501 nan-fp8-scale" not in result["after"]["findings"]
     s = tensor_start(shard, SCALE)
-    assert diff_positions(before[shard.name], file_bytes(folder)[shard.name]) == {s + 2: (0xFF, 0xFE),
-                                                                                   s + 17: (0xFF, 0xFE)}
+    assert diff_positions(before[shard.name], file_bytes(folder)[shard.name]) == {
+        s + 2: (0xFF, 0xFE),
+        s + 17: (0xFF, 0xFE),
+    }
 
 
 def test_sharded_only_the_affected_shard_changes(tmp_path, capsys):
@@ -123,4 +129,3 @@ def test_hard_linked_shard_is_rebuilt_with_the_patch(tmp_path, capsys):
     assert json.loads(out)["plan"]["steps"][0]["reason"] == "hard-linked file"
     assert (tmp_path / "backup").read_bytes() == before
     assert diff_positions(before, shard.read_bytes()) == {tensor_start(shard, SCALE) + 2: (0xFF, 0x7E)}
-

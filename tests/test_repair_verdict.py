@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 
-from ckpt_tools.pipeline import doctor
+from ckpt_tools.pipeline import analyze, doctor
 from ckpt_tools.repair import drop_orphans, fix_prefix, run, scrub_nan
 from ckpt_tools.repair.predict import carry_values
-from ckpt_tools.pipeline import analyze
 from tests.corrupt import patch_tensor_bytes
 from tests.repair_helpers import add_tensors, copy_of, file_bytes, make_sharded, run_cli
 
@@ -19,7 +18,7 @@ OLD, NEW = "model.language_model.visual", "model.visual"
 INPUT_SCALE = "model.layers.0.mlp.down_proj.input_scale"
 
 
-def verdict(report) -> list[tuple[str, str, str, tuple[str, ...]]]:  # noqa: ANN001 - Report
+def verdict(report) -> list[tuple[str, str, str, tuple[str, ...]]]:
     return [(f.code, f.severity, f.message, tuple(f.tensors)) for f in report.sorted_findings()]
 
 
@@ -61,7 +60,7 @@ def test_prefix_into_the_wrong_place_refuses_and_force_applies(tmp_path, capsys)
     assert {"CK301 ignore-list-mismatch", "CK306 missing-component"} <= set(result["after"]["findings"])
 
 
-def _prediction_matches_doctor(folder, job, **kw):  # noqa: ANN001, ANN003
+def _prediction_matches_doctor(folder, job, **kw):
     dry = run(str(folder), job, dry_run=True, **kw)
     real = run(str(folder), job, **kw)
     fresh = doctor(str(folder))
@@ -107,8 +106,13 @@ def test_carry_values_renames_whatever_value_data_the_checkpoint_holds(tmp_path)
     assert name not in carry_values(ckpt, {}, frozenset({name}))["values"]
     # A mapping keyed by tensor name (raw bytes) is carried as well, byte patches applied.
     tensor = next(iter(ckpt.tensors))
-    holder = dataclasses.make_dataclass("Holder", [("index", object), ("blob", object)],
-                                        namespace={"tensors": property(lambda self: ckpt.tensors)})
-    out = carry_values(holder(ckpt.index, {tensor: b"\x7f\x00"}), {tensor: "t2"}, frozenset(),
-                       {tensor: [BytePatch(tensor, 0, 0x7F, 0x7E)]})
+    holder = dataclasses.make_dataclass(
+        "Holder", [("index", object), ("blob", object)], namespace={"tensors": property(lambda self: ckpt.tensors)}
+    )
+    out = carry_values(
+        holder(ckpt.index, {tensor: b"\x7f\x00"}),
+        {tensor: "t2"},
+        frozenset(),
+        {tensor: [BytePatch(tensor, 0, 0x7F, 0x7E)]},
+    )
     assert out == {"blob": {"t2": b"\x7e\x00"}}

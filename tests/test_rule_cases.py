@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from tests import case_ops
-from tests.corrupt import GENUINE, copy_fixture
-
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.report.formats import RENDERERS, render
+from tests import case_ops
+from tests.corrupt import GENUINE, copy_fixture
 
 CASES_DIR = Path(__file__).parent / "rule_cases"
 
@@ -59,7 +58,7 @@ def load_cases() -> list[tuple[str, dict[str, Any]]]:
 CASES = load_cases()
 
 
-@lru_cache(maxsize=None)
+@cache
 def baseline(fixture: str, headers_only: bool) -> frozenset[str]:
     """Codes of warnings and errors on the untouched fixture."""
     report = analyze(str(GENUINE / fixture), headers_only=headers_only).report
@@ -74,7 +73,7 @@ def _contains(actual: Any, expected: Any) -> bool:
     return actual == expected
 
 
-def matches(finding, expect: dict[str, Any]) -> list[str]:  # noqa: ANN001
+def matches(finding, expect: dict[str, Any]) -> list[str]:
     """Reasons this finding does not meet the expectation (empty: it does)."""
     bad = []
     if "severity" in expect and finding.severity != expect["severity"]:
@@ -104,8 +103,12 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
     folder = copy_fixture(case["fixture"], tmp_path)
     case_ops.apply(folder, case.get("steps", []))
     headers_only = bool(case.get("headers_only", False))
-    report = analyze(str(folder), headers_only=headers_only, runtime=case.get("runtime"),
-                     producer_schema=bool(case.get("producer_schema", False))).report
+    report = analyze(
+        str(folder),
+        headers_only=headers_only,
+        runtime=case.get("runtime"),
+        producer_schema=bool(case.get("producer_schema", False)),
+    ).report
     mine = [f for f in report.findings if f.code == rule]
     summary = "\n".join(f"  {f.code} {f.severity}: {f.message}" for f in report.findings)
     if case["kind"] == "pass":

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from tests.corrupt import GENUINE
-
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.rules._values import decode, scalar
+from tests.corrupt import GENUINE
 
 VALUE_RULES = {"CK307", "CK501", "CK502", "CK503"}
 

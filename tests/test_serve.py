@@ -33,11 +33,11 @@ MANUAL_TRAPS = (
 )
 
 
-def slugs(result) -> set[str]:  # noqa: ANN001
+def slugs(result) -> set[str]:
     return {f.slug for f in result.findings}
 
 
-def make_drafter(tmp_path, name="Qwen3.6-35B-A3B-DFlash"):  # noqa: ANN001, ANN201
+def make_drafter(tmp_path, name="Qwen3.6-35B-A3B-DFlash"):
     """A drafter folder: a tiny genuine checkpoint with a DFlash config (method is read from dflash_config)."""
     from tests.corrupt import copy_fixture
 
@@ -60,8 +60,9 @@ def test_every_emitted_flag_is_in_the_runtime_table(entry):
         if plan.blocked is None:
             # check-serve on the planned command finds nothing about the command, and the same checkpoint
             # findings as serve-flags (one analysis, one verdict).
-            checked = check_serve(str(GENUINE / entry), [plan.command], runtime=rid,
-                                  hardware=plan.hardware.id if plan.hardware else None).findings
+            checked = check_serve(
+                str(GENUINE / entry), [plan.command], runtime=rid, hardware=plan.hardware.id if plan.hardware else None
+            ).findings
             assert [f for f in checked if f.code.startswith("CS")] == []
             assert checked == plan.findings
 
@@ -97,9 +98,18 @@ def test_qwen_plan_matches_the_manual():
 def test_manual_traps_are_all_found():
     result = check_serve(QWEN_CT, [MANUAL_TRAPS], hardware="gb10")
     assert result.plan.runtime.id == "aeon-v0.23.0"
-    assert {"env-trap", "quantization-mismatch", "max-model-len-exceeded", "batched-tokens-above-limit",
-            "memory-utilization-above-cap", "invalid-flag-value", "dflash-kv-cache-dtype",
-            "dflash-attention-backend", "mamba-block-size", "speculative-tokens-untuned"} <= slugs(result)
+    assert {
+        "env-trap",
+        "quantization-mismatch",
+        "max-model-len-exceeded",
+        "batched-tokens-above-limit",
+        "memory-utilization-above-cap",
+        "invalid-flag-value",
+        "dflash-kv-cache-dtype",
+        "dflash-attention-backend",
+        "mamba-block-size",
+        "speculative-tokens-untuned",
+    } <= slugs(result)
     fixes = {f.slug: f.fix for f in result.findings}
     assert fixes["quantization-mismatch"] == "--quantization compressed-tensors"
     assert fixes["invalid-flag-value"] == "--tool-call-parser qwen3_coder"
@@ -138,8 +148,7 @@ def test_misnested_vision_tower_gets_no_limits(tmp_path):
 
 
 def test_text_only_checkpoint_rejects_mm_limits():
-    result = check_serve(str(GENUINE / "llmc-qwen3moe-nvfp4"),
-                         ["vllm serve x --limit-mm-per-prompt '{\"image\":4}'"])
+    result = check_serve(str(GENUINE / "llmc-qwen3moe-nvfp4"), ["vllm serve x --limit-mm-per-prompt '{\"image\":4}'"])
     assert "mm-limit-without-vision" in slugs(result)
 
 
@@ -170,37 +179,47 @@ def test_mamba_block_size_rules():
     assert [f.severity for f in on.findings if f.slug == "mamba-block-size"] == ["warning"]
 
 
-@pytest.mark.parametrize("command, slug", [
-    ("vllm serve x --max_model_len 99999", "max-model-len-exceeded"),  # underscores are accepted by vLLM
-    ("vllm serve x --max-model-len=8k", "max-model-len-exceeded"),
-    ("vllm serve x -q modelopt", "quantization-mismatch"),
-    ("vllm serve x --gpu-memory-utilization 1.5", "invalid-flag-value"),
-    ("vllm serve x --kv-cache-dtype fp9", "invalid-flag-value"),
-    ("vllm serve x --speculative-config '{bad json'", "invalid-flag-value"),
-    ("vllm serve x --enable-auto-tool-choice", "auto-tool-choice-without-parser"),
-    ("vllm serve x --tool-call-parser gemma4", "parser-mismatch"),
-    ("vllm serve x --port 1 --port 2", "duplicate-flag"),
-    ("vllm serve x --no-such-flag 3", "unknown-flag"),
-    ("vllm serve x --speculative-config '{\"model\":\"/drafter\",\"num_speculative_tokens\":3}'",
-     "speculative-config-invalid"),
-    ("vllm serve x --language-model-only", "vision-disabled"),
-])
+@pytest.mark.parametrize(
+    "command, slug",
+    [
+        ("vllm serve x --max_model_len 99999", "max-model-len-exceeded"),  # underscores are accepted by vLLM
+        ("vllm serve x --max-model-len=8k", "max-model-len-exceeded"),
+        ("vllm serve x -q modelopt", "quantization-mismatch"),
+        ("vllm serve x --gpu-memory-utilization 1.5", "invalid-flag-value"),
+        ("vllm serve x --kv-cache-dtype fp9", "invalid-flag-value"),
+        ("vllm serve x --speculative-config '{bad json'", "invalid-flag-value"),
+        ("vllm serve x --enable-auto-tool-choice", "auto-tool-choice-without-parser"),
+        ("vllm serve x --tool-call-parser gemma4", "parser-mismatch"),
+        ("vllm serve x --port 1 --port 2", "duplicate-flag"),
+        ("vllm serve x --no-such-flag 3", "unknown-flag"),
+        (
+            "vllm serve x --speculative-config '{\"model\":\"/drafter\",\"num_speculative_tokens\":3}'",
+            "speculative-config-invalid",
+        ),
+        ("vllm serve x --language-model-only", "vision-disabled"),
+    ],
+)
 def test_single_conflicts(command, slug):
     assert slug in slugs(check_serve(QWEN_CT, [command]))
 
 
 def test_parser_forms():
     rt = serve_runtime("vllm-0.33")
-    cmd = parse_command(shlex.split(
-        "vllm serve m -tp 2 --speculative-config.method dflash --speculative-config.num_speculative_tokens 11 "
-        "--served-model-name a b --enable-prefix-caching -O3"), rt)
+    cmd = parse_command(
+        shlex.split(
+            "vllm serve m -tp 2 --speculative-config.method dflash --speculative-config.num_speculative_tokens 11 "
+            "--served-model-name a b --enable-prefix-caching -O3"
+        ),
+        rt,
+    )
     assert cmd.model == "m"
     assert cmd.last("--tensor-parallel-size").value == "2"
     assert cmd.json_value("--speculative-config") == {"method": "dflash", "num_speculative_tokens": 11}
     assert cmd.last("--served-model-name").value == "a b"
     assert cmd.last("--optimization-level").value == "3"
-    wrapped = parse_command(["docker run --gpus all -e A=1 --entrypoint bash img:1 -lc 'exec vllm serve /model "
-                             "--port 8000'"], rt)
+    wrapped = parse_command(
+        ["docker run --gpus all -e A=1 --entrypoint bash img:1 -lc 'exec vllm serve /model --port 8000'"], rt
+    )
     assert wrapped.image == "img:1" and wrapped.model == "/model" and wrapped.env == {"A": "1"}
     with pytest.raises(UsageError):
         parse_command(["ls -la"], rt)
@@ -209,9 +228,10 @@ def test_parser_forms():
 
 
 def test_check_registry_is_complete():
+    import inspect
+
     import ckpt_tools.serve.linter as linter
     import ckpt_tools.serve.memory as memory
-    import inspect
 
     source = inspect.getsource(linter) + inspect.getsource(memory)
     for c in checks():
@@ -232,8 +252,9 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert card.exit_code == 0 and card.output.startswith("## How to serve")
     compose = runner.invoke(app, ["serve-flags", QWEN_CT, "--emit", "compose"])
     assert "image: \"vllm/vllm-openai:v0.33.0\"" in compose.output
-    lint = runner.invoke(app, ["check-serve", QWEN_CT, "--format", "json", "--", "vllm", "serve", "x",
-                               "--quantization", "modelopt"])
+    lint = runner.invoke(
+        app, ["check-serve", QWEN_CT, "--format", "json", "--", "vllm", "serve", "x", "--quantization", "modelopt"]
+    )
     assert lint.exit_code == 1 and json.loads(lint.output)["findings"][0]["code"] == "CS110"
     clean = runner.invoke(app, ["check-serve", QWEN_CT, "--", "vllm", "serve", "x"])
     assert clean.exit_code == 0
@@ -252,8 +273,9 @@ def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) 
     scans: list[str] = []
     real_load, real_scan = pipeline.load_checkpoint, pipeline.scan_values
     monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
-    monkeypatch.setattr(pipeline, "scan_values",
-                        lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k))
+    monkeypatch.setattr(
+        pipeline, "scan_values", lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k)
+    )
     target = str(GENUINE / "llmc-qwen35moe-nvfp4")
     plan = serve_flags(target, hardware="gb10")
     assert plan.argv and loads == [target] and scans == [target]

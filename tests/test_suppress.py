@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import case_ops
-
 from ckpt_tools.errors import UsageError
 from ckpt_tools.pipeline import analyze
+from tests import case_ops
 
 ORPHANS = [
     {"op": "copy_tensor", "from": "model.layers.0.mlp.down_proj.input_scale", "to": "lm_head.input_scale"},
@@ -22,17 +21,17 @@ ORPHANS = [
 
 
 @pytest.fixture
-def orphans(fixture_copy) -> Path:  # noqa: ANN001
+def orphans(fixture_copy) -> Path:
     folder = fixture_copy("modelopt-llama-nvfp4")
     case_ops.apply(folder, ORPHANS)
     return folder
 
 
-def codes(report) -> set[str]:  # noqa: ANN001
+def codes(report) -> set[str]:
     return {f.code for f in report.findings}
 
 
-def test_ckpt_toml_suppresses_a_rule_by_code(fixture_copy) -> None:  # noqa: ANN001
+def test_ckpt_toml_suppresses_a_rule_by_code(fixture_copy) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     assert "CK401" in codes(analyze(str(folder)).report)
     (folder / ".ckpt.toml").write_text('ignore = [{rule = "CK401", reason = "weight-only on purpose: Hopper"}]\n')
@@ -44,28 +43,30 @@ def test_ckpt_toml_suppresses_a_rule_by_code(fixture_copy) -> None:  # noqa: ANN
     assert report.to_dict()["suppressed"][0]["reason"] == "weight-only on purpose: Hopper"
 
 
-def test_slug_and_tool_table_in_checkpoint_pyproject(fixture_copy) -> None:  # noqa: ANN001
+def test_slug_and_tool_table_in_checkpoint_pyproject(fixture_copy) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     (folder / "pyproject.toml").write_text(
-        '[tool.ckpt]\nignore = [{rule = "nvfp4-weight-only", reason = "served weight-only"}]\n')
+        '[tool.ckpt]\nignore = [{rule = "nvfp4-weight-only", reason = "served weight-only"}]\n'
+    )
     report = analyze(str(folder)).report
     assert "CK401" not in codes(report)
     assert report.suppressed[0]["source"] == "pyproject.toml (checkpoint)"
 
 
-def test_pyproject_in_current_directory(fixture_copy, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_pyproject_in_current_directory(fixture_copy, tmp_path: Path, monkeypatch) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     project = tmp_path / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text(
-        '[project]\nname = "x"\n\n[tool.ckpt]\nignore = [{rule = "CK401", reason = "CI knows"}]\n')
+        '[project]\nname = "x"\n\n[tool.ckpt]\nignore = [{rule = "CK401", reason = "CI knows"}]\n'
+    )
     monkeypatch.chdir(project)
     report = analyze(str(folder)).report
     assert "CK401" not in codes(report)
     assert report.suppressed[0]["source"].endswith("project/pyproject.toml")
 
 
-def test_pyproject_without_tool_ckpt_changes_nothing(fixture_copy, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_pyproject_without_tool_ckpt_changes_nothing(fixture_copy, tmp_path: Path, monkeypatch) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     monkeypatch.chdir(tmp_path)
@@ -76,7 +77,9 @@ def test_pyproject_without_tool_ckpt_changes_nothing(fixture_copy, tmp_path: Pat
 def test_tensor_glob_narrows_a_finding(orphans: Path) -> None:
     before = next(f for f in analyze(str(orphans)).report.findings if f.code == "CK302")
     assert before.count == 4 and "lm_head.input_scale" in before.details["orphans"]
-    (orphans / ".ckpt.toml").write_text('ignore = [{tensors = "lm_head.*", reason = "our fork loads lm_head scales"}]\n')
+    (orphans / ".ckpt.toml").write_text(
+        'ignore = [{tensors = "lm_head.*", reason = "our fork loads lm_head scales"}]\n'
+    )
     report = analyze(str(orphans)).report
     after = next(f for f in report.findings if f.code == "CK302")
     assert after.count == 3
@@ -89,40 +92,46 @@ def test_tensor_glob_narrows_a_finding(orphans: Path) -> None:
 def test_tensor_glob_covering_every_tensor_suppresses_the_finding(orphans: Path) -> None:
     (orphans / ".ckpt.toml").write_text(
         'ignore = [{rule = "orphan-scale", tensors = ["lm_head.*", "model.layers.1.self_attn.o_proj.*"], '
-        'reason = "dropped downstream"}]\n')
+        'reason = "dropped downstream"}]\n'
+    )
     report = analyze(str(orphans)).report
     assert "CK302" not in codes(report)
     assert report.suppressed[0]["tensors"] == 4
 
 
-def test_rule_scoped_glob_leaves_other_rules_alone(fixture_copy) -> None:  # noqa: ANN001
+def test_rule_scoped_glob_leaves_other_rules_alone(fixture_copy) -> None:
     folder = fixture_copy("llmc-qwen35moe-nvfp4a16")
     (folder / ".ckpt.toml").write_text(
-        'ignore = [{rule = "CK502", tensors = "model.language_model.layers.*.linear_attn.*", reason = "known"}]\n')
+        'ignore = [{rule = "CK502", tensors = "model.language_model.layers.*.linear_attn.*", reason = "known"}]\n'
+    )
     report = analyze(str(folder)).report
     assert "CK502" not in codes(report) and "CK401" in codes(report)
 
 
-def test_findings_without_tensors_need_a_rule_entry(fixture_copy) -> None:  # noqa: ANN001
+def test_findings_without_tensors_need_a_rule_entry(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4")
-    case_ops.apply(folder, [{"op": "edit_json", "file": "hf_quant_config.json",
-                             "set": {"quantization.quant_algo": "FP8"}}])
+    case_ops.apply(
+        folder, [{"op": "edit_json", "file": "hf_quant_config.json", "set": {"quantization.quant_algo": "FP8"}}]
+    )
     (folder / ".ckpt.toml").write_text('ignore = [{tensors = "*", reason = "everything"}]\n')
     assert "CK304" in codes(analyze(str(folder)).report)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('ignore = [{rule = "CK401"}]', "needs a non-empty `reason`"),
-    ('ignore = [{rule = "CK401", reason = "  "}]', "needs a non-empty `reason`"),
-    ('ignore = [{rule = "CK999", reason = "x"}]', "no rule 'CK999'"),
-    ('ignore = [{reason = "x"}]', "needs `rule`"),
-    ('ignore = [{rule = "CK401", reason = "x", why = "y"}]', "unknown key(s) ['why']"),
-    ('ignore = [{tensors = 3, reason = "x"}]', "`tensors` must be a glob"),
-    ('ignore = "CK401"', "must be a list of tables"),
-    ('ignore = ["CK401"]', "must be a table"),
-    ('ignore = [', "not valid TOML"),
-])
-def test_malformed_configuration_is_a_usage_error(fixture_copy, text: str, message: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('ignore = [{rule = "CK401"}]', "needs a non-empty `reason`"),
+        ('ignore = [{rule = "CK401", reason = "  "}]', "needs a non-empty `reason`"),
+        ('ignore = [{rule = "CK999", reason = "x"}]', "no rule 'CK999'"),
+        ('ignore = [{reason = "x"}]', "needs `rule`"),
+        ('ignore = [{rule = "CK401", reason = "x", why = "y"}]', "unknown key(s) ['why']"),
+        ('ignore = [{tensors = 3, reason = "x"}]', "`tensors` must be a glob"),
+        ('ignore = "CK401"', "must be a list of tables"),
+        ('ignore = ["CK401"]', "must be a table"),
+        ('ignore = [', "not valid TOML"),
+    ],
+)
+def test_malformed_configuration_is_a_usage_error(fixture_copy, text: str, message: str) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     (folder / ".ckpt.toml").write_text(text + "\n")
     with pytest.raises(UsageError, match=None) as err:
@@ -134,7 +143,7 @@ def _ckpt(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ckpt_tools.cli.main", *args], capture_output=True, text=True)
 
 
-def test_cli_reason_in_text_and_json_and_exit_codes(fixture_copy) -> None:  # noqa: ANN001
+def test_cli_reason_in_text_and_json_and_exit_codes(fixture_copy) -> None:
     folder = fixture_copy("modelopt-llama-nvfp4")
     case_ops.apply(folder, [{"op": "drop", "pattern": r"\.input_scale$"}])
     assert _ckpt("doctor", str(folder)).returncode == 1
@@ -147,7 +156,7 @@ def test_cli_reason_in_text_and_json_and_exit_codes(fixture_copy) -> None:  # no
     assert all(f["code"] != "CK401" for f in data["findings"])
 
 
-def test_cli_missing_reason_exits_2_with_one_line(fixture_copy) -> None:  # noqa: ANN001
+def test_cli_missing_reason_exits_2_with_one_line(fixture_copy) -> None:
     folder = fixture_copy("llmc-llama-nvfp4a16")
     (folder / ".ckpt.toml").write_text('ignore = [{rule = "CK401"}]\n')
     out = _ckpt("doctor", str(folder))

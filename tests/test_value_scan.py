@@ -6,14 +6,21 @@ from __future__ import annotations
 import math
 import random
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pytest
 
 from ckpt_tools.dtypes import NAN_BYTES
-from ckpt_tools.model.values import (FLOAT8_DTYPES, SMALL_TENSOR_ELEMENTS, STATS_DTYPES, TensorStats, ValueStats,
-                                     decode_code, float8_table)
+from ckpt_tools.model.values import (
+    FLOAT8_DTYPES,
+    SMALL_TENSOR_ELEMENTS,
+    STATS_DTYPES,
+    TensorStats,
+    ValueStats,
+    decode_code,
+    float8_table,
+)
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint
@@ -27,7 +34,10 @@ from tests.corrupt import GENUINE, copy_fixture, patch_tensor_bytes
 
 # (exponent bits, mantissa bits, bias) and how the top exponent and 0x80 behave
 FORMATS = {
-    "F8_E4M3": (4, 3, 7), "F8_E4M3FNUZ": (4, 3, 8), "F8_E5M2": (5, 2, 15), "F8_E5M2FNUZ": (5, 2, 16),
+    "F8_E4M3": (4, 3, 7),
+    "F8_E4M3FNUZ": (4, 3, 8),
+    "F8_E5M2": (5, 2, 15),
+    "F8_E5M2FNUZ": (5, 2, 16),
 }
 
 
@@ -80,7 +90,7 @@ def wide_values(dtype: str, blob: bytes) -> list[float]:
         return [v for (v,) in struct.iter_unpack("<f", blob)]
     if dtype == "F16":
         return [v for (v,) in struct.iter_unpack("<e", blob)]
-    return [struct.unpack("<f", b"\x00\x00" + blob[i:i + 2])[0] for i in range(0, len(blob), 2)]
+    return [struct.unpack("<f", b"\x00\x00" + blob[i : i + 2])[0] for i in range(0, len(blob), 2)]
 
 
 def wide_bytes(dtype: str, values: Sequence[float]) -> bytes:
@@ -96,15 +106,33 @@ def assert_matches(stats: TensorStats, dtype: str, blob: bytes) -> None:
     got = {k: getattr(stats, k) for k in ref}
     assert got == ref, dtype
     if dtype not in FLOAT8_DTYPES or stats.values is not None:
-        finite = [v for v in (wide_values(dtype, blob) if dtype not in FLOAT8_DTYPES
-                              else [decode_code(dtype, b) for b in blob]) if math.isfinite(v)]
+        finite = [
+            v
+            for v in (wide_values(dtype, blob) if dtype not in FLOAT8_DTYPES else [decode_code(dtype, b) for b in blob])
+            if math.isfinite(v)
+        ]
         assert (stats.min, stats.max) == ((min(finite), max(finite)) if finite else (None, None))
 
 
 # ---- crafted tensors ------------------------------------------------------------------------------------------------
 
-SPECIAL_WIDE = [math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-40, -1e-40, 1e-7, -2.5, 3.0, 448.0,
-                6e-5, -6e-8, 65504.0]
+SPECIAL_WIDE = [
+    math.nan,
+    -math.nan,
+    math.inf,
+    -math.inf,
+    0.0,
+    -0.0,
+    1e-40,
+    -1e-40,
+    1e-7,
+    -2.5,
+    3.0,
+    448.0,
+    6e-5,
+    -6e-8,
+    65504.0,
+]
 
 
 def crafted(dtype: str, rng: random.Random) -> list[tuple[str, str, list[int], bytes]]:
@@ -118,10 +146,12 @@ def crafted(dtype: str, rng: random.Random) -> list[tuple[str, str, list[int], b
         rng.shuffle(vals)
         big, small = wide_bytes(dtype, vals), wide_bytes(dtype, [0.5, -0.0, math.inf])
     size = 1 if dtype in FLOAT8_DTYPES else len(wide_bytes(dtype, [0.0]))
-    return [("a.weight_scale", dtype, [len(big) // size], big),
-            ("a.input_scale", dtype, [len(small) // size], small),
-            ("a.k_scale", dtype, [0], b""),
-            ("b.weight_scale", dtype, [len(big) // size], big[::-1])]
+    return [
+        ("a.weight_scale", dtype, [len(big) // size], big),
+        ("a.input_scale", dtype, [len(small) // size], small),
+        ("a.k_scale", dtype, [0], b""),
+        ("b.weight_scale", dtype, [len(big) // size], big[::-1]),
+    ]
 
 
 def write_shard(folder: Path, name: str, tensors: list[tuple[str, str, list[int], bytes]]) -> Path:
@@ -169,12 +199,19 @@ def test_class_tables_follow_the_format_definitions() -> None:
 def test_all_zero_and_clean_pieces_take_the_fast_paths_exactly(tmp_path: Path) -> None:
     zeros = bytes(5000)
     clean = bytes([0x30 + i % 0x40 for i in range(5000)])  # positive normal E4M3 codes only
-    write_shard(tmp_path, "model.safetensors", [("z.weight_scale", "F8_E4M3", [5000], zeros),
-                                                ("c.weight_scale", "F8_E4M3", [5000], clean),
-                                                ("f.weight_scale", "F32", [1250], zeros)])
+    write_shard(
+        tmp_path,
+        "model.safetensors",
+        [
+            ("z.weight_scale", "F8_E4M3", [5000], zeros),
+            ("c.weight_scale", "F8_E4M3", [5000], clean),
+            ("f.weight_scale", "F32", [1250], zeros),
+        ],
+    )
     ckpt = load_checkpoint(LocalSource(tmp_path))
-    result = scan_values(LocalSource(tmp_path), list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards},
-                         chunk=1024)
+    result = scan_values(
+        LocalSource(tmp_path), list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards}, chunk=1024
+    )
     assert result.get("z.weight_scale").zero == 5000
     assert_matches(result.get("c.weight_scale"), "F8_E4M3", clean)
     assert result.get("f.weight_scale").zero == 1250 and result.get("f.weight_scale").min == 0.0
@@ -249,7 +286,7 @@ class RecordingSource:
         self.calls: list[list[tuple[int, int]]] = []
         self.label = inner.label
 
-    def list_files(self):  # noqa: ANN201
+    def list_files(self):
         return self.inner.list_files()
 
     def size(self, name: str) -> int:
@@ -258,7 +295,7 @@ class RecordingSource:
     def read_range(self, name: str, start: int, length: int) -> bytes:
         return self.inner.read_range(name, start, length)
 
-    def read_ranges(self, name: str, ranges):  # noqa: ANN001, ANN201
+    def read_ranges(self, name: str, ranges):
         self.calls.append(list(ranges))
         return self.inner.read_ranges(name, ranges)
 
@@ -282,9 +319,15 @@ def test_reads_never_exceed_the_chunk_through_the_source_seam() -> None:
 
 
 def test_plan_coalesces_small_gaps_and_splits_on_elements(tmp_path: Path) -> None:
-    write_shard(tmp_path, "model.safetensors", [("a.input_scale", "F32", [3], bytes(12)),
-                                                ("a.weight", "U8", [100], bytes(100)),
-                                                ("b.input_scale", "F32", [10], bytes(40))])
+    write_shard(
+        tmp_path,
+        "model.safetensors",
+        [
+            ("a.input_scale", "F32", [3], bytes(12)),
+            ("a.weight", "U8", [100], bytes(100)),
+            ("b.input_scale", "F32", [10], bytes(40)),
+        ],
+    )
     ckpt = load_checkpoint(LocalSource(tmp_path))
     shard = ckpt.shards[0]
     wanted = [ckpt.tensors["a.input_scale"], ckpt.tensors["b.input_scale"]]
@@ -303,7 +346,7 @@ def test_read_pieces_gives_positions_in_each_tensor(tmp_path: Path) -> None:
     got = bytearray(200)
     for t, offset, piece in read_pieces(source, ckpt.shards[0], [ckpt.tensors["x.weight_scale"]], chunk=7):
         assert len(piece) <= 7
-        got[offset:offset + len(piece)] = piece
+        got[offset : offset + len(piece)] = piece
     assert bytes(got) == data
 
 
@@ -312,7 +355,6 @@ def test_stats_carry_over_a_rename() -> None:
     moved = stats.renamed({"a.weight_scale": "model.a.weight_scale", "b.input_scale": None})
     assert dict(moved.items()) == {"model.a.weight_scale": TensorStats("F8_E4M3", 4, nan=1)}
     assert stats.renamed({}).tensors == stats.tensors
-
 
 
 def test_scrub_nan_plans_from_statistics_and_refuses_bytes_that_changed(tmp_path: Path) -> None:
@@ -324,8 +366,10 @@ def test_scrub_nan_plans_from_statistics_and_refuses_bytes_that_changed(tmp_path
     analysis = analyze(str(folder))
     plan = scrub_nan.plan(analysis, str(folder), "max")
     [edit] = plan.edits.values()
-    assert [(p.tensor, p.position, p.old, p.new) for p in edit.patches] == [(BLOCK, 0, 0x7F, 0x7E),
-                                                                            (BLOCK, 700, 0xFF, 0x7E)]
+    assert [(p.tensor, p.position, p.old, p.new) for p in edit.patches] == [
+        (BLOCK, 0, 0x7F, 0x7E),
+        (BLOCK, 700, 0xFF, 0x7E),
+    ]
     patch_tensor_bytes(folder, BLOCK, {5: 0x7F})  # the file moves on after the scan: the plan must not guess
     with pytest.raises(TargetError, match="changed while it was being read"):
         scrub_nan.plan(analysis, str(folder), "max")
@@ -350,8 +394,9 @@ def test_the_checkpoint_says_why_values_were_not_read() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["F32", "BF16", "F16"])
-def test_wide_floats_are_decoded_a_bounded_step_at_a_time(dtype: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wide_floats_are_decoded_a_bounded_step_at_a_time(
+    dtype: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ckpt_tools.model.values as values
 
     monkeypatch.setattr(values, "WIDE_STEP", 12)  # a multiple of every item size, far below the piece
@@ -364,8 +409,9 @@ def test_wide_floats_are_decoded_a_bounded_step_at_a_time(dtype: str, tmp_path: 
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "posix_fadvise"), reason="no posix_fadvise here")
-def test_local_reads_are_hinted_and_work_where_hints_are_refused(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_reads_are_hinted_and_work_where_hints_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
 
     data = bytes([0x38]) * 10_000

@@ -76,7 +76,8 @@ def test_long_context_same_severity_in_both_commands() -> None:
     line = ckpt("serve-flags", CLEAN, "--max-model-len", "229376").stdout.strip()
     checked = check_serve(CLEAN, shlex.split(line))
     assert [(f.code, f.severity) for f in checked.findings if f.slug == "max-model-len-exceeded"] == [
-        ("CS120", "warning")]
+        ("CS120", "warning")
+    ]
     # The same flag without the variable is vLLM's ValueError: an error in both places.
     bare = check_serve(CLEAN, [plan.command])
     assert [f.severity for f in bare.findings if f.slug == "max-model-len-exceeded"] == ["error"]

@@ -14,8 +14,8 @@ import hashlib
 import importlib.metadata as md
 import re
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from packaging.requirements import Requirement
 from packaging.tags import sys_tags
@@ -47,8 +47,11 @@ def closure(requirements: Iterable[str]) -> list[md.Distribution]:
 
 def _wheel_tag(dist: md.Distribution) -> str:
     ours = {str(t) for t in sys_tags()}
-    tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
-            if line.startswith("Tag:")]
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag:")
+    ]
     for tag in tags:
         if tag in ours:
             return tag
@@ -63,9 +66,7 @@ def repack(dist: md.Distribution, dest: Path) -> Path:
     """Write one installed distribution as a wheel in `dest`."""
     name = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
     version = dist.version
-    info_dir = next(
-        str(f).split("/", 1)[0] for f in dist.files or () if str(f).split("/", 1)[0].endswith(".dist-info")
-    )
+    info_dir = next(str(f).split("/", 1)[0] for f in dist.files or () if str(f).split("/", 1)[0].endswith(".dist-info"))
     path = dest / f"{name}-{version}-{_wheel_tag(dist)}.whl"
     record: list[str] = []
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as whl:

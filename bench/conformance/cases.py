@@ -7,10 +7,12 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,8 +66,9 @@ def rule_cases(repo: Path) -> list[Case]:
             def corrupt(folder: Path, steps: list[dict[str, Any]] = steps) -> None:
                 case_ops.apply(folder, steps)
 
-            out.append(Case(f"{path.stem}#{i + 1}", "rule-case", repo / "fixtures" / "genuine" / case["fixture"],
-                            corrupt))
+            out.append(
+                Case(f"{path.stem}#{i + 1}", "rule-case", repo / "fixtures" / "genuine" / case["fixture"], corrupt)
+            )
     return out
 
 

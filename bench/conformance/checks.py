@@ -31,14 +31,14 @@ class Cell:
 # ---- ckpt's side --------------------------------------------------------------------------------------------------
 
 
-def ckpt_view(folder: Path):  # noqa: ANN201 - Analysis | str
+def ckpt_view(folder: Path):
     try:
         return analyze(str(folder), headers_only=True)
     except CkptError as exc:
         return str(exc)
 
 
-def ckpt_refusal(result, layer: str | None = None) -> str | None:  # noqa: ANN001
+def ckpt_refusal(result, layer: str | None = None) -> str | None:
     """ckpt's statement that vLLM refuses the checkpoint: the detection's rejection, an unreadable config (CK104
     invalid-config), a missing config.json or an architecture vLLM has no class for (CK312 errors), a target ckpt
     cannot open at all, or, when vLLM raised while building `layer`, an error finding that names that layer."""
@@ -64,11 +64,11 @@ def _layer_keys(prefix: str) -> tuple[str, ...]:
     prefixes differ before it, e.g. `model.language_model.` vs `language_model.model.`)."""
     keys = [prefix]
     if "layers." in prefix:
-        keys.append(prefix[prefix.index("layers."):])
+        keys.append(prefix[prefix.index("layers.") :])
     return tuple(keys)
 
 
-def naming_error(result, prefix: str):  # noqa: ANN001, ANN201 - Analysis -> Finding | None
+def naming_error(result, prefix: str):
     """An error finding whose message or tensors name the vLLM layer `prefix`."""
     keys = _layer_keys(prefix)
     for f in result.report.findings:
@@ -100,7 +100,7 @@ def vllm_refusal(verdict: vs.Verdict, build: vs.ModelBuild | None) -> str | None
     return f"layer {bad.prefix}: {bad.detail}" if bad is not None else None
 
 
-def check_method(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> tuple[Cell, str, str]:  # noqa: ANN001
+def check_method(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> tuple[Cell, str, str]:
     v_ref = vllm_refusal(verdict, build)
     bad_layer = layer_error(build)
     c_ref = ckpt_refusal(result, bad_layer.prefix if bad_layer is not None else None)
@@ -110,7 +110,11 @@ def check_method(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> tu
     details = [f"vLLM: {v_text}", f"ckpt: {c_text}"]
     if v_ref and c_ref:
         same = _core(v_ref) in " ".join(c_ref.split())
-        return Cell("ok", "both refuse" + ("" if same else " (message differs)"), details), _short(v_text), _short(c_text)
+        return (
+            Cell("ok", "both refuse" + ("" if same else " (message differs)"), details),
+            _short(v_text),
+            _short(c_text),
+        )
     if not v_ref and not c_ref and verdict.method == c_method:
         return Cell("ok", verdict.method or "unquantized"), _short(v_text), _short(c_text)
     return Cell("DIFF", f"{_short(c_text)} != {_short(v_text)}", details), _short(v_text), _short(c_text)
@@ -123,7 +127,7 @@ def _short(text: str, n: int = 28) -> str:
 # ---- check 2: modules ---------------------------------------------------------------------------------------------
 
 
-def ckpt_label(scheme) -> str:  # noqa: ANN001 - ckpt_tools.detect.schemes.Scheme
+def ckpt_label(scheme) -> str:
     if scheme.kind == "unknown":
         return "error"
     if not scheme.quantized:
@@ -142,7 +146,7 @@ def vllm_label(build: vs.ModelBuild, prefix: str | None) -> str:
     return "unquantized" if d.kind == "unquantized" else f"{d.kind} {d.activation}"
 
 
-def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> Cell:  # noqa: ANN001
+def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> Cell:
     if isinstance(result, str):
         return Cell("n/a", "ckpt refused target")
     if verdict.error:
@@ -150,8 +154,11 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
     if build is None or verdict.method is None:
         rows = [r for r in result.detection.rows if r.declared.quantized]
         if rows:
-            return Cell("DIFF", f"{len(rows)} quantized", [f"{r.name}: ckpt {ckpt_label(r.declared)}, vLLM unquantized"
-                                                        for r in rows])
+            return Cell(
+                "DIFF",
+                f"{len(rows)} quantized",
+                [f"{r.name}: ckpt {ckpt_label(r.declared)}, vLLM unquantized" for r in rows],
+            )
         return Cell("n/a", "unquantized")
     if build.error and not build.decisions:
         return Cell("n/a", "model not built", [build.error])
@@ -181,7 +188,7 @@ def check_modules(verdict: vs.Verdict, build: vs.ModelBuild | None, result) -> C
     return Cell("ok" if not bad else "DIFF", f"{agree}/{judged}{note}", bad)
 
 
-def _flagged(result, module: str) -> str | None:  # noqa: ANN001
+def _flagged(result, module: str) -> str | None:
     """Why ckpt expects no vLLM layer for `module`: its family drops the prefix (loaded by the MTP drafter), or a
     warning or error finding covers it. Findings list a sample of tensors, so a finding covers the module when it
     names one of its tensors, a rename plan moves its prefix (CK201), or it names a tensor under the same two-segment
@@ -195,11 +202,10 @@ def _flagged(result, module: str) -> str | None:  # noqa: ANN001
             continue
         renames = (f.details or {}).get("rename") or []
         if any(t.startswith(module + ".") or t.startswith(root) for t in f.tensors) or any(
-                isinstance(p, dict) and module.startswith(str(p.get("from"))) for p in renames):
+            isinstance(p, dict) and module.startswith(str(p.get("from"))) for p in renames
+        ):
             return f.code
     return None
-
-
 
 
 # ---- check 3: serve -----------------------------------------------------------------------------------------------

@@ -30,12 +30,12 @@ class _Unavailable:
     def __call__(self, *args: object, **kwargs: object) -> object:
         raise RuntimeError(f"{self._name} is a CPU import stub (bench/conformance/cpu_stubs.py); it cannot run")
 
-    def __getattr__(self, attr: str) -> "_Unavailable":
+    def __getattr__(self, attr: str) -> _Unavailable:
         if attr.startswith("__"):
             raise AttributeError(attr)
         return _Unavailable(f"{self._name}.{attr}")
 
-    def __getitem__(self, item: object) -> "_Unavailable":
+    def __getitem__(self, item: object) -> _Unavailable:
         return self
 
     def __mro_entries__(self, bases: tuple) -> tuple:

@@ -49,7 +49,7 @@ class PlanRow:
     details: list[str] = field(default_factory=list)
 
 
-def _ckpt_side(folder: Path, kv: str):  # noqa: ANN202
+def _ckpt_side(folder: Path, kv: str):
     """ckpt's cache model for the folder: the detection's KV reading when the folder has weights, else the config."""
     cfg_all = json.loads((folder / "config.json").read_text())
     text = cfg_all.get("text_config") if isinstance(cfg_all.get("text_config"), dict) else cfg_all
@@ -86,10 +86,15 @@ def compare(name: str, folder: Path, kv: str) -> PlanRow:
         diffs.append(f"layers: vLLM {len(v_layers)}, ckpt {len(c_layers)}")
     for v, c in zip(v_layers, c_layers):
         kind = KIND_OF_SPEC.get(v.spec_class, v.spec_class)
-        got = (c.kind, c.token_bytes, c.state_bytes, c.sliding_window if c.kind == SLIDING else None,
-               tuple(c.state_shapes), tuple(c.state_dtypes))
-        want = (kind, v.token_bytes, v.state_bytes, v.sliding_window if kind == SLIDING else None, v.shapes,
-                v.dtypes)
+        got = (
+            c.kind,
+            c.token_bytes,
+            c.state_bytes,
+            c.sliding_window if c.kind == SLIDING else None,
+            tuple(c.state_shapes),
+            tuple(c.state_dtypes),
+        )
+        want = (kind, v.token_bytes, v.state_bytes, v.sliding_window if kind == SLIDING else None, v.shapes, v.dtypes)
         if got != want:
             diffs.append(f"{v.name}: vLLM {want}, ckpt {got}")
     token = sum(v.token_bytes for v in v_layers)
@@ -102,7 +107,7 @@ def compare(name: str, folder: Path, kv: str) -> PlanRow:
     return PlanRow(name, kv, "DIFF" if diffs else "ok", summary, diffs)
 
 
-def _capacity(build, cache) -> tuple[str, list[str]]:  # noqa: ANN001
+def _capacity(build, cache) -> tuple[str, list[str]]:
     """The start-up figures (pool blocks, bytes a request needs, "KV cache size" and "Maximum concurrency") from
     vLLM's own functions against ckpt's `pages` / `answer`, for the scenarios that apply."""
     hybrid = bool(cache.of(GDN)) and len(cache.of(GDN)) < len(cache.layers)
@@ -111,21 +116,44 @@ def _capacity(build, cache) -> tuple[str, list[str]]:  # noqa: ANN001
         p = pages(cache, max_num_batched_tokens=BATCHED, prefix_caching=prefix, speculative_tokens=spec)
         a = answer(p, BUDGET, context=LENGTH, max_model_len=LENGTH, max_num_seqs=None, seq_counts=())
         try:
-            v = vllm_kv.capacity(build, block_size=p.block_size, state_page=p.state_page, available_memory=BUDGET,
-                                 max_model_len=LENGTH, max_num_batched_tokens=BATCHED, prefix_caching=prefix,
-                                 speculative_tokens=spec)
+            v = vllm_kv.capacity(
+                build,
+                block_size=p.block_size,
+                state_page=p.state_page,
+                available_memory=BUDGET,
+                max_model_len=LENGTH,
+                max_num_batched_tokens=BATCHED,
+                prefix_caching=prefix,
+                speculative_tokens=spec,
+            )
         except Exception as exc:  # noqa: BLE001 - vLLM refusing a layout is a finding of the check, not a crash
             diffs.append(f"capacity (prefix caching {prefix}, {spec} speculative): vLLM raised {exc!r}"[:300])
             continue
-        got = (len(p.groups), p.block_bytes, BUDGET // p.block_bytes, p.request_bytes(LENGTH), a.kv_cache_tokens,
-               round(a.max_concurrency, 6))
-        want = (len(v.groups), v.bytes_per_block, v.num_blocks, v.request_bytes, v.kv_cache_tokens,
-                round(v.max_concurrency, 6))
+        got = (
+            len(p.groups),
+            p.block_bytes,
+            BUDGET // p.block_bytes,
+            p.request_bytes(LENGTH),
+            a.kv_cache_tokens,
+            round(a.max_concurrency, 6),
+        )
+        want = (
+            len(v.groups),
+            v.bytes_per_block,
+            v.num_blocks,
+            v.request_bytes,
+            v.kv_cache_tokens,
+            round(v.max_concurrency, 6),
+        )
         if got != want:
-            diffs.append(f"capacity (prefix caching {prefix}, {spec} speculative; groups, bytes/block, blocks, "
-                         f"request bytes, tokens, concurrency): vLLM {want}, ckpt {got}")
-        texts.append(f"{len(v.groups)} groups, {v.num_blocks:,} blocks, {v.kv_cache_tokens:,} tokens "
-                     f"({v.max_concurrency:.2f}x)" + (" [prefix, 3 spec]" if prefix else ""))
+            diffs.append(
+                f"capacity (prefix caching {prefix}, {spec} speculative; groups, bytes/block, blocks, "
+                f"request bytes, tokens, concurrency): vLLM {want}, ckpt {got}"
+            )
+        texts.append(
+            f"{len(v.groups)} groups, {v.num_blocks:,} blocks, {v.kv_cache_tokens:,} tokens "
+            f"({v.max_concurrency:.2f}x)" + (" [prefix, 3 spec]" if prefix else "")
+        )
     return "; ".join(texts), diffs
 
 
@@ -150,15 +178,23 @@ def run() -> list[PlanRow]:
 def score(rows: list[PlanRow]) -> tuple[str, bool]:
     judged = [r for r in rows if r.status != "n/a"]
     ok = sum(1 for r in judged if r.status == "ok")
-    return (f"plan {ok}/{len(judged)} (per-layer KV bytes/token and state bytes/sequence, groups, pool blocks and "
-            f"the KV cache size / concurrency line; {len(rows) - len(judged)} "
-            f"n/a: vLLM cannot build the case)"), ok == len(judged)
+    return (
+        f"plan {ok}/{len(judged)} (per-layer KV bytes/token and state bytes/sequence, groups, pool blocks and "
+        f"the KV cache size / concurrency line; {len(rows) - len(judged)} "
+        f"n/a: vLLM cannot build the case)"
+    ), ok == len(judged)
 
 
 def section(rows: list[PlanRow]) -> list[str]:
     line, _clean = score(rows)
-    out = ["## Check 4: memory plan (per-layer KV-cache specs, KV-cache groups and the start-up capacity line)", "", line, "",
-           "| case | --kv-cache-dtype | plan | vLLM's specs |", "|---|---|---|---|"]
+    out = [
+        "## Check 4: memory plan (per-layer KV-cache specs, KV-cache groups and the start-up capacity line)",
+        "",
+        line,
+        "",
+        "| case | --kv-cache-dtype | plan | vLLM's specs |",
+        "|---|---|---|---|",
+    ]
     out += [f"| {r.case} | {r.kv_cache_dtype} | {r.status} | {r.text} |" for r in rows]
     diffs = [f"- **{r.case}** ({r.kv_cache_dtype}): {d}" for r in rows if r.status == "DIFF" for d in r.details]
     return out + ["", *(diffs or ["No disagreement."]), ""]

@@ -28,10 +28,10 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+import plan_check  # noqa: E402
 import vllm_side as vs  # noqa: E402 - sets the CPU platform before vLLM is imported
 from cases import Case, all_cases  # noqa: E402
 from checks import Cell, check_method, check_modules, check_serve, ckpt_view  # noqa: E402
-import plan_check  # noqa: E402
 
 
 @dataclass
@@ -53,13 +53,16 @@ def judge(case: Case, workdir: Path) -> Row:
         folder = case.materialize(workdir)
     except Exception as exc:  # noqa: BLE001 - a recipe that no longer applies is a broken case, shown as such
         cell = Cell("DIFF", "case failed", [f"{type(exc).__name__}: {exc}"])
-        return Row(case, "-", "-", {c: cell for c in CHECKS})
+        return Row(case, "-", "-", dict.fromkeys(CHECKS, cell))
     result = ckpt_view(folder)
     verdict = vs.resolve(str(folder))
     build = vs.layer_decisions(str(folder)) if verdict.error is None and verdict.method else None
     method, v_text, c_text = check_method(verdict, build, result)
-    cells = {"method": method, "modules": check_modules(verdict, build, result),
-             "serve": check_serve(folder, verdict, build)}
+    cells = {
+        "method": method,
+        "modules": check_modules(verdict, build, result),
+        "serve": check_serve(folder, verdict, build),
+    }
     return Row(case, v_text, c_text, cells)
 
 
@@ -73,16 +76,20 @@ def score(rows: list[Row]) -> tuple[str, bool]:
     total = [c for r in rows for c in r.cells.values() if c.status != "n/a"]
     ok = sum(1 for c in total if c.status == "ok")
     pct = 100.0 * ok / len(total) if total else 100.0
-    return (f"vLLM {vs.VLLM_VERSION} conformance: {ok}/{len(total)} checks agree ({pct:.1f}%) over {len(rows)} "
-            f"cases — {', '.join(parts)}"), clean
+    return (
+        f"vLLM {vs.VLLM_VERSION} conformance: {ok}/{len(total)} checks agree ({pct:.1f}%) over {len(rows)} "
+        f"cases — {', '.join(parts)}"
+    ), clean
 
 
 def table(rows: list[Row]) -> list[str]:
     head = ["case", "origin", "vLLM says", "ckpt says", *CHECKS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"{c.status} {c.text}".strip() if c.status != "n/a" else f"n/a ({c.text})" for c in
-                 (r.cells[k] for k in CHECKS)]
+        cells = [
+            f"{c.status} {c.text}".strip() if c.status != "n/a" else f"n/a ({c.text})"
+            for c in (r.cells[k] for k in CHECKS)
+        ]
         lines.append("| " + " | ".join([r.case.name, r.case.origin, r.vllm, r.ckpt, *cells]).replace("\n", " ") + " |")
     return lines
 

@@ -14,9 +14,8 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-import vllm_side as vs  # noqa: F401 - sets the CPU platform before vLLM is imported
-
 import torch
+import vllm_side as vs
 from vllm.config import CacheConfig, LoadConfig, ParallelConfig, VllmConfig, set_current_vllm_config
 
 
@@ -63,8 +62,12 @@ def _vllm_config(mc: Any, cache_dtype: str) -> VllmConfig:
     # The CPU platform alone forces a float32 SSM state when the host has AVX-512 BF16 (platforms/cpu.py); the GPU
     # platforms keep --mamba-ssm-cache-dtype auto. Hide the host feature so the layers see the GPU dtype.
     with vs._patched(torch.cpu, "_is_avx512_bf16_supported", lambda: False):
-        return VllmConfig(model_config=mc, load_config=LoadConfig(), cache_config=CacheConfig(cache_dtype=cache_dtype),
-                          parallel_config=ParallelConfig())
+        return VllmConfig(
+            model_config=mc,
+            load_config=LoadConfig(),
+            cache_config=CacheConfig(cache_dtype=cache_dtype),
+            parallel_config=ParallelConfig(),
+        )
 
 
 def _cpu_refusal(error: str) -> bool:
@@ -126,25 +129,38 @@ def _build(path: str, kv_cache_dtype: str, *, swap: bool) -> KvBuild:
                 if spec is None:
                     continue
                 if isinstance(spec, AttentionSpec) and swap:
-                    spec = replace(spec, dtype=STR_DTYPE_TO_TORCH_DTYPE[kv_cache_dtype],
-                                   kv_quant_mode=get_kv_quant_mode(kv_cache_dtype))
+                    spec = replace(
+                        spec,
+                        dtype=STR_DTYPE_TO_TORCH_DTYPE[kv_cache_dtype],
+                        kv_quant_mode=get_kv_quant_mode(kv_cache_dtype),
+                    )
                 if isinstance(spec, AttentionSpec) and spec.kv_quant_mode.is_nvfp4:
                     spec = flashinfer_nvfp4_spec(spec)
                 specs[name] = spec
                 if isinstance(spec, MambaSpec):
-                    layers.append(LayerSpec(name, type(spec).__name__, 0, spec.state_content_size_bytes, None,
-                                            tuple(tuple(s) for s in spec.shapes),
-                                            tuple(str(d).removeprefix("torch.") for d in spec.dtypes)))
+                    layers.append(
+                        LayerSpec(
+                            name,
+                            type(spec).__name__,
+                            0,
+                            spec.state_content_size_bytes,
+                            None,
+                            tuple(tuple(s) for s in spec.shapes),
+                            tuple(str(d).removeprefix("torch.") for d in spec.dtypes),
+                        )
+                    )
                 else:
                     page = spec.unpadded_page_size_bytes
-                    layers.append(LayerSpec(name, type(spec).__name__, page // spec.block_size, 0,
-                                            getattr(spec, "sliding_window", None)))
+                    layers.append(
+                        LayerSpec(
+                            name, type(spec).__name__, page // spec.block_size, 0, getattr(spec, "sliding_window", None)
+                        )
+                    )
             out.layers, out.specs, out.vllm_config = layers, specs, vc
             out.kv_cache_dtype = kv_cache_dtype if swap else vc.cache_config.cache_dtype
         except Exception as exc:  # noqa: BLE001
             out.error = vs.error_text(exc)
     return out
-
 
 
 @dataclass(frozen=True)
@@ -160,8 +176,17 @@ class Capacity:
     max_concurrency: float
 
 
-def capacity(build: KvBuild, *, block_size: int, state_page: int, available_memory: int, max_model_len: int,
-             max_num_batched_tokens: int, prefix_caching: bool, speculative_tokens: int) -> Capacity:
+def capacity(
+    build: KvBuild,
+    *,
+    block_size: int,
+    state_page: int,
+    available_memory: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    prefix_caching: bool,
+    speculative_tokens: int,
+) -> Capacity:
     """vLLM 0.33's own grouping, pool and capacity functions over `build`'s per-layer specs
     (`get_kv_cache_groups`, `DefaultKVCacheConfigBuilder.get_kv_cache_config_from_groups`,
     `_max_memory_usage_bytes_from_groups` in vllm/v1/core/kv_cache_planning.py, `get_kv_cache_capacity` in
@@ -184,13 +209,24 @@ def capacity(build: KvBuild, *, block_size: int, state_page: int, available_memo
     for name, spec in (build.specs or {}).items():
         if isinstance(spec, MambaSpec):
             padded = state_page if state_page != spec.page_size_bytes else None
-            spec = replace(spec, block_size=block_size, page_size_padded=padded, mamba_cache_mode=mode,
-                           num_speculative_blocks=speculative_tokens)
+            spec = replace(
+                spec,
+                block_size=block_size,
+                page_size_padded=padded,
+                mamba_cache_mode=mode,
+                num_speculative_blocks=speculative_tokens,
+            )
         elif isinstance(spec, AttentionSpec):
             spec = replace(spec, block_size=block_size)
         specs[name] = spec
-    saved = (vc.model_config.max_model_len, vc.scheduler_config.max_num_batched_tokens, vc.cache_config.block_size,
-             vc.cache_config.mamba_cache_mode, vc.cache_config.kv_cache_layout, vc.scheduler_config.async_scheduling)
+    saved = (
+        vc.model_config.max_model_len,
+        vc.scheduler_config.max_num_batched_tokens,
+        vc.cache_config.block_size,
+        vc.cache_config.mamba_cache_mode,
+        vc.cache_config.kv_cache_layout,
+        vc.scheduler_config.async_scheduling,
+    )
     try:
         # The CPU platform runs without async scheduling; GPU serving has it on by default, so two batches are in
         # flight (VllmConfig.max_concurrent_batches), which sliding-window specs reserve for.
@@ -209,8 +245,20 @@ def capacity(build: KvBuild, *, block_size: int, state_page: int, available_memo
             tokens, concurrency = get_kv_cache_capacity(vc, config)
             in_flight = vc.max_in_flight_tokens
     finally:
-        (vc.model_config.max_model_len, vc.scheduler_config.max_num_batched_tokens, vc.cache_config.block_size,
-         vc.cache_config.mamba_cache_mode, vc.cache_config.kv_cache_layout, vc.scheduler_config.async_scheduling) = saved
-    return Capacity(in_flight_tokens=in_flight, groups=tuple((type(g.kv_cache_spec).__name__, len(g.layer_names)) for g in groups),
-                    bytes_per_block=per_block, num_blocks=config.num_blocks, request_bytes=needed,
-                    kv_cache_tokens=tokens, max_concurrency=concurrency)
+        (
+            vc.model_config.max_model_len,
+            vc.scheduler_config.max_num_batched_tokens,
+            vc.cache_config.block_size,
+            vc.cache_config.mamba_cache_mode,
+            vc.cache_config.kv_cache_layout,
+            vc.scheduler_config.async_scheduling,
+        ) = saved
+    return Capacity(
+        in_flight_tokens=in_flight,
+        groups=tuple((type(g.kv_cache_spec).__name__, len(g.layer_names)) for g in groups),
+        bytes_per_block=per_block,
+        num_blocks=config.num_blocks,
+        request_bytes=needed,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+    )

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -29,10 +30,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
-import torch  # noqa: E402
-
-import vllm  # noqa: E402
-from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config  # noqa: E402
+import torch
+import vllm
+from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
 
 VLLM_VERSION = vllm.__version__
 
@@ -128,8 +128,11 @@ class KernelRequested(Exception):
 
 
 def _selector_names(module: object) -> list[str]:
-    return [n for n in vars(module) if (n.startswith("select_") and n.endswith("_backend"))
-            or (n.startswith("init_") and n.endswith("_kernel"))]
+    return [
+        n
+        for n in vars(module)
+        if (n.startswith("select_") and n.endswith("_backend")) or (n.startswith("init_") and n.endswith("_kernel"))
+    ]
 
 
 def _import_all(package: str) -> None:
@@ -152,13 +155,19 @@ _SELECTORS: list[tuple[object, str, object]] = []
 def _selectors() -> list[tuple[object, str, object]]:
     """(module, name, original) for every kernel / backend selector in vLLM's model-executor modules."""
     if not _SELECTORS:
-        for package in ("vllm.model_executor.layers.quantization", "vllm.model_executor.layers.fused_moe",
-                        "vllm.model_executor.kernels"):
+        for package in (
+            "vllm.model_executor.layers.quantization",
+            "vllm.model_executor.layers.fused_moe",
+            "vllm.model_executor.kernels",
+        ):
             _import_all(package)
         for name, module in list(sys.modules.items()):
             if name.startswith("vllm.model_executor.") and module is not None:
-                _SELECTORS.extend((module, attr, getattr(module, attr)) for attr in _selector_names(module)
-                                  if callable(getattr(module, attr)))
+                _SELECTORS.extend(
+                    (module, attr, getattr(module, attr))
+                    for attr in _selector_names(module)
+                    if callable(getattr(module, attr))
+                )
     return _SELECTORS
 
 
@@ -313,8 +322,13 @@ def _init_parallel(vc: VllmConfig) -> None:
 
     with set_current_vllm_config(vc):
         if not _DIST_READY:
-            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}")
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                local_rank=0,
+                backend="gloo",
+                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
+            )
             _DIST_READY = True
         destroy_model_parallel()
         initialize_model_parallel(1, 1)

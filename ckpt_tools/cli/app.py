@@ -7,7 +7,6 @@ import os
 import shlex
 import sys
 from enum import Enum
-from typing import Optional
 
 import typer
 import typer.core
@@ -34,7 +33,7 @@ class State:
     argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
 
 
-def _type_label(param, ctx) -> str | None:  # noqa: ANN001 - typer parameter, click context
+def _type_label(param, ctx) -> str | None:
     """The help's type column: the choices of an enum option, nothing for a switch, the value's name otherwise (no
     `<bool>` / `<str>` labels)."""
     desc = param.type_descriptor
@@ -47,7 +46,7 @@ def _type_label(param, ctx) -> str | None:  # noqa: ANN001 - typer parameter, cl
     return (param.metavar or param.name or "value").upper()  # a repeatable option still takes one value per use
 
 
-def _usage_name(self) -> str:  # noqa: ANN001 - TyperArgument
+def _usage_name(self) -> str:
     """Conventional usage pieces: `TARGET`, `TARGET...`, `[COMMAND]...` (typer prints `{TARGET}...`)."""
     name = (self.metavar or self.name or "ARG").upper()
     name = name if self.required else f"[{name}]"
@@ -69,12 +68,21 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global_options(
-    version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
-                                           help="Print the version and exit."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars (they show only on a terminal "
-                                     "anyway). Also accepted after the command name."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the product (report, command, plan) and "
-                               "errors: no warnings, notes or progress. Also accepted after the command name."),
+    version: bool | None = typer.Option(
+        None, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+    no_progress: bool = typer.Option(
+        False,
+        "--no-progress",
+        help="No progress bars (they show only on a terminal anyway). Also accepted after the command name.",
+    ),
+    quiet: bool = typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="Print only the product (report, command, plan) and "
+        "errors: no warnings, notes or progress. Also accepted after the command name.",
+    ),
 ) -> None:
     """The checkpoint doctor for quantized LLMs: inspect, judge, repair and serve safetensors checkpoints."""
     if no_progress or quiet or not getattr(sys.stderr, "isatty", lambda: False)():
@@ -114,8 +122,9 @@ def write_output(path: str, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except FileNotFoundError:
-        raise UsageError(f"cannot write {path}: the folder {os.path.dirname(os.path.abspath(path))} does not "
-                         f"exist") from None
+        raise UsageError(
+            f"cannot write {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist"
+        ) from None
     except IsADirectoryError:
         raise UsageError(f"cannot write {path}: it is a folder; give a file name") from None
     except OSError as exc:
@@ -143,10 +152,13 @@ class FailOn(str, Enum):
     none = "none"
 
 
-def use_color(stream=None) -> bool:  # noqa: ANN001
+def use_color(stream=None) -> bool:
     stream = stream or sys.stdout
-    return (bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ
-            and os.environ.get("TERM") != "dumb")
+    return (
+        bool(getattr(stream, "isatty", lambda: False)())
+        and "NO_COLOR" not in os.environ
+        and os.environ.get("TERM") != "dumb"
+    )
 
 
 def emit(text: str) -> None:

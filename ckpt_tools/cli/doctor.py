@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
 
 import typer
 
@@ -12,26 +11,45 @@ from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_ou
 
 @app.command()
 def doctor(
-    targets: List[str] = typer.Argument(
-        ..., metavar="TARGET", help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
+    targets: list[str] = typer.Argument(
+        ...,
+        metavar="TARGET",
+        help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
         "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
-        "worst; with --pre-commit, the files to check."
+        "worst; with --pre-commit, the files to check.",
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
-                                    case_sensitive=False),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."),
-    hardware: Optional[List[str]] = typer.Option(None, "--hardware", help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all)."),
+    fail_on: FailOn = typer.Option(
+        FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
+    ),
+    runtime: str | None = typer.Option(
+        None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."
+    ),
+    hardware: list[str] | None = typer.Option(
+        None,
+        "--hardware",
+        help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all).",
+    ),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     producer_schema: bool = typer.Option(
-        False, "--producer-schema", help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch)."
+        False,
+        "--producer-schema",
+        help="Also validate the quantization config with the producer's own code (needs the producers extra; imports torch).",
     ),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
-    deep: bool = typer.Option(False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules (local targets always do)."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    revision: str | None = typer.Option(
+        None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
+    ),
+    deep: bool = typer.Option(
+        False,
+        "--deep",
+        help="Hub repos: also read the scale tensors' bytes for the value rules (local targets always do).",
+    ),
     pre_commit: bool = typer.Option(
-        False, "--pre-commit", help="TARGETs are files (as pre-commit passes them): check each checkpoint folder they "
-        "belong to once, and explain Git LFS pointers instead of judging them."
+        False,
+        "--pre-commit",
+        help="TARGETs are files (as pre-commit passes them): check each checkpoint folder they "
+        "belong to once, and explain Git LFS pointers instead of judging them.",
     ),
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
@@ -46,20 +64,39 @@ def doctor(
 
         if revision:
             raise UsageError("--pre-commit checks the files in this work tree; --revision is for Hub repos")
-        run = check_files(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
-                          producer_schema=producer_schema)
+        run = check_files(
+            targets,
+            runtime=runtime,
+            hardware_ids=hardware or (),
+            headers_only=headers_only,
+            producer_schema=producer_schema,
+        )
         text = render_many(run.reports, format.value, color=color)
         code = run.exit_code(fail_on.value)
     elif len(targets) > 1:
-        reports = _many(targets, runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
-                        producer_schema=producer_schema, deep=deep, revision=revision)
+        reports = _many(
+            targets,
+            runtime=runtime,
+            hardware_ids=hardware or (),
+            headers_only=headers_only,
+            producer_schema=producer_schema,
+            deep=deep,
+            revision=revision,
+        )
         text = render_many(reports, format.value, color=color)
         if format in (Format.text, Format.markdown):
             text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
         code = max(r.exit_code(fail_on.value) for r in reports)
     else:
-        result = analyze(targets[0], runtime=runtime, hardware_ids=hardware or (), headers_only=headers_only,
-                         producer_schema=producer_schema, deep=deep, revision=revision)
+        result = analyze(
+            targets[0],
+            runtime=runtime,
+            hardware_ids=hardware or (),
+            headers_only=headers_only,
+            producer_schema=producer_schema,
+            deep=deep,
+            revision=revision,
+        )
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
     if format == Format.text and not pre_commit and len(targets) == 1:
@@ -73,7 +110,7 @@ def doctor(
     raise typer.Exit(code)
 
 
-def _pre_commit_summary(run, fail_on: str) -> None:  # noqa: ANN001 - GateRun
+def _pre_commit_summary(run, fail_on: str) -> None:
     """One closing line on stderr, the part of a failed hook's output a committer reads first."""
     failing = run.failing(fail_on)
     if not run.reports:
@@ -86,7 +123,7 @@ def _pre_commit_summary(run, fail_on: str) -> None:  # noqa: ANN001 - GateRun
         )
 
 
-def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s options
+def _many(targets: list[str], **options) -> list:
     """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot be
     read stops the command (exit 2) naming it, as a single target does."""
     from concurrent.futures import ThreadPoolExecutor
@@ -94,7 +131,7 @@ def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s 
     from ..errors import CkptError
     from ..pipeline import analyze
 
-    def one(target: str):  # noqa: ANN202 - Report
+    def one(target: str):
         try:
             return analyze(target, **options).report
         except CkptError as exc:
@@ -107,17 +144,25 @@ def _many(targets: List[str], **options) -> list:  # noqa: ANN003 - analyze()'s 
 
 
 class _NoPool:
-    def __enter__(self) -> "_NoPool":
+    def __enter__(self) -> _NoPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         return None
 
 
-def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:  # noqa: ANN001 - Reports
+def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:
     """One line per target: the counts and whether it fails --fail-on; the exit code is the worst of them."""
-    rows = [(r.target, str(r.summary["error"]), str(r.summary["warning"]), str(r.summary["info"]),
-             "FAIL" if r.exit_code(fail_on) else "ok") for r in reports]
+    rows = [
+        (
+            r.target,
+            str(r.summary["error"]),
+            str(r.summary["warning"]),
+            str(r.summary["info"]),
+            "FAIL" if r.exit_code(fail_on) else "ok",
+        )
+        for r in reports
+    ]
     head = ("target", "errors", "warnings", "info", f"--fail-on {fail_on}")
     if markdown:
         lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -8,7 +8,7 @@ import signal
 import sys
 
 
-def _interrupted_at_startup(signum, frame) -> None:  # noqa: ANN001 - signal handler
+def _interrupted_at_startup(signum, frame) -> None:
     # Ctrl-C while the commands are still being imported: the same line and code as later, no traceback.
     sys.stderr.write("ckpt: interrupted\n")
     os._exit(130)
@@ -30,7 +30,13 @@ def _run() -> None:
     try:
         from ..errors import CkptError
         from . import (  # noqa: F401  (commands register on import)
-            doctor, inspect_cmd, plan_cmd, repair_cmd, resume_cmd, rules_cmd, serve_cmd,
+            doctor,
+            inspect_cmd,
+            plan_cmd,
+            repair_cmd,
+            resume_cmd,
+            rules_cmd,
+            serve_cmd,
         )
         from .app import State, app, hoist_global_flags
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
@@ -59,7 +65,7 @@ def _run() -> None:
         raise SystemExit(2) from None
 
 
-def _invoke(app, args: list[str]) -> None:  # noqa: ANN001 - typer app
+def _invoke(app, args: list[str]) -> None:
     from .app import State
 
     try:
@@ -68,7 +74,7 @@ def _invoke(app, args: list[str]) -> None:  # noqa: ANN001 - typer app
         State.argv = None  # an embedding process may invoke the app again, another way
 
 
-def __getattr__(name: str):  # noqa: ANN202 - PEP 562
+def __getattr__(name: str):
     """`from ckpt_tools.cli.main import app`: the typer app with every command registered (for tests and embedding)."""
     if name != "app":
         raise AttributeError(name)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import orjson
 import typer
 
@@ -13,38 +11,78 @@ from .app import TextOrJson, app, emit
 
 @app.command("plan")
 def plan_command(
-    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (default: the runtime image's own hardware)."),
+    target: str = typer.Argument(
+        ..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision)."
+    ),
+    hardware: str | None = typer.Option(
+        None,
+        "--hardware",
+        help="Hardware profile: gb10, h100, h200, b200, rtx5090 (default: the runtime image's own hardware).",
+    ),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs the model is split over."),
-    kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="auto (the checkpoint's config and vLLM choose), bfloat16, fp8, fp8_e4m3, nvfp4, ..."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context per sequence to plan for (default: the largest that fits)."),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Concurrent sequences to plan for."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Fraction of device memory vLLM may use (default: the hardware's recommended value)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Prefill budget (sliding-window layers hold it in flight)."),
-    prefix_caching: bool = typer.Option(False, "--enable-prefix-caching", help="The server runs with prefix caching (hybrid models keep 2 state pages per sequence)."),
-    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", help="Speculative decoding's draft tokens per step (hybrid models keep one more state page per sequence and recurrent layer for each)."),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter checkpoint (folder or Hub repo): its weights and KV count too."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."),
+    kv_cache_dtype: str | None = typer.Option(
+        None,
+        "--kv-cache-dtype",
+        help="auto (the checkpoint's config and vLLM choose), bfloat16, fp8, fp8_e4m3, nvfp4, ...",
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Context per sequence to plan for (default: the largest that fits)."
+    ),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Concurrent sequences to plan for."),
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="Fraction of device memory vLLM may use (default: the hardware's recommended value).",
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Prefill budget (sliding-window layers hold it in flight)."
+    ),
+    prefix_caching: bool = typer.Option(
+        False,
+        "--enable-prefix-caching",
+        help="The server runs with prefix caching (hybrid models keep 2 state pages per sequence).",
+    ),
+    num_speculative_tokens: int = typer.Option(
+        0,
+        "--num-speculative-tokens",
+        help="Speculative decoding's draft tokens per step (hybrid models keep one more state page per sequence and recurrent layer for each).",
+    ),
+    drafter: str | None = typer.Option(
+        None, "--drafter", help="Drafter checkpoint (folder or Hub repo): its weights and KV count too."
+    ),
+    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+    revision: str | None = typer.Option(
+        None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
+    ),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="Show the arithmetic."),
 ) -> None:
     """Memory plan from headers and config: weights, KV cache per token, state per sequence, the KV budget, and the
     largest context and sequence count that fit. Exit 0 when it fits, 1 when it does not, 2 on bad usage."""
-    from ..knowledge import DEFAULT_RUNTIME, runtime as load_runtime
+    from ..knowledge import DEFAULT_RUNTIME
+    from ..knowledge import runtime as load_runtime
     from ..plan import Settings, memory_plan
     from ..plan.render import text
 
     if hardware is None:
         hardware = load_runtime(runtime or DEFAULT_RUNTIME).data.get("serve", {}).get("default_hardware")
         if not hardware:
-            raise UsageError("--hardware is required (gb10, h100, h200, b200, rtx5090): the runtime profile "
-                             "names no hardware of its own")
-    settings = Settings(hardware=hardware, tensor_parallel_size=tensor_parallel_size, kv_cache_dtype=kv_cache_dtype,
-                        max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                        gpu_memory_utilization=gpu_memory_utilization, max_num_batched_tokens=max_num_batched_tokens,
-                        prefix_caching=prefix_caching, num_speculative_tokens=num_speculative_tokens,
-                        runtime=runtime)
+            raise UsageError(
+                "--hardware is required (gb10, h100, h200, b200, rtx5090): the runtime profile "
+                "names no hardware of its own"
+            )
+    settings = Settings(
+        hardware=hardware,
+        tensor_parallel_size=tensor_parallel_size,
+        kv_cache_dtype=kv_cache_dtype,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
+        prefix_caching=prefix_caching,
+        num_speculative_tokens=num_speculative_tokens,
+        runtime=runtime,
+    )
     plan = memory_plan(target, settings, drafter=drafter, revision=revision)
     if format == TextOrJson.json:
         emit(orjson.dumps(plan.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")

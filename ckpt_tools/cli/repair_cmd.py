@@ -1,41 +1,59 @@
 from __future__ import annotations
 
-from typing import List, Optional
-
 import orjson
 import typer
 
 from ..errors import UsageError
 from .app import FailOn, TextOrJson, app, echo_first_line, emit
 
-DRY_RUN = typer.Option(False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); "
-                                                      "change nothing.")
-FAIL_ON = typer.Option(FailOn.none, "--fail-on", help="Exit 1 when doctor, run after the repair, finds something at "
-                                                      "or above this (default: never).", case_sensitive=False)
+DRY_RUN = typer.Option(
+    False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); change nothing."
+)
+FAIL_ON = typer.Option(
+    FailOn.none,
+    "--fail-on",
+    help="Exit 1 when doctor, run after the repair, finds something at or above this (default: never).",
+    case_sensitive=False,
+)
 RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33).")
-PROGRESS = typer.Option(None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a "
-                                                               "terminal).")
+PROGRESS = typer.Option(
+    None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a terminal)."
+)
 TARGET = typer.Argument(..., help="Local checkpoint folder or .safetensors file.")
 
 
 FORMAT = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False)
-HEADERS_ONLY = typer.Option(False, "--headers-only", help="Skip the scale-value scan: the before / after verdicts "
-                                                          "then skip the value rules (faster on big checkpoints).")
-FORCE = typer.Option(False, "--force", help="Apply the repair even when doctor on the planned headers has more errors "
-                                            "than now (without it such a repair refuses, exit 2).")
+HEADERS_ONLY = typer.Option(
+    False,
+    "--headers-only",
+    help="Skip the scale-value scan: the before / after verdicts "
+    "then skip the value rules (faster on big checkpoints).",
+)
+FORCE = typer.Option(
+    False,
+    "--force",
+    help="Apply the repair even when doctor on the planned headers has more errors "
+    "than now (without it such a repair refuses, exit 2).",
+)
 
 
-def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:  # noqa: ANN001 - RepairResult
+def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:
     import sys
 
     from ..repair.render import render_result
 
-    emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == TextOrJson.json
-         else echo_first_line(render_result(result)))
+    emit(
+        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        if format == TextOrJson.json
+        else echo_first_line(render_result(result))
+    )
     if result.dry_run and result.worse:
         # The run itself would refuse: a dry run exits as it would (2), with the reason on stderr.
-        print(f"ckpt: {result.job} would make the checkpoint worse: {result.before.summary['error']} -> "
-              f"{result.predicted.summary['error']} error(s); the repair refuses without --force", file=sys.stderr)
+        print(
+            f"ckpt: {result.job} would make the checkpoint worse: {result.before.summary['error']} -> "
+            f"{result.predicted.summary['error']} error(s); the repair refuses without --force",
+            file=sys.stderr,
+        )
         raise typer.Exit(2)
     report = result.after or result.predicted or result.before
     raise typer.Exit(report.exit_code(fail_on.value))
@@ -44,15 +62,15 @@ def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:  # noqa: ANN00
 @app.command("fix-prefix")
 def fix_prefix_command(
     target: str = TARGET,
-    old: Optional[List[str]] = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
-    new: Optional[List[str]] = typer.Option(None, "--to", help="Prefix to rename to; empty removes the prefix."),
+    old: list[str] | None = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
+    new: list[str] | None = typer.Option(None, "--to", help="Prefix to rename to; empty removes the prefix."),
     dry_run: bool = DRY_RUN,
     headers_only: bool = HEADERS_ONLY,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
-    runtime: Optional[str] = RUNTIME,
-    progress: Optional[bool] = PROGRESS,
+    runtime: str | None = RUNTIME,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Rename tensors to the prefix the architecture loads (the misnested-prefix finding's plan, or --from/--to) in
     every shard header and the index. Weight bytes are not touched."""
@@ -61,22 +79,33 @@ def fix_prefix_command(
     old, new = old or [], new or []
     if len(old) != len(new):
         raise UsageError("give --from and --to in pairs (one --to per --from)")
-    result = run(target, fix_prefix.job(list(zip(old, new))), dry_run=dry_run, progress=progress, runtime=runtime,
-                 force=force, headers_only=headers_only)
+    result = run(
+        target,
+        fix_prefix.job(list(zip(old, new))),
+        dry_run=dry_run,
+        progress=progress,
+        runtime=runtime,
+        force=force,
+        headers_only=headers_only,
+    )
     _finish(result, format, fail_on)
 
 
 @app.command("scrub-nan")
 def scrub_nan_command(
     target: str = TARGET,
-    value: str = typer.Option("max", "--value", help="Replacement: `max` (largest finite value: E4M3 0x7E = 448, "
-                                                     "what current ModelOpt clamps to) or `zero` (silences the "
-                                                     "block)."),
+    value: str = typer.Option(
+        "max",
+        "--value",
+        help="Replacement: `max` (largest finite value: E4M3 0x7E = 448, "
+        "what current ModelOpt clamps to) or `zero` (silences the "
+        "block).",
+    ),
     dry_run: bool = DRY_RUN,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
-    runtime: Optional[str] = RUNTIME,
+    runtime: str | None = RUNTIME,
 ) -> None:
     """Overwrite NaN bytes of FP8 scale tensors (E4M3 0x7F/0xFF) in place; only those bytes change. Reports the
     count per tensor."""
@@ -89,21 +118,29 @@ def scrub_nan_command(
 @app.command("drop-orphans")
 def drop_orphans_command(
     target: str = TARGET,
-    tensor: Optional[List[str]] = typer.Option(None, "--tensor", "-t", help="Drop this scale tensor (repeatable) "
-                                                                            "instead of the orphan-scale finding's."),
+    tensor: list[str] | None = typer.Option(
+        None, "--tensor", "-t", help="Drop this scale tensor (repeatable) instead of the orphan-scale finding's."
+    ),
     dry_run: bool = DRY_RUN,
     headers_only: bool = HEADERS_ONLY,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
-    runtime: Optional[str] = RUNTIME,
-    progress: Optional[bool] = PROGRESS,
+    runtime: str | None = RUNTIME,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Remove orphan scale tensors from the shard headers and the index (affected shards are rebuilt atomically)."""
     from ..repair import drop_orphans, run
 
-    result = run(target, drop_orphans.job(tensor or []), dry_run=dry_run, progress=progress, runtime=runtime,
-                 force=force, headers_only=headers_only)
+    result = run(
+        target,
+        drop_orphans.job(tensor or []),
+        dry_run=dry_run,
+        progress=progress,
+        runtime=runtime,
+        force=force,
+        headers_only=headers_only,
+    )
     _finish(result, format, fail_on)
 
 
@@ -114,8 +151,8 @@ def fix_command(
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
     fail_on: FailOn = FAIL_ON,
-    runtime: Optional[str] = RUNTIME,
-    progress: Optional[bool] = PROGRESS,
+    runtime: str | None = RUNTIME,
+    progress: bool | None = PROGRESS,
 ) -> None:
     """Apply every automatic repair the doctor finds, in a safe order: scrub-nan, fix-prefix, drop-orphans."""
     from ..pipeline import analyze
@@ -124,8 +161,12 @@ def fix_command(
 
     results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
     if format == TextOrJson.json:
-        data = {"target": target, "dry_run": dry_run, "repairs": [r.to_dict() for r in results],
-                "not_repaired": [f.to_dict() for f in others]}
+        data = {
+            "target": target,
+            "dry_run": dry_run,
+            "repairs": [r.to_dict() for r in results],
+            "not_repaired": [f.to_dict() for f in others],
+        }
         emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         emit(render_fix_all(target, results, others, dry_run))

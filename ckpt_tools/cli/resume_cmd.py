@@ -10,13 +10,19 @@ from .app import TextOrJson, app, emit
 @app.command("repair")
 def repair_command(
     target: str = typer.Argument(..., help="Local checkpoint folder (or a .safetensors file in it)."),
-    resume: bool = typer.Option(False, "--resume", help="Complete the interrupted repair: every file gets the "
-                                                        "repaired bytes its journal records."),
-    rollback: bool = typer.Option(False, "--rollback", help="Undo the interrupted repair: write back the old bytes "
-                                                            "its journal records (refused when a shard was already "
-                                                            "rebuilt)."),
-    format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.",
-                                      case_sensitive=False),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Complete the interrupted repair: every file gets the repaired bytes its journal records.",
+    ),
+    rollback: bool = typer.Option(
+        False,
+        "--rollback",
+        help="Undo the interrupted repair: write back the old bytes "
+        "its journal records (refused when a shard was already "
+        "rebuilt).",
+    ),
+    format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
 ) -> None:
     """Complete (--resume) or roll back (--rollback) a repair that was interrupted (finding CK109), and remove the
     temporary files a killed repair left. Reading a checkpoint never does this: only this command and the repairs
@@ -26,5 +32,8 @@ def repair_command(
     if resume == rollback:
         raise UsageError("give exactly one of --resume and --rollback")
     result = resume_repair(target, rollback=rollback)
-    emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n" if format == TextOrJson.json
-         else result.render())
+    emit(
+        orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        if format == TextOrJson.json
+        else result.render()
+    )

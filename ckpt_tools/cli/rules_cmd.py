@@ -9,7 +9,6 @@ from .app import app, emit
 def list_rules() -> None:
     """List every rule: code, slug, default severity, title."""
     from ..rules.base import all_rules
-
     from ..serve.profiles import checks  # check-serve findings (rules/serve-checks.toml)
 
     rows = [(r.code, r.slug, r.severity, "fixable" if r.fixable else "", r.title) for r in all_rules()]
@@ -30,8 +29,13 @@ def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvf
 
         c = find_check(code)
         if c is not None:
-            sections = (("What it catches", c.catches), ("Why it matters", c.why), ("Anti-pattern", c.anti_pattern),
-                        ("Fix", c.fix), ("Source", c.source))
+            sections = (
+                ("What it catches", c.catches),
+                ("Why it matters", c.why),
+                ("Anti-pattern", c.anti_pattern),
+                ("Fix", c.fix),
+                ("Source", c.source),
+            )
             out = [f"{c.code} {c.slug} ({c.severity}, ckpt check-serve)", "", c.title, ""]
             for heading, body in sections:
                 out += [heading, "  " + body, ""]

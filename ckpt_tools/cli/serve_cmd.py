@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import List, Optional
 
 import typer
 
@@ -20,27 +19,56 @@ class Emit(str, Enum):
 @app.command("serve-flags")
 def serve_flags_command(
     target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33; image profiles: aeon-v0.23.0, aeon-v0.26.0, aeon-v0.27.1)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (any case)."),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="DFlash / EAGLE / MTP drafter checkpoint folder (also inspected)."),
-    speculative_method: Optional[str] = typer.Option(None, "--speculative-method", help="Override the drafter's detected method."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context length (default: the checkpoint's)."),
+    runtime: str | None = typer.Option(
+        None,
+        "--runtime",
+        help="Runtime profile (default vllm-0.33; image profiles: aeon-v0.23.0, aeon-v0.26.0, aeon-v0.27.1).",
+    ),
+    hardware: str | None = typer.Option(
+        None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (any case)."
+    ),
+    drafter: str | None = typer.Option(
+        None, "--drafter", help="DFlash / EAGLE / MTP drafter checkpoint folder (also inspected)."
+    ),
+    speculative_method: str | None = typer.Option(
+        None, "--speculative-method", help="Override the drafter's detected method."
+    ),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Context length (default: the checkpoint's)."
+    ),
     colocated: bool = typer.Option(False, "--colocated", help="Leave GPU memory for sidecars (ASR/TTS/embeddings)."),
-    emit_as: Emit = typer.Option(Emit.argv, "--emit", help="What to print: the command line, a docker run, a compose service or a model-card section.",
-                                   case_sensitive=False),
+    emit_as: Emit = typer.Option(
+        Emit.argv,
+        "--emit",
+        help="What to print: the command line, a docker run, a compose service or a model-card section.",
+        case_sensitive=False,
+    ),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="The reason and source of every flag."),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Print no command (exit 1) when the checkpoint or "
-                                   "the command has a finding at or above this; none: always print it.",
-                                   case_sensitive=False),
+    fail_on: FailOn = typer.Option(
+        FailOn.error,
+        "--fail-on",
+        help="Print no command (exit 1) when the checkpoint or "
+        "the command has a finding at or above this; none: always print it.",
+        case_sensitive=False,
+    ),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
-    deep: bool = typer.Option(False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha."),
-    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="Hub repo (org/name) the docker / compose / "
-                                          "model-card recipes serve (default: the target's, when it is a Hub repo, a "
-                                          "Hub cache snapshot or a Hub clone; else the /model mount from $MODEL_DIR)."),
-    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name clients request "
-                                                    "(default in recipes: the repo id, else the folder's name)."),
+    deep: bool = typer.Option(
+        False, "--deep", help="Hub repos: also read the scale tensors' bytes for the value rules."
+    ),
+    revision: str | None = typer.Option(None, "--revision", help="Hub repos: branch, tag or commit sha."),
+    repo_id: str | None = typer.Option(
+        None,
+        "--repo-id",
+        help="Hub repo (org/name) the docker / compose / "
+        "model-card recipes serve (default: the target's, when it is a Hub repo, a "
+        "Hub cache snapshot or a Hub clone; else the /model mount from $MODEL_DIR).",
+    ),
+    served_model_name: str | None = typer.Option(
+        None,
+        "--served-model-name",
+        help="Name clients request (default in recipes: the repo id, else the folder's name).",
+    ),
 ) -> None:
     """The exact `vllm serve` flags for a checkpoint on a runtime image and GPU. stdout carries only the command (a
     script can do `cmd=$(ckpt serve-flags ...)`); findings and warnings go to stderr. Exit 1, and no command, when
@@ -53,10 +81,21 @@ def serve_flags_command(
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     container = emit_as != Emit.argv
-    plan = serve_flags(target, runtime=runtime, hardware=hardware, drafter=drafter, max_model_len=max_model_len,
-                       colocated=colocated, container=container, speculative_method=speculative_method,
-                       headers_only=headers_only, deep=deep, revision=revision, repo_id=repo_id,
-                       served_model_name=served_model_name)
+    plan = serve_flags(
+        target,
+        runtime=runtime,
+        hardware=hardware,
+        drafter=drafter,
+        max_model_len=max_model_len,
+        colocated=colocated,
+        container=container,
+        speculative_method=speculative_method,
+        headers_only=headers_only,
+        deep=deep,
+        revision=revision,
+        repo_id=repo_id,
+        served_model_name=served_model_name,
+    )
     code = plan.exit_code(fail_on.value)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself
@@ -73,8 +112,15 @@ def serve_flags_command(
         if plan.memory is not None and plan.blocked and not plan.memory.answers.fits:
             from ..plan.render import answer_lines, summary_lines
 
-            sys.stderr.write("\n".join(["ckpt: the checkpoint does not fit:", *(
-                f"  {ln}" for ln in summary_lines(plan.memory) + answer_lines(plan.memory))]) + "\n")
+            sys.stderr.write(
+                "\n".join(
+                    [
+                        "ckpt: the checkpoint does not fit:",
+                        *(f"  {ln}" for ln in summary_lines(plan.memory) + answer_lines(plan.memory)),
+                    ]
+                )
+                + "\n"
+            )
     elif not explain:  # --explain already lists the findings and warnings in the text asked for
         note(emitters.diagnostics(plan, fail_on.value))
     raise typer.Exit(code)
@@ -83,12 +129,19 @@ def serve_flags_command(
 @app.command("check-serve")
 def check_serve_command(
     target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
-    command: List[str] = typer.Argument(None, metavar="COMMAND", help="The command, after `--` (or one quoted string)."),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."),
+    command: list[str] = typer.Argument(
+        None, metavar="COMMAND", help="The command, after `--` (or one quoted string)."
+    ),
+    runtime: str | None = typer.Option(
+        None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."
+    ),
+    hardware: str | None = typer.Option(
+        None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."
+    ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.",
-                                    case_sensitive=False),
+    fail_on: FailOn = typer.Option(
+        FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
+    ),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the

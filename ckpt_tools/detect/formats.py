@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from ..knowledge import load_toml
 from .schemes import UNQUANTIZED, Scheme
@@ -50,24 +51,42 @@ class Format:
     model_type_methods: Mapping[str, str]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _data() -> Mapping[str, Any]:
     return load_toml("formats.toml")
 
 
-@lru_cache(maxsize=None)
+@cache
 def formats() -> Mapping[str, Format]:
     out = {}
     for f in _data()["format"]:
         accepts = tuple(
-            Accept(a["key"], tuple(a.get("aliases", ())), tuple(a.get("values", ())), a.get("default", _MISSING),
-                   tuple(a.get("contains", ())), a.get("with_key"), tuple(a.get("with_values", ())),
-                   a.get("unless_key"), tuple(a.get("unless_values", ())), a["reject"])
+            Accept(
+                a["key"],
+                tuple(a.get("aliases", ())),
+                tuple(a.get("values", ())),
+                a.get("default", _MISSING),
+                tuple(a.get("contains", ())),
+                a.get("with_key"),
+                tuple(a.get("with_values", ())),
+                a.get("unless_key"),
+                tuple(a.get("unless_values", ())),
+                a["reject"],
+            )
             for a in f.get("accept", [])
         )
-        out[f["id"]] = Format(f["id"], f["name"], f["vllm_method"], tuple(f.get("override_from", ())),
-                              f["config_class"], bool(f.get("deprecated", False)), f.get("layout", f["id"]), accepts,
-                              f["source"], MappingProxyType(dict(f.get("model_type_methods", {}))))
+        out[f["id"]] = Format(
+            f["id"],
+            f["name"],
+            f["vllm_method"],
+            tuple(f.get("override_from", ())),
+            f["config_class"],
+            bool(f.get("deprecated", False)),
+            f.get("layout", f["id"]),
+            accepts,
+            f["source"],
+            MappingProxyType(dict(f.get("model_type_methods", {}))),
+        )
     return out
 
 
@@ -79,15 +98,16 @@ class MadeBy:
     source: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def unsupported_hints() -> Mapping[str, str]:
     return {u["id"]: u["hint"] for u in _data().get("unsupported", [])}
 
 
-@lru_cache(maxsize=None)
+@cache
 def made_by_table() -> tuple[MadeBy, ...]:
-    return tuple(MadeBy(m["name"], m["when_key"], m.get("version_key"), m["source"])
-                 for m in _data().get("made_by", []))
+    return tuple(
+        MadeBy(m["name"], m["when_key"], m.get("version_key"), m["source"]) for m in _data().get("made_by", [])
+    )
 
 
 def format_for(method: str | None) -> Format | None:
@@ -137,8 +157,10 @@ def _inc_scheme_rejection(cfg: Mapping[str, Any]) -> str | None:
     group = cfg.get("group_size")
     if data_type == "int":
         if packing not in (None, "auto_round:auto_gptq", "auto_round:auto_awq"):
-            return ("INC int quantization only supports packing_format in ['auto_round:auto_awq', "
-                    f"'auto_round:auto_gptq'], but found packing_format={packing!r}.")
+            return (
+                "INC int quantization only supports packing_format in ['auto_round:auto_awq', "
+                f"'auto_round:auto_gptq'], but found packing_format={packing!r}."
+            )
     elif "mx_fp" in data_type:
         if bits not in (4, 8):
             return f"INC MXFP only supports bits=4 or bits=8, but found bits={bits}."
@@ -154,8 +176,9 @@ def _inc_scheme_rejection(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
-def resolve_method(method: str, cfg: Mapping[str, Any], known_methods: list[str], model_type: str | None = None
-                  ) -> tuple[str | None, str | None]:
+def resolve_method(
+    method: str, cfg: Mapping[str, Any], known_methods: list[str], model_type: str | None = None
+) -> tuple[str | None, str | None]:
     """(`--quantization` value, rejection) for a checkpoint of a formats.toml format."""
     fmt = format_for(method)
     if fmt is None:
@@ -177,8 +200,9 @@ def _int_scheme(bits: Any, detail: str) -> Scheme:
     return Scheme(kind, "A16", detail)
 
 
-def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, disk_quantized: bool
-                    ) -> tuple[Scheme, str | None]:
+def declared_scheme(
+    method: str, cfg: Mapping[str, Any], name: str, vname: str, disk_quantized: bool
+) -> tuple[Scheme, str | None]:
     """(scheme, the config entry that keeps it unquantized) for one linear `name` (vLLM-side `vname`)."""
     is_head = name == "lm_head" or name.endswith(".lm_head")
     if method == "mxfp4":
@@ -190,7 +214,7 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
         if is_head and not cfg.get("lm_head"):
             return UNQUANTIZED, "(lm_head: `lm_head` is false)"
         dynamic = cfg.get("dynamic")
-        for pattern in (dynamic if isinstance(dynamic, dict) else {}):
+        for pattern in dynamic if isinstance(dynamic, dict) else {}:
             if isinstance(pattern, str) and pattern.startswith("-:") and _re_match(pattern[2:], vname):
                 return UNQUANTIZED, pattern
         listed = cfg.get("modules_in_block_to_quantize")
@@ -247,8 +271,7 @@ def declared_scheme(method: str, cfg: Mapping[str, Any], name: str, vname: str, 
         return Scheme("fp8", "A8", "channel"), None
     if method == "quark":
         for entry in _strings(cfg.get("exclude")):
-            if (entry == vname or entry == name or (
-                    entry.startswith("re:") and _re_match(entry[3:], vname))):
+            if entry == vname or entry == name or (entry.startswith("re:") and _re_match(entry[3:], vname)):
                 return UNQUANTIZED, entry
         layer_cfg = _quark_layer_config(cfg, name)
         return _quark_scheme(layer_cfg), None

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 from ..knowledge import Family
 
@@ -93,7 +93,7 @@ def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str,
 
 def modelopt_excluded_by(patterns: list[tuple[str, str]], vllm_name: str) -> str | None:
     """The exclude entry that covers `vllm_name` under ModelOpt's exact / substring / fnmatch rules, if any."""
-    stripped = vllm_name[len("language_model."):] if vllm_name.startswith("language_model.") else None
+    stripped = vllm_name[len("language_model.") :] if vllm_name.startswith("language_model.") else None
     for original, pattern in patterns:
         if pattern == vllm_name:
             return original

@@ -7,8 +7,9 @@ with it. Both packages import torch, so this runs only when asked for (`ckpt doc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..model.checkpoint import Checkpoint
 from .resolve import Detection
@@ -61,12 +62,17 @@ def _modelopt(ckpt: Checkpoint) -> SchemaCheck | None:
     try:
         expected = convert_hf_quant_config_format(dict(nested))
     except Exception as exc:  # the producer's own converter refusing the file is the finding
-        return SchemaCheck("modelopt", _version("nvidia-modelopt"),
-                           (f"hf_quant_config.json: ModelOpt cannot convert it: {type(exc).__name__}: {exc}",))
+        return SchemaCheck(
+            "modelopt",
+            _version("nvidia-modelopt"),
+            (f"hf_quant_config.json: ModelOpt cannot convert it: {type(exc).__name__}: {exc}",),
+        )
     errors = []
     if isinstance(flat, dict):
         for key in sorted(set(expected) | set(flat)):
             if expected.get(key) != flat.get(key):
-                errors.append(f"config.json quantization_config.{key} differs from what ModelOpt derives from "
-                              f"hf_quant_config.json")
+                errors.append(
+                    f"config.json quantization_config.{key} differs from what ModelOpt derives from "
+                    f"hf_quant_config.json"
+                )
     return SchemaCheck("modelopt", _version("nvidia-modelopt"), tuple(errors))

@@ -7,12 +7,14 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..catalogue import model_unquantized
-from ..knowledge import Family, Runtime, family_for, markers, runtime as load_runtime
+from ..knowledge import Family, Runtime, family_for, markers
+from ..knowledge import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
 from . import formats
@@ -129,8 +131,10 @@ def _is_modelopt(view: QuantConfigView) -> bool:
     data = view.data or {}
     producer = data.get("producer")
     method = str(data.get("quant_method", "")).lower()
-    return (isinstance(producer, dict) and producer.get("name") == "modelopt") or method.startswith("modelopt") or (
-        view.nested is not None and "quant_algo" in view.nested
+    return (
+        (isinstance(producer, dict) and producer.get("name") == "modelopt")
+        or method.startswith("modelopt")
+        or (view.nested is not None and "quant_algo" in view.nested)
     )
 
 
@@ -140,8 +144,9 @@ def modelopt_algo(view: QuantConfigView) -> str | None:
     return str(algo).upper() if algo else None
 
 
-def _resolve_method(view: QuantConfigView, rt: Runtime, model_type: str | None = None
-                    ) -> tuple[str | None, str | None, str | None]:
+def _resolve_method(
+    view: QuantConfigView, rt: Runtime, model_type: str | None = None
+) -> tuple[str | None, str | None, str | None]:
     """(checkpoint quant_method, vllm --quantization value, rejection) following `_verify_quantization`."""
     data = view.data
     if data is None:
@@ -166,9 +171,13 @@ def _resolve_method(view: QuantConfigView, rt: Runtime, model_type: str | None =
             return "modelopt", None, "Missing 'quant_algo' in quantization config"
         if algo not in rt.modelopt_algos:
             supported = list(rt.modelopt_algos)
-            return "modelopt", None, (
-                f"ModelOpt currently only supports: {supported} quantizations in vLLM. Please check the "
-                f"`hf_quant_config.json` file for your model's quant configuration. (quant_algo {algo})"
+            return (
+                "modelopt",
+                None,
+                (
+                    f"ModelOpt currently only supports: {supported} quantizations in vLLM. Please check the "
+                    f"`hf_quant_config.json` file for your model's quant configuration. (quant_algo {algo})"
+                ),
             )
         problem = _modelopt_from_config_problem(view, algo, rt)
         if problem:
@@ -202,8 +211,7 @@ def _modelopt_from_config_problem(view: QuantConfigView, algo: str | None, rt: R
         if missing:
             return f"NVFP4 quantization requires the following fields in hf_quant_config.json: {missing}"
     if algo == "MIXED_PRECISION" and not view.get("quantized_layers"):
-        return ("MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping in the quantization "
-                "config.")
+        return "MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping in the quantization config."
     return None
 
 
@@ -269,7 +277,7 @@ def is_linear_candidate(module: Module) -> bool:
 def component_of(name: str, family: Family) -> str:
     hit = family.root_of(name)
     if hit is not None:
-        return _rooted_component(hit[0].component, name[len(hit[1]):].split(".", 1)[0])
+        return _rooted_component(hit[0].component, name[len(hit[1]) :].split(".", 1)[0])
     segments = name.split(".")
     for comp, segs in markers().items():
         if any(s in segs for s in segments):
@@ -311,8 +319,16 @@ def _rooted_component(root_component: str, first: str) -> str:
 
 
 class _Resolver:
-    def __init__(self, ckpt: Checkpoint, view: QuantConfigView, family: Family, rt: Runtime, producer: str,
-                 algo: str | None, method: str | None = None) -> None:
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        view: QuantConfigView,
+        family: Family,
+        rt: Runtime,
+        producer: str,
+        algo: str | None,
+        method: str | None = None,
+    ) -> None:
         self.ckpt, self.view, self.family, self.rt, self.producer, self.algo = ckpt, view, family, rt, producer, algo
         entries = view.get("ignore") or view.get("exclude_modules") or []
         self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
@@ -376,8 +392,9 @@ class _Resolver:
         if self.producer in FORMAT_PRODUCERS:
             module = self.ckpt.modules.get(name)
             disk_q = module is not None and disk_scheme(module).quantized
-            scheme, covered = formats.declared_scheme(self.producer, self.view.data or {}, name,
-                                                       self.family.to_vllm(name), disk_q)
+            scheme, covered = formats.declared_scheme(
+                self.producer, self.view.data or {}, name, self.family.to_vllm(name), disk_q
+            )
             return scheme, covered, (self.producer if scheme.quantized else None)
         return UNQUANTIZED, None, None
 
@@ -389,7 +406,9 @@ class _Resolver:
         if name == "lm_head" or name.endswith(".lm_head"):
             return UNQUANTIZED, "(lm_head: Fp8Config quantizes linear layers only)", None
         entries = self.view.get("ignored_layers") or self.view.get("modules_to_not_convert") or []
-        ignored = {self.family.to_vllm(e): e for e in entries if isinstance(e, str)} if isinstance(entries, list) else {}
+        ignored = (
+            {self.family.to_vllm(e): e for e in entries if isinstance(e, str)} if isinstance(entries, list) else {}
+        )
         for candidate in (name, experts_prefix):
             if candidate is not None and self.family.to_vllm(candidate) in ignored:
                 return UNQUANTIZED, ignored[self.family.to_vllm(candidate)], None
@@ -477,8 +496,11 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         if not is_linear_candidate(module):
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk_scheme(module),
-                              covered, group))
+        rows.append(
+            ModuleRow(
+                name, component if name else component_of(".", family), declared, disk_scheme(module), covered, group
+            )
+        )
     rows.sort(key=lambda r: r.name)
 
     if producer == "none" and any(r.disk.quantized for r in rows):
@@ -489,8 +511,10 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         if rejection is None:
             bad = next((r for r in rows if r.declared.kind == "unknown"), None)
             if bad is not None:
-                rejection = (f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: "
-                             f"{bad.declared.detail}")
+                rejection = (
+                    f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: "
+                    f"{bad.declared.detail}"
+                )
                 vllm_method = None
 
     comps = sorted(found_components, key=lambda c: (c != "text", c))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from ..dtypes import FLOAT_HIGH_PRECISION
 from ..model.modules import Module
@@ -29,7 +30,7 @@ class Scheme:
         if self.kind == "unknown":
             return "unknown" + (f" ({self.detail})" if self.detail else "")
         bits = {"nvfp4": "4", "mxfp4": "4", "int4": "4", "mxfp8": "8", "fp8": "8", "int8": "8"}[self.kind]
-        act = (self.activation or "A?")
+        act = self.activation or "A?"
         base = f"W{bits}{act} {self.kind.upper()}"
         return f"{base} ({self.detail})" if self.detail else base
 
@@ -62,7 +63,10 @@ def is_nvfp4_args(args: Mapping[str, Any] | None) -> bool:
 
 def is_mxfp4_args(args: Mapping[str, Any] | None) -> bool:
     return bool(
-        args and args.get("strategy") == "group" and args.get("type") == "float" and args.get("num_bits") == 4
+        args
+        and args.get("strategy") == "group"
+        and args.get("type") == "float"
+        and args.get("num_bits") == 4
         and args.get("group_size") == 32
     )
 
@@ -132,13 +136,19 @@ def disk_scheme(module: Module) -> Scheme:
     if weight is None and "qweight" in t:
         # GPTQ / AWQ / AutoRound int packing: I32 words along the input (GPTQ) or output (AWQ) dimension; the bit
         # width is the config's.
-        return _shared_scheme("int4", "A16", "qweight") if t["qweight"].dtype == "I32" else _shared_scheme(
-            "unknown", None, f"{t['qweight'].dtype} qweight")
+        return (
+            _shared_scheme("int4", "A16", "qweight")
+            if t["qweight"].dtype == "I32"
+            else _shared_scheme("unknown", None, f"{t['qweight'].dtype} qweight")
+        )
     if weight is None:
         blocks = t.get("gate_up_proj_blocks") or t.get("down_proj_blocks")
         if blocks is not None:  # gpt-oss fused experts: U8 FP4 blocks with U8 E8M0 scales
-            return _shared_scheme("mxfp4", "A16", "gpt-oss") if blocks.dtype == "U8" else _shared_scheme(
-                "unknown", None, f"{blocks.dtype} blocks")
+            return (
+                _shared_scheme("mxfp4", "A16", "gpt-oss")
+                if blocks.dtype == "U8"
+                else _shared_scheme("unknown", None, f"{blocks.dtype} blocks")
+            )
         return _shared_scheme("unknown", None, "no weight")
     scale = t.get("weight_scale")
     has_input = "input_scale" in t or "input_global_scale" in t
@@ -158,9 +168,7 @@ def disk_scheme(module: Module) -> Scheme:
         if scale is not None:
             if scale.numel == 1:
                 strategy = "tensor"
-            elif len(scale.shape) >= 2 and scale.shape[-1] == 1 and len(scale.shape) == 2:
-                strategy = "channel"
-            elif len(scale.shape) == 1:
+            elif (len(scale.shape) >= 2 and scale.shape[-1] == 1 and len(scale.shape) == 2) or len(scale.shape) == 1:
                 strategy = "channel"
             else:
                 strategy = "block"
@@ -172,4 +180,3 @@ def disk_scheme(module: Module) -> Scheme:
         # compressed-tensors int-quantized stores int4 W4A8 weights unpacked in I8 too; the config says which.
         return _shared_scheme("int8", "A8" if has_input else "A16")
     return _shared_scheme("unknown", None, f"{weight.dtype} weight")
-

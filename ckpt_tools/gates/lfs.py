@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 GIT_TIMEOUT = 30.0
 # https://huggingface.co/org/name(.git), https://user:token@hf.co/org/name, git@hf.co:org/name.git,
@@ -34,7 +34,7 @@ def lfs_tracked(folder: str, names: Sequence[str]) -> dict[str, bool | None]:
         return {}
     out = _git(folder, "check-attr", "-z", "filter", "--", *names)
     if out is None:
-        return {n: None for n in names}
+        return dict.fromkeys(names)
     fields = out.split("\0")
     values = {fields[i]: fields[i + 2] for i in range(0, len(fields) - 2, 3)}
     return {n: values.get(n) == "lfs" for n in names}

@@ -16,8 +16,8 @@ defect. The `lfs-pointer` finding says which situation this is, because the reme
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from ..model.checkpoint import Checkpoint
 from ..pipeline import analyze
@@ -54,8 +54,13 @@ def check_files(
     plan = plan_folders(files)
     reports = []
     for folder in plan.folders:
-        analysis = analyze(folder, runtime=runtime, hardware_ids=hardware_ids, headers_only=headers_only,
-                           producer_schema=producer_schema)
+        analysis = analyze(
+            folder,
+            runtime=runtime,
+            hardware_ids=hardware_ids,
+            headers_only=headers_only,
+            producer_schema=producer_schema,
+        )
         report = analysis.report
         if analysis.checkpoint.lfs_pointers:
             report = pointer_verdict(report, analysis.checkpoint, folder)

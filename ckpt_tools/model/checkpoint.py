@@ -6,11 +6,12 @@ Built once by `ckpt_tools.read.loader.load_checkpoint`; rules only read it. Conf
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from .modules import ExpertGroup, Module, group_experts, group_modules
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo

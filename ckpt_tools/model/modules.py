@@ -7,9 +7,10 @@ vLLM's parameters (vllm/model_executor/layers/quantization/compressed_tensors/sc
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .tensors import TensorInfo
 
@@ -62,8 +63,9 @@ ROLES: Mapping[str, str] = MappingProxyType(
 # Suffixes only compressed-tensors writes (its NVFP4 / pack-quantized naming; vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3)).
 COMPRESSED_TENSORS_SUFFIXES = frozenset({"weight_packed", "weight_global_scale", "input_global_scale"})
 
-SCALE_ROLES = frozenset({"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale",
-                         "signed_weight_scale"})
+SCALE_ROLES = frozenset(
+    {"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale", "signed_weight_scale"}
+)
 
 V = TypeVar("V")
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
@@ -100,8 +102,13 @@ class Module:
     @_computed_once
     def weight(self) -> TensorInfo | None:
         t = self.tensors
-        return (t.get("weight_packed") or t.get("weight") or t.get("qweight") or t.get("gate_up_proj_blocks")
-                or t.get("down_proj_blocks"))
+        return (
+            t.get("weight_packed")
+            or t.get("weight")
+            or t.get("qweight")
+            or t.get("gate_up_proj_blocks")
+            or t.get("down_proj_blocks")
+        )
 
     @property
     def suffixes(self) -> frozenset[str]:

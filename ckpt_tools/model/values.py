@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
-from typing import Iterable, Iterator, Mapping
 
 from .modules import ROLES
 from .tensors import TensorInfo
@@ -24,16 +24,18 @@ from .tensors import TensorInfo
 SMALL_TENSOR_ELEMENTS = 64
 
 # 8-bit float formats: (exponent bits, mantissa bits, exponent bias, "fnuz" variant). E8M0 is handled apart.
-_FLOAT8_LAYOUT: Mapping[str, tuple[int, int, int, bool]] = MappingProxyType({
-    "F8_E4M3": (4, 3, 7, False),
-    "F8_E4M3FNUZ": (4, 3, 8, True),
-    "F8_E5M2": (5, 2, 15, False),
-    "F8_E5M2FNUZ": (5, 2, 16, True),
-})
+_FLOAT8_LAYOUT: Mapping[str, tuple[int, int, int, bool]] = MappingProxyType(
+    {
+        "F8_E4M3": (4, 3, 7, False),
+        "F8_E4M3FNUZ": (4, 3, 8, True),
+        "F8_E5M2": (5, 2, 15, False),
+        "F8_E5M2FNUZ": (5, 2, 16, True),
+    }
+)
 FLOAT8_DTYPES = frozenset({*_FLOAT8_LAYOUT, "F8_E8M0"})
 WIDE_FLOAT_DTYPES = frozenset({"F32", "BF16", "F16"})
 STATS_DTYPES = FLOAT8_DTYPES | WIDE_FLOAT_DTYPES  # the dtypes the scan measures; any other tensor is not scanned
-ITEM_SIZE: Mapping[str, int] = MappingProxyType({**{d: 1 for d in FLOAT8_DTYPES}, "F16": 2, "BF16": 2, "F32": 4})
+ITEM_SIZE: Mapping[str, int] = MappingProxyType({**dict.fromkeys(FLOAT8_DTYPES, 1), "F16": 2, "BF16": 2, "F32": 4})
 
 
 # Scale tensors whose bytes are E8M0 though the header says U8: every MX producer stores its shared exponents as
@@ -117,9 +119,13 @@ def float8_table(dtype: str) -> Float8Table:
     special = bytes(c for c in range(256) if classes[c] != PLAIN)
     ascii_first = len(special) > FEW_SPECIAL
     probe = bytes(c for c in special if c < 0x80) if ascii_first else special
-    return Float8Table(plain=bytes(c for c in range(256) if classes[c] == PLAIN), classes=classes,
-                       values=tuple(decode_code(dtype, c) for c in range(256)), probe=probe,
-                       ascii_first=ascii_first)
+    return Float8Table(
+        plain=bytes(c for c in range(256) if classes[c] == PLAIN),
+        classes=classes,
+        values=tuple(decode_code(dtype, c) for c in range(256)),
+        probe=probe,
+        ascii_first=ascii_first,
+    )
 
 
 # ---- statistics ---------------------------------------------------------------------------------------------------
@@ -203,7 +209,7 @@ class Accumulator:
     """Statistics of one tensor fed in pieces of whole elements, in order (a piece may end anywhere inside the
     tensor; the scan splits its chunks on element boundaries)."""
 
-    __slots__ = ("dtype", "count", "nan", "inf", "zero", "negative", "subnormal", "min", "max", "small")
+    __slots__ = ("count", "dtype", "inf", "max", "min", "nan", "negative", "small", "subnormal", "zero")
 
     def __init__(self, dtype: str, numel: int) -> None:
         self.dtype = dtype
@@ -303,8 +309,9 @@ class Accumulator:
             if self.dtype in FLOAT8_DTYPES:
                 finite = [v for v in values if math.isfinite(v)]
                 lo, hi = (min(finite), max(finite)) if finite else (None, None)
-        return TensorStats(self.dtype, self.count, self.nan, self.inf, self.zero, self.negative, self.subnormal,
-                           lo, hi, values)
+        return TensorStats(
+            self.dtype, self.count, self.nan, self.inf, self.zero, self.negative, self.subnormal, lo, hi, values
+        )
 
 
 _zeros = b""
@@ -321,11 +328,13 @@ def _all_zero(piece: bytes) -> bool:
 # Top bytes (sign + high exponent bits) of the elements that may be zero, subnormal, infinite or NaN. F32 / BF16 keep
 # the exponent's lowest bit in the next byte, so 0x00 / 0x80 / 0x7F / 0xFF are only candidates; F16 holds its whole
 # exponent in the top byte.
-_EDGE_TOP: Mapping[str, bytes] = MappingProxyType({
-    "F32": b"\x00\x80\x7f\xff",
-    "BF16": b"\x00\x80\x7f\xff",
-    "F16": bytes(b for b in range(256) if (b & 0x7C) in (0x00, 0x7C)),
-})
+_EDGE_TOP: Mapping[str, bytes] = MappingProxyType(
+    {
+        "F32": b"\x00\x80\x7f\xff",
+        "BF16": b"\x00\x80\x7f\xff",
+        "F16": bytes(b for b in range(256) if (b & 0x7C) in (0x00, 0x7C)),
+    }
+)
 _SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
 
 

@@ -11,20 +11,30 @@ from .planner import MemoryPlan, Settings, plan_checkpoint
 __all__ = ["MemoryPlan", "Settings", "memory_plan", "plan_for"]
 
 
-def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_label: str | None = None) -> MemoryPlan:  # noqa: ANN001
+def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_label: str | None = None) -> MemoryPlan:
     """The plan for an `Analysis` (ckpt_tools.pipeline), optionally with a drafter's `Analysis`."""
     det = analysis.detection
     drafter = None
     if drafter_analysis is not None:
-        drafter = (drafter_analysis.checkpoint, drafter_analysis.detection.family,
-                   drafter_label or drafter_analysis.report.target)
-    return plan_checkpoint(analysis.checkpoint, det.family, settings,
-                           quant_method=det.quant_method or det.vllm_quantization, kv_word=det.kv_cache,
-                           target=analysis.report.target, drafter=drafter)
+        drafter = (
+            drafter_analysis.checkpoint,
+            drafter_analysis.detection.family,
+            drafter_label or drafter_analysis.report.target,
+        )
+    return plan_checkpoint(
+        analysis.checkpoint,
+        det.family,
+        settings,
+        quant_method=det.quant_method or det.vllm_quantization,
+        kv_word=det.kv_cache,
+        target=analysis.report.target,
+        drafter=drafter,
+    )
 
 
-def memory_plan(target: str, settings: Settings, *, drafter: str | None = None,
-                revision: str | None = None) -> MemoryPlan:
+def memory_plan(
+    target: str, settings: Settings, *, drafter: str | None = None, revision: str | None = None
+) -> MemoryPlan:
     """Plan `target` (a folder, a .safetensors file or a Hub repo) from its headers and config."""
     from ..pipeline import analyze
 
@@ -34,7 +44,7 @@ def memory_plan(target: str, settings: Settings, *, drafter: str | None = None,
     return plan_for(analysis, settings, drafter_analysis=drafter_analysis, drafter_label=drafter)
 
 
-def memory_figures(analysis) -> dict:  # noqa: ANN001
+def memory_figures(analysis) -> dict:
     """Hardware-independent figures for `ckpt inspect`: exact weight bytes per component, KV bytes per token and
     recurrent state per sequence at tensor parallel 1 with the KV dtype vLLM picks (`kv_cache` is None, with
     `kv_cache_unknown` saying why, when the config cannot size it)."""
@@ -46,14 +56,22 @@ def memory_figures(analysis) -> dict:  # noqa: ANN001
     w = weights(ckpt.tensors.values(), det.family, 1)
     out: dict = {"weights": {"bytes": w.bytes, "by_component": dict(w.by_component)}}
     try:
-        cache = cache_model(ckpt.text_config, ckpt.config or {}, tp=1, kv_request=None,
-                            quant_method=det.quant_method or det.vllm_quantization, kv_word=det.kv_cache)
+        cache = cache_model(
+            ckpt.text_config,
+            ckpt.config or {},
+            tp=1,
+            kv_request=None,
+            quant_method=det.quant_method or det.vllm_quantization,
+            kv_word=det.kv_cache,
+        )
     except CkptError as exc:
         return {**out, "kv_cache": None, "kv_cache_unknown": str(exc)}
     gdn = cache.of(GDN)
-    out["kv_cache"] = {"dtype": cache.kv_dtype,
-                       "bytes_per_token": sum(layer.token_bytes for layer in cache.of(FULL, MLA)),
-                       "attention_layers": len(cache.of(FULL, SLIDING, MLA)),
-                       "sliding_window_layers": len(cache.of(SLIDING))}
+    out["kv_cache"] = {
+        "dtype": cache.kv_dtype,
+        "bytes_per_token": sum(layer.token_bytes for layer in cache.of(FULL, MLA)),
+        "attention_layers": len(cache.of(FULL, SLIDING, MLA)),
+        "sliding_window_layers": len(cache.of(SLIDING)),
+    }
     out["state"] = {"bytes_per_sequence": sum(layer.state_bytes for layer in gdn), "layers": len(gdn)}
     return out

@@ -75,8 +75,9 @@ def _groups(cache: CacheModel) -> tuple[int, tuple[tuple[str, int | None], ...]]
     return group, tuple(key for key, n in buckets.items() for _ in range(_cdiv(n, group)))
 
 
-def pages(cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: bool,
-          speculative_tokens: int = 0) -> Pages:
+def pages(
+    cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: bool, speculative_tokens: int = 0
+) -> Pages:
     rule = facts.allocator()
     block = int(rule["block_size"])
     attn = cache.of(FULL, SLIDING, MLA)
@@ -134,8 +135,15 @@ def largest_length(p: Pages, available: int, seqs: int, ceiling: int) -> int:
     return lo
 
 
-def answer(p: Pages, kv_budget: int, *, context: int, max_model_len: int | None, max_num_seqs: int | None,
-           seq_counts: tuple[int, ...]) -> Answers:
+def answer(
+    p: Pages,
+    kv_budget: int,
+    *,
+    context: int,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    seq_counts: tuple[int, ...],
+) -> Answers:
     available = kv_budget - p.null_block_bytes
     longest = largest_length(p, available, 1, context)
     planned = max_model_len or longest
@@ -161,6 +169,13 @@ def answer(p: Pages, kv_budget: int, *, context: int, max_model_len: int | None,
         reason = f"one sequence of {max_model_len:,} tokens does not fit (largest: {longest:,})"
     elif max_num_seqs and seqs < max_num_seqs:
         reason = f"{max_num_seqs} sequences of {planned:,} tokens do not fit (at most {seqs})"
-    return Answers(fits=not reason, max_model_len=longest, max_num_seqs=int(seqs), planned_len=planned,
-                   context_at_seqs=at_seqs, kv_cache_tokens=tokens, max_concurrency=concurrency,
-                   reason=reason)
+    return Answers(
+        fits=not reason,
+        max_model_len=longest,
+        max_num_seqs=int(seqs),
+        planned_len=planned,
+        context_at_seqs=at_seqs,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+        reason=reason,
+    )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Mapping
+from functools import cache
+from typing import Any
 
 from ..errors import UsageError
 from ..knowledge import Hardware, load_toml
@@ -44,12 +45,18 @@ def _data() -> Mapping[str, Any]:
     return load_toml("memory.toml")
 
 
-@lru_cache(maxsize=None)
+@cache
 def kv_dtypes() -> Mapping[str, KvDtype]:
     return {
-        e["id"]: KvDtype(id=e["id"], layout=e["layout"], element_bytes=int(e.get("element_bytes", 0)),
-                         token_bytes=int(e.get("token_bytes", 0)), mla_only=bool(e.get("mla_only", False)),
-                         scales=str(e.get("scales", "")), source=e["source"])
+        e["id"]: KvDtype(
+            id=e["id"],
+            layout=e["layout"],
+            element_bytes=int(e.get("element_bytes", 0)),
+            token_bytes=int(e.get("token_bytes", 0)),
+            mla_only=bool(e.get("mla_only", False)),
+            scales=str(e.get("scales", "")),
+            source=e["source"],
+        )
         for e in _data()["kv_dtype"]
     }
 
@@ -57,8 +64,9 @@ def kv_dtypes() -> Mapping[str, KvDtype]:
 def kv_dtype(name: str) -> KvDtype:
     table = kv_dtypes()
     if name not in table:
-        raise UsageError(f"--kv-cache-dtype {name!r} is not modelled by the memory plan; choose one of: "
-                         f"{', '.join(table)}")
+        raise UsageError(
+            f"--kv-cache-dtype {name!r} is not modelled by the memory plan; choose one of: {', '.join(table)}"
+        )
     return table[name]
 
 
@@ -86,14 +94,23 @@ def reserve() -> Mapping[str, Any]:
 def device(hw: Hardware) -> Device:
     for e in _data().get("device", []):
         if e["hardware"] == hw.id:
-            return Device(hw.id, int(round(float(e["memory_gib"]) * GIB)), e.get("kind", "measured"),
-                          e.get("note", ""), e["source"])
+            return Device(
+                hw.id,
+                int(round(float(e["memory_gib"]) * GIB)),
+                e.get("kind", "measured"),
+                e.get("note", ""),
+                e["source"],
+            )
     gb = hw.data.get("memory_gb")
     if not isinstance(gb, (int, float)):
         raise UsageError(f"hardware profile {hw.id!r} records no memory size")
-    return Device(hw.id, int(round(float(gb) * GIB)), "nominal",
-                  f"nominal {gb} GB read as GiB; the runtime sees slightly less",
-                  f"rules/hardware.toml memory_gb of {hw.id} (nominal)")
+    return Device(
+        hw.id,
+        int(round(float(gb) * GIB)),
+        "nominal",
+        f"nominal {gb} GB read as GiB; the runtime sees slightly less",
+        f"rules/hardware.toml memory_gb of {hw.id} (nominal)",
+    )
 
 
 def serve_defaults(hw: Hardware, device_bytes: int) -> ServeDefaults:
@@ -107,7 +124,7 @@ def serve_defaults(hw: Hardware, device_bytes: int) -> ServeDefaults:
     raise AssertionError("memory.toml serve_default has no catch-all row")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _replicated() -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p) for p in _data()["tensor_parallel"]["replicated"])
 

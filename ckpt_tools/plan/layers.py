@@ -7,8 +7,9 @@ docs/reference/kv-cache.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import UsageError
 from . import facts
@@ -97,7 +98,9 @@ def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return [FULL] * n, notes
 
 
-def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: facts.KvDtype, model_bytes: int) -> LayerCache:
+def _attention_layer(
+    i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: facts.KvDtype, model_bytes: int
+) -> LayerCache:
     heads = _int(cfg, "num_attention_heads", "n_head")
     if not heads:
         raise UsageError("the config gives no num_attention_heads: cannot size the KV cache")
@@ -123,8 +126,10 @@ def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: fac
     elif kv.layout == "nvfp4":
         # K and V each stored as fp4 data (2 values per byte) followed by one fp8 scale per 16 values.
         if kind == MLA:
-            raise UsageError(f"--kv-cache-dtype {kv.id} on an MLA model is not modelled by the memory plan "
-                             f"(MLA's quantized layouts are fp8_ds_mla / nvfp4_ds_mla)")
+            raise UsageError(
+                f"--kv-cache-dtype {kv.id} on an MLA model is not modelled by the memory plan "
+                f"(MLA's quantized layouts are fp8_ds_mla / nvfp4_ds_mla)"
+            )
         content = sum(h // 2 + h // 16 for h in (head_size, head_size_v)) * elem
     elif kv.layout == "opaque":
         content = kv.token_bytes
@@ -133,8 +138,15 @@ def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: fac
     window = _int(cfg, "sliding_window") if kind == SLIDING else None
     if kind == SLIDING and not window:
         raise UsageError("the config marks sliding-window layers but gives no sliding_window")
-    return LayerCache(index=i, kind=kind, token_bytes=kv_heads * content, kv_heads=kv_heads, head_size=head_size,
-                      head_size_v=head_size_v, sliding_window=window)
+    return LayerCache(
+        index=i,
+        kind=kind,
+        token_bytes=kv_heads * content,
+        kv_heads=kv_heads,
+        head_size=head_size,
+        head_size_v=head_size_v,
+        sliding_window=window,
+    )
 
 
 def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCache:
@@ -142,8 +154,10 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
     dk, dv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
     kernel = _int(cfg, "linear_conv_kernel_dim")
     if None in (nk, nv, dk, dv, kernel):
-        raise UsageError("linear-attention layers without linear_num_key_heads / linear_num_value_heads / "
-                         "linear_key_head_dim / linear_value_head_dim / linear_conv_kernel_dim: cannot size the state")
+        raise UsageError(
+            "linear-attention layers without linear_num_key_heads / linear_num_value_heads / "
+            "linear_key_head_dim / linear_value_head_dim / linear_conv_kernel_dim: cannot size the state"
+        )
     conv_dim = dk * nk * 2 + dv * nv
     if conv_dim % tp or nv % tp:
         raise UsageError(f"--tensor-parallel-size {tp} does not divide the linear-attention heads ({nv} value heads)")
@@ -164,8 +178,9 @@ def _prod(shape: tuple[int, ...]) -> int:
     return n
 
 
-def resolve_kv_dtype(requested: str | None, quant_method: str | None, kv_word: str | None,
-                     dtype: str) -> tuple[str, str]:
+def resolve_kv_dtype(
+    requested: str | None, quant_method: str | None, kv_word: str | None, dtype: str
+) -> tuple[str, str]:
     """(--kv-cache-dtype value, why) for `auto` or an explicit value, as vLLM 0.33 resolves it."""
     if requested and requested != "auto":
         facts.kv_dtype(requested)
@@ -182,8 +197,15 @@ def resolve_kv_dtype(requested: str | None, quant_method: str | None, kv_word: s
     return "auto", f"auto: no KV-cache quantization declared, the model dtype ({dtype})"
 
 
-def cache_model(cfg: Mapping[str, Any], top: Mapping[str, Any], *, tp: int, kv_request: str | None,
-                quant_method: str | None, kv_word: str | None) -> CacheModel:
+def cache_model(
+    cfg: Mapping[str, Any],
+    top: Mapping[str, Any],
+    *,
+    tp: int,
+    kv_request: str | None,
+    quant_method: str | None,
+    kv_word: str | None,
+) -> CacheModel:
     dtype = model_dtype(cfg, top)
     kv_name, why = resolve_kv_dtype(kv_request, quant_method, kv_word, dtype)
     kv = facts.kv_dtype(kv_name)

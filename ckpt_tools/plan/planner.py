@@ -8,12 +8,14 @@ otherwise; the JSON contract is docs/plan.schema.json.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..knowledge import DEFAULT_RUNTIME, Hardware, hardware, runtime as load_runtime
+from ..knowledge import DEFAULT_RUNTIME, Hardware, hardware
+from ..knowledge import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from . import facts
 from .budget import Answers, Pages, answer, pages
@@ -132,16 +134,24 @@ class MemoryPlan:
                 "per_device_bytes_per_token": self.token_bytes_per_device,
                 "attention_layers": self.attention_layers,
                 "sliding_window_layers": len(sliding),
-                **({"sliding_window": sliding[0].sliding_window,
-                    "sliding_bytes_per_token": self.sliding_token_bytes_per_device * tp} if sliding else {}),
+                **(
+                    {
+                        "sliding_window": sliding[0].sliding_window,
+                        "sliding_bytes_per_token": self.sliding_token_bytes_per_device * tp,
+                    }
+                    if sliding
+                    else {}
+                ),
                 "block_size": self.pages.block_size,
             },
             "state": {
                 "bytes_per_sequence": self.state_bytes_per_device * tp,
                 "per_device_bytes_per_sequence": self.state_bytes_per_device,
-                "padded_per_device_bytes_per_sequence": (self.pages.state_layers * self.pages.state_page
-                                                         * (self.pages.state_pages_per_sequence
-                                                            + self.pages.speculative_blocks)),
+                "padded_per_device_bytes_per_sequence": (
+                    self.pages.state_layers
+                    * self.pages.state_page
+                    * (self.pages.state_pages_per_sequence + self.pages.speculative_blocks)
+                ),
                 "layers": len(gdn),
                 **({"dtypes": list(gdn[0].state_dtypes)} if gdn else {}),
             },
@@ -151,10 +161,13 @@ class MemoryPlan:
                 "gpu_memory_utilization": self.utilization,
                 "usable_bytes": self.usable_bytes,
                 "reserved_bytes": self.reserve.bytes,
-                "reserve": {"activation_bytes": self.reserve.activation_bytes,
-                            "non_torch_bytes": self.reserve.non_torch_bytes,
-                            "cuda_graph_bytes": self.reserve.cuda_graph_bytes,
-                            "sampler_bytes": self.reserve.sampler_bytes, "model": self.reserve.kind},
+                "reserve": {
+                    "activation_bytes": self.reserve.activation_bytes,
+                    "non_torch_bytes": self.reserve.non_torch_bytes,
+                    "cuda_graph_bytes": self.reserve.cuda_graph_bytes,
+                    "sampler_bytes": self.reserve.sampler_bytes,
+                    "model": self.reserve.kind,
+                },
                 "kv_budget_bytes": self.kv_budget_bytes,
             },
             "model_max_model_len": self.context,
@@ -166,12 +179,17 @@ class MemoryPlan:
             "kv_cache_tokens": a.kv_cache_tokens,
             "kv_cache_max_concurrency": round(a.max_concurrency, 4),
             "max_context_by_num_seqs": [{"num_seqs": n, "max_model_len": length} for n, length in a.context_at_seqs],
-            "requested": {k: v for k, v in (("max_model_len", self.settings.max_model_len),
-                                            ("max_num_seqs", self.settings.max_num_seqs),
-                                            ("kv_cache_dtype", self.settings.kv_cache_dtype),
-                                            ("gpu_memory_utilization", self.settings.gpu_memory_utilization),
-                                            ("num_speculative_tokens", self.settings.num_speculative_tokens or None))
-                          if v is not None},
+            "requested": {
+                k: v
+                for k, v in (
+                    ("max_model_len", self.settings.max_model_len),
+                    ("max_num_seqs", self.settings.max_num_seqs),
+                    ("kv_cache_dtype", self.settings.kv_cache_dtype),
+                    ("gpu_memory_utilization", self.settings.gpu_memory_utilization),
+                    ("num_speculative_tokens", self.settings.num_speculative_tokens or None),
+                )
+                if v is not None
+            },
             "notes": list(self.notes),
         }
 
@@ -193,8 +211,9 @@ def model_context(ckpt: Checkpoint, asked: int | None = None) -> int:
 
 
 def _is_moe(cfg: Mapping[str, Any]) -> bool:
-    return any(isinstance(cfg.get(k), int) and cfg[k] > 1
-               for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+    return any(
+        isinstance(cfg.get(k), int) and cfg[k] > 1 for k in ("num_experts", "num_local_experts", "n_routed_experts")
+    )
 
 
 def _reserve(cfg: Mapping[str, Any], tp: int) -> Reserve:
@@ -224,13 +243,22 @@ def _utilization(s: Settings, hw: Hardware) -> tuple[float, str, list[str]]:
     if not 0 < value <= 1:
         raise UsageError(f"--gpu-memory-utilization {value} is outside (0, 1]")
     if isinstance(cap, float) and value > cap:
-        notes.append(f"gpu_memory_utilization {value} is above {hw.name}'s cap of {cap} (unified memory "
-                     f"page-thrashes above it)")
+        notes.append(
+            f"gpu_memory_utilization {value} is above {hw.name}'s cap of {cap} (unified memory page-thrashes above it)"
+        )
     return value, why, notes
 
 
-def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_method: str | None,  # noqa: ANN001
-                    kv_word: str | None, target: str, drafter: tuple[Checkpoint, Any, str] | None = None) -> MemoryPlan:
+def plan_checkpoint(
+    ckpt: Checkpoint,
+    family,
+    settings: Settings,
+    *,
+    quant_method: str | None,
+    kv_word: str | None,
+    target: str,
+    drafter: tuple[Checkpoint, Any, str] | None = None,
+) -> MemoryPlan:
     """The plan for a loaded checkpoint (`family`: its architecture family; `kv_word`: the KV scheme its quant
     config declares, as detection reads it; `drafter`: (checkpoint, family, label) of a drafter to add)."""
     tp = settings.tensor_parallel_size
@@ -246,60 +274,104 @@ def plan_checkpoint(ckpt: Checkpoint, family, settings: Settings, *, quant_metho
     cfg, top = ckpt.text_config, ckpt.config or {}
     if not cfg:
         raise UsageError(f"{target} has no config.json: the memory plan needs the model's layers")
-    cache = cache_model(cfg, top, tp=tp, kv_request=settings.kv_cache_dtype, quant_method=quant_method,
-                        kv_word=kv_word)
+    cache = cache_model(cfg, top, tp=tp, kv_request=settings.kv_cache_dtype, quant_method=quant_method, kv_word=kv_word)
     w = weights(ckpt.tensors.values(), family, tp)
     notes = list(cache.notes)
     missing = len(ckpt.unavailable_tensors) + len(ckpt.lfs_pointers)
     if missing:
-        notes.append(f"weights are incomplete: {len(ckpt.unavailable_tensors)} tensors sit in missing or unreadable "
-                     f"shards and {len(ckpt.lfs_pointers)} files are Git LFS pointers (ckpt doctor names them); their "
-                     f"bytes are not counted")
+        notes.append(
+            f"weights are incomplete: {len(ckpt.unavailable_tensors)} tensors sit in missing or unreadable "
+            f"shards and {len(ckpt.lfs_pointers)} files are Git LFS pointers (ckpt doctor names them); their "
+            f"bytes are not counted"
+        )
     label = None
     if drafter is not None:
         d_ckpt, d_family, label = drafter
-        d_cache = cache_model(d_ckpt.text_config, d_ckpt.config or {}, tp=tp,
-                              kv_request=settings.kv_cache_dtype if settings.kv_cache_dtype else cache.kv_dtype,
-                              quant_method=None, kv_word=None)
+        d_cache = cache_model(
+            d_ckpt.text_config,
+            d_ckpt.config or {},
+            tp=tp,
+            kv_request=settings.kv_cache_dtype if settings.kv_cache_dtype else cache.kv_dtype,
+            quant_method=None,
+            kv_word=None,
+        )
         offset = len(cache.layers)
         shifted = tuple(replace(layer, index=layer.index + offset) for layer in d_cache.layers)
-        cache = CacheModel(layers=cache.layers + shifted, model_dtype=cache.model_dtype, kv_dtype=cache.kv_dtype,
-                           kv_dtype_reason=cache.kv_dtype_reason, notes=cache.notes)
+        cache = CacheModel(
+            layers=cache.layers + shifted,
+            model_dtype=cache.model_dtype,
+            kv_dtype=cache.kv_dtype,
+            kv_dtype_reason=cache.kv_dtype_reason,
+            notes=cache.notes,
+        )
         w = combine(w, weights(d_ckpt.tensors.values(), d_family, tp), "drafter")
         notes.append(f"drafter {label}: {len(d_cache.layers)} layers join the KV cache, its weights are added")
     device = facts.device(hw)
     util, util_why, util_notes = _utilization(settings, hw)
     notes += util_notes
     defaults = facts.serve_defaults(hw, device.bytes)
-    batched = settings.max_num_batched_tokens or int(hw.data.get("max_num_batched_tokens") or 0) \
+    batched = (
+        settings.max_num_batched_tokens
+        or int(hw.data.get("max_num_batched_tokens") or 0)
         or defaults.max_num_batched_tokens
-    p = pages(cache, max_num_batched_tokens=batched, prefix_caching=settings.prefix_caching,
-              speculative_tokens=settings.num_speculative_tokens)
+    )
+    p = pages(
+        cache,
+        max_num_batched_tokens=batched,
+        prefix_caching=settings.prefix_caching,
+        speculative_tokens=settings.num_speculative_tokens,
+    )
     reserve = _reserve(cfg, tp)
     context = model_context(ckpt, settings.max_model_len)
     budget = int(device.bytes * util) - w.per_device_bytes - reserve.bytes
-    ans = answer(p, budget, context=context, max_model_len=settings.max_model_len,
-                 max_num_seqs=settings.max_num_seqs, seq_counts=SEQ_COUNTS)
+    ans = answer(
+        p,
+        budget,
+        context=context,
+        max_model_len=settings.max_model_len,
+        max_num_seqs=settings.max_num_seqs,
+        seq_counts=SEQ_COUNTS,
+    )
     notes += _estimate_notes(w, cache, p, device, reserve, settings)
-    return MemoryPlan(target=target, settings=settings, hardware_name=hw.name, weights=w, cache=cache, pages=p,
-                      device=device, utilization=util, utilization_reason=util_why, reserve=reserve,
-                      context=context, answers=ans, max_num_batched_tokens=batched, drafter=label,
-                      notes=tuple(notes))
+    return MemoryPlan(
+        target=target,
+        settings=settings,
+        hardware_name=hw.name,
+        weights=w,
+        cache=cache,
+        pages=p,
+        device=device,
+        utilization=util,
+        utilization_reason=util_why,
+        reserve=reserve,
+        context=context,
+        answers=ans,
+        max_num_batched_tokens=batched,
+        drafter=label,
+        notes=tuple(notes),
+    )
 
 
-def _estimate_notes(w: Weights, cache: CacheModel, p: Pages, device: facts.Device, reserve: Reserve,
-                    settings: Settings) -> list[str]:
+def _estimate_notes(
+    w: Weights, cache: CacheModel, p: Pages, device: facts.Device, reserve: Reserve, settings: Settings
+) -> list[str]:
     """What is an estimate rather than exact, said once per plan."""
-    notes = [f"reserve is an estimate: {reserve.kind} activation peak plus non-torch memory (public empirical "
-             f"model), CUDA graphs and sampler included in the activation peak"]
+    notes = [
+        f"reserve is an estimate: {reserve.kind} activation peak plus non-torch memory (public empirical "
+        f"model), CUDA graphs and sampler included in the activation peak"
+    ]
     if device.kind != "measured":
         notes.append(f"device memory: {device.note}")
     if p.state_layers:
-        notes.append(f"hybrid model: attention block size {p.block_size} tokens so one attention page holds a "
-                     f"recurrent state (FlashAttention kernel alignment assumed)")
+        notes.append(
+            f"hybrid model: attention block size {p.block_size} tokens so one attention page holds a "
+            f"recurrent state (FlashAttention kernel alignment assumed)"
+        )
         if not settings.prefix_caching:
-            notes.append("prefix caching keeps 2 recurrent pages per sequence instead of 1: pass "
-                         "--enable-prefix-caching when the server runs with it")
+            notes.append(
+                "prefix caching keeps 2 recurrent pages per sequence instead of 1: pass "
+                "--enable-prefix-caching when the server runs with it"
+            )
     if w.by_component.get("mtp"):
         notes.append("MTP weights are counted; vLLM loads them only with MTP speculation")
     if any(layer.kind == SLIDING for layer in cache.layers):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from ..detect.resolve import component_of
 from ..knowledge import Family
@@ -32,14 +32,23 @@ def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
             replicated += t.nbytes
     total = replicated + split
     per_device = replicated + -(-split // tp)
-    return Weights(bytes=total, per_device_bytes=per_device, by_component=dict(sorted(by_component.items())),
-                   replicated_bytes=replicated, split_bytes=split)
+    return Weights(
+        bytes=total,
+        per_device_bytes=per_device,
+        by_component=dict(sorted(by_component.items())),
+        replicated_bytes=replicated,
+        split_bytes=split,
+    )
 
 
 def combine(a: Weights, b: Weights, component: str) -> Weights:
     """`a` with `b` (a drafter) added under one component name."""
     comps = dict(a.by_component)
     comps[component] = comps.get(component, 0) + b.bytes
-    return Weights(bytes=a.bytes + b.bytes, per_device_bytes=a.per_device_bytes + b.per_device_bytes,
-                   by_component=comps, replicated_bytes=a.replicated_bytes + b.replicated_bytes,
-                   split_bytes=a.split_bytes + b.split_bytes)
+    return Weights(
+        bytes=a.bytes + b.bytes,
+        per_device_bytes=a.per_device_bytes + b.per_device_bytes,
+        by_component=comps,
+        replicated_bytes=a.replicated_bytes + b.replicated_bytes,
+        split_bytes=a.split_bytes + b.split_bytes,
+    )

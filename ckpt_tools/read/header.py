@@ -18,10 +18,10 @@ in the header bytes, and no message prints an unbounded value.
 from __future__ import annotations
 
 import struct
-from math import prod
-from itertools import chain, repeat
-from operator import attrgetter, itemgetter, mul, sub
 from dataclasses import dataclass
+from itertools import chain, repeat
+from math import prod
+from operator import attrgetter, itemgetter, mul, sub
 from types import MappingProxyType
 from typing import Any
 
@@ -124,11 +124,19 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
     except _Invalid as exc:
         return _fail(name, exc.kind, exc.message, exc.tensor)
     if dupes:
-        problems.insert(0, Problem(name, "duplicate-key", f"header repeats tensor name(s): "
-                                   f"{', '.join(_quote(d) for d in dupes[:5])}", dupes[0]))
+        problems.insert(
+            0,
+            Problem(
+                name,
+                "duplicate-key",
+                f"header repeats tensor name(s): {', '.join(_quote(d) for d in dupes[:5])}",
+                dupes[0],
+            ),
+        )
     valid = not any(p.kind != "duplicate-key" for p in problems)
-    shard = Shard(name=name, size=file_size, header_len=len(raw), metadata=metadata, tensors=tuple(tensors),
-                  valid=valid)
+    shard = Shard(
+        name=name, size=file_size, header_len=len(raw), metadata=metadata, tensors=tuple(tensors), valid=valid
+    )
     return ShardRead(shard, None, tuple(problems))
 
 
@@ -164,8 +172,9 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     else:
         items = obj.items()
     if metadata is not None:
-        meta_values = metadata.pairs if type(metadata) is JObject else metadata.items() \
-            if type(metadata) is dict else None
+        meta_values = (
+            metadata.pairs if type(metadata) is JObject else metadata.items() if type(metadata) is dict else None
+        )
         if meta_values is None or not all(type(v) is str for _, v in meta_values):
             raise _Invalid("invalid-schema", "__metadata__ must map strings to strings")
         keys += len(metadata)
@@ -209,8 +218,13 @@ def _plain_entries(name: str, obj: dict[str, Any]) -> list[TensorInfo] | None:
         offsets = list(map(_GET_OFFSETS, infos))
     except KeyError:
         return None
-    if (set(map(type, dtypes)) != {str} or not _DTYPES.keys() >= set(dtypes) or set(map(type, shapes)) != {list}
-            or set(map(type, offsets)) != {list} or set(map(len, offsets)) != {2}):
+    if (
+        set(map(type, dtypes)) != {str}
+        or not _DTYPES.keys() >= set(dtypes)
+        or set(map(type, shapes)) != {list}
+        or set(map(type, offsets)) != {list}
+        or set(map(len, offsets)) != {2}
+    ):
         return None
     # Types over the flat lists, never over a set of the values: `{1, True}` and `{2, 2.0}` collapse to one member.
     dims = list(chain.from_iterable(shapes))
@@ -219,9 +233,20 @@ def _plain_entries(name: str, obj: dict[str, Any]) -> list[TensorInfo] | None:
     bounds = list(chain.from_iterable(offsets))
     if set(map(type, bounds)) != {int} or min(bounds) < 0:
         return None
-    return list(map(tuple.__new__, repeat(TensorInfo), zip(
-        obj, map(_DTYPES.__getitem__, dtypes), map(tuple, shapes), repeat(name), map(_FIRST, offsets),
-        map(_SECOND, offsets))))
+    return list(
+        map(
+            tuple.__new__,
+            repeat(TensorInfo),
+            zip(
+                obj,
+                map(_DTYPES.__getitem__, dtypes),
+                map(tuple, shapes),
+                repeat(name),
+                map(_FIRST, offsets),
+                map(_SECOND, offsets),
+            ),
+        )
+    )
 
 
 def _entries_one_by_one(name: str, items: Any, exact: bool) -> tuple[list[TensorInfo], int]:
@@ -240,8 +265,15 @@ def _entries_one_by_one(name: str, items: Any, exact: bool) -> tuple[list[Tensor
                 dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
             except (KeyError, TypeError, ValueError):
                 dtype = None
-            if (type(dtype) is str and dtype in bits and type(shape) is list and type(begin) is int
-                    and type(end) is int and begin >= 0 and end >= 0):
+            if (
+                type(dtype) is str
+                and dtype in bits
+                and type(shape) is list
+                and type(begin) is int
+                and type(end) is int
+                and begin >= 0
+                and end >= 0
+            ):
                 for d in shape:
                     if type(d) is not int or d < 0:
                         break
@@ -266,31 +298,40 @@ def _entry(tname: str, info: Any, exact: bool) -> tuple[str, tuple[int, ...], in
         if entry_pairs is not None:
             for field in FIELDS:
                 if sum(1 for key, _ in entry_pairs if key == field) > 1:
-                    raise _Invalid("duplicate-field", f"tensor {_quote(tname)} repeats its `{field}` field "
-                                   f"(the reader rejects a repeated field)", tname)
+                    raise _Invalid(
+                        "duplicate-field",
+                        f"tensor {_quote(tname)} repeats its `{field}` field (the reader rejects a repeated field)",
+                        tname,
+                    )
         if len(info) > 3 or entry_pairs is not None:
             for key, value in entry_pairs or info.items():
                 if key not in FIELDS:  # ignored by the reader, but parsed: its nesting limit applies
                     try:
                         check_depth(value, 3)
                     except HeaderJsonError as exc:
-                        raise _Invalid("nesting-too-deep", f"header is not valid JSON: {exc} in field "
-                                       f"`{_clip(key)}` of tensor {_quote(tname)}", tname) from None
+                        raise _Invalid(
+                            "nesting-too-deep",
+                            f"header is not valid JSON: {exc} in field `{_clip(key)}` of tensor {_quote(tname)}",
+                            tname,
+                        ) from None
         try:
             dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
         except KeyError:
-            raise _Invalid("invalid-schema", f"tensor {_quote(tname)} lacks dtype, shape or data_offsets",
-                           tname) from None
+            raise _Invalid(
+                "invalid-schema", f"tensor {_quote(tname)} lacks dtype, shape or data_offsets", tname
+            ) from None
         keys = 3
     elif kind is list:
         # serde fills a struct from a sequence in field order: [dtype, shape, data_offsets], exactly three.
         if len(info) != 3:
-            raise _Invalid("invalid-schema", f"tensor {_quote(tname)} is an array of {len(info)} values, not "
-                           f"[dtype, shape, data_offsets]", tname)
+            raise _Invalid(
+                "invalid-schema",
+                f"tensor {_quote(tname)} is an array of {len(info)} values, not [dtype, shape, data_offsets]",
+                tname,
+            )
         dtype, shape, offsets = info
     else:
-        raise _Invalid("invalid-schema", f"tensor {_quote(tname)} is a JSON {_json_type(info)}, not an object",
-                       tname)
+        raise _Invalid("invalid-schema", f"tensor {_quote(tname)} is a JSON {_json_type(info)}, not an object", tname)
     if type(dtype) is not str:
         dtype = _enum_form(dtype)
         keys += 1
@@ -300,14 +341,21 @@ def _entry(tname: str, info: Any, exact: bool) -> tuple[str, tuple[int, ...], in
         raise _Invalid("invalid-schema", f"tensor {_quote(tname)} has a shape that is not an array", tname)
     for d in shape:
         if type(d) is not int or d < 0:
-            raise _Invalid("invalid-schema", f"tensor {_quote(tname)} has a shape entry that is not an unsigned "
-                           f"64-bit integer: {_preview(d)}", tname)
+            raise _Invalid(
+                "invalid-schema",
+                f"tensor {_quote(tname)} has a shape entry that is not an unsigned 64-bit integer: {_preview(d)}",
+                tname,
+            )
     if type(offsets) is not list or len(offsets) != 2:
         raise _Invalid("invalid-schema", f"tensor {_quote(tname)} lacks a [begin, end] data_offsets pair", tname)
     begin, end = offsets
     if type(begin) is not int or type(end) is not int or begin < 0 or end < 0:
-        raise _Invalid("invalid-schema", f"tensor {_quote(tname)} has data_offsets that are not unsigned 64-bit "
-                       f"integers: [{_preview(begin)}, {_preview(end)}]", tname)
+        raise _Invalid(
+            "invalid-schema",
+            f"tensor {_quote(tname)} has data_offsets that are not unsigned 64-bit "
+            f"integers: [{_preview(begin)}, {_preview(end)}]",
+            tname,
+        )
     return dtype, tuple(shape), begin, end, keys
 
 
@@ -340,8 +388,18 @@ def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo
     expected = 0
     for t in sorted(tensors, key=_BY_OFFSETS):
         if t.begin != expected or t.end < t.begin:
-            what = "overlaps the previous tensor" if t.begin < expected else "leaves a gap" if t.begin > expected else "ends before it begins"
-            raise _Invalid("invalid-offset", f"tensor {_quote(t.name)} {what} (data_offsets [{t.begin}, {t.end}], expected begin {expected})", t.name)
+            what = (
+                "overlaps the previous tensor"
+                if t.begin < expected
+                else "leaves a gap"
+                if t.begin > expected
+                else "ends before it begins"
+            )
+            raise _Invalid(
+                "invalid-offset",
+                f"tensor {_quote(t.name)} {what} (data_offsets [{t.begin}, {t.end}], expected begin {expected})",
+                t.name,
+            )
         expected = t.end
         # The reader multiplies left to right with `checked_mul`: an overflow is an error even if a later dimension
         # is 0. With two dimensions or fewer no partial product can overflow unless the whole one does.
@@ -350,12 +408,22 @@ def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo
         if bits > U64_MAX:  # the element count, or the element count times the bit width
             raise _overflow(t)
         if bits % 8:
-            raise _Invalid("misaligned-slice", f"tensor {_quote(t.name)} ({t.dtype} {_shape_text(t.shape)}) does not end on a byte boundary", t.name)
+            raise _Invalid(
+                "misaligned-slice",
+                f"tensor {_quote(t.name)} ({t.dtype} {_shape_text(t.shape)}) does not end on a byte boundary",
+                t.name,
+            )
         if bits // 8 != t.end - t.begin:
-            raise _Invalid("invalid-span", f"tensor {_quote(t.name)} spans {t.end - t.begin} bytes but {t.dtype} {_shape_text(t.shape)} needs {bits // 8}", t.name)
+            raise _Invalid(
+                "invalid-span",
+                f"tensor {_quote(t.name)} spans {t.end - t.begin} bytes but {t.dtype} {_shape_text(t.shape)} needs {bits // 8}",
+                t.name,
+            )
     if 8 + n + expected != file_size:
         gap = file_size - (8 + n + expected)
-        what = f"{gap:,} trailing bytes after the last tensor" if gap > 0 else f"file is {-gap:,} bytes short (truncated)"
+        what = (
+            f"{gap:,} trailing bytes after the last tensor" if gap > 0 else f"file is {-gap:,} bytes short (truncated)"
+        )
         raise _Invalid("incomplete-buffer", f"data region does not match the file size: {what}")
     return []
 
@@ -391,8 +459,11 @@ def _checked_numel(t: TensorInfo) -> int:
 
 
 def _overflow(t: TensorInfo) -> _Invalid:
-    return _Invalid("shape-overflow", f"tensor {_quote(t.name)} ({t.dtype} {_shape_text(t.shape)}): its element "
-                    f"count or bit count overflows 64 bits", t.name)
+    return _Invalid(
+        "shape-overflow",
+        f"tensor {_quote(t.name)} ({t.dtype} {_shape_text(t.shape)}): its element count or bit count overflows 64 bits",
+        t.name,
+    )
 
 
 def _clip(text: str) -> str:
@@ -404,8 +475,16 @@ def _quote(name: str) -> str:
 
 
 def _json_type(value: Any) -> str:
-    return {dict: "object", JObject: "object", list: "array", str: "string", bool: "boolean", int: "number",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "object",
+        JObject: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _preview(value: Any) -> str:

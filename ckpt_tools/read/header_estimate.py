@@ -11,7 +11,7 @@ The estimate only decides how many requests and bytes a read costs; the verdict 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import orjson
 

@@ -201,8 +201,7 @@ def _number_hooks(raw: bytes) -> tuple[Any, Any]:
     digits = raw.translate(_DIGITS)
     long_run = _LONG_TOKENS[0] in digits
     long_exponent = any(token in digits for token in _LONG_TOKENS[1:])
-    return (_serde_int if negative_zero or long_run else None,
-            _serde_float if long_run or long_exponent else None)
+    return (_serde_int if negative_zero or long_run else None, _serde_float if long_run or long_exponent else None)
 
 
 def parse_exact(raw: bytes, text: str) -> Any:
@@ -227,11 +226,11 @@ def parse_exact(raw: bytes, text: str) -> Any:
         return repeated_obj
 
     try:
-        value = json.loads(text, object_pairs_hook=make_object, parse_int=parse_int, parse_float=parse_float,
-                           parse_constant=_constant)
+        value = json.loads(
+            text, object_pairs_hook=make_object, parse_int=parse_int, parse_float=parse_float, parse_constant=_constant
+        )
     except RecursionError:
-        raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)",
-                              too_deep=True) from None
+        raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)", too_deep=True) from None
     except json.JSONDecodeError as exc:
         raise HeaderJsonError(f"{exc.msg} at character {exc.pos}") from None
     if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
@@ -241,7 +240,8 @@ def parse_exact(raw: bytes, text: str) -> Any:
             orjson.dumps([value, [obj.pairs for obj in repeated]])
         except orjson.JSONEncodeError as exc:
             if "ecursion" in str(exc):  # orjson encodes 254 levels at most: far past the reader's limit
-                raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)",
-                                      too_deep=True) from None
+                raise HeaderJsonError(
+                    f"nested {MAX_DEPTH} levels deep or more (the reader's limit)", too_deep=True
+                ) from None
             raise HeaderJsonError("a string holds a lone UTF-16 surrogate escape") from None
     return value

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 from .. import __version__
 from ..errors import TargetError
-from .hub_errors import HubContext, hub_errors, http_library_errors
+from .hub_errors import HubContext, http_library_errors, hub_errors
 from .hub_target import HubTarget
 from .range_cache import RangeCache
 
@@ -46,7 +47,7 @@ class HubSource:
         *,
         endpoint: str | None = None,
         token: str | bool | None = None,
-        cache_dir: Path | None | bool = True,
+        cache_dir: Path | bool | None = True,
         bare_target: bool = False,
     ) -> None:
         """`token=None` uses HF_TOKEN or the stored login, as huggingface_hub does. `cache_dir=True` keeps read
@@ -68,8 +69,10 @@ class HubSource:
             with hub_errors(self._ctx):
                 info = api.model_info(target.repo_id, revision=target.revision, files_metadata=True)
         except (ValueError, KeyError, TypeError) as exc:  # a 200 that is not a Hub's JSON (wrong HF_ENDPOINT)
-            raise TargetError(f"{target.repo_id}: {self.endpoint} did not answer like a Hugging Face Hub "
-                              f"({type(exc).__name__}); check HF_ENDPOINT") from None
+            raise TargetError(
+                f"{target.repo_id}: {self.endpoint} did not answer like a Hugging Face Hub "
+                f"({type(exc).__name__}); check HF_ENDPOINT"
+            ) from None
         if not info.sha:
             raise TargetError(f"{target.label}: the Hub did not say which commit {target.revision or 'main'} is")
         self.sha: str = info.sha
@@ -131,7 +134,7 @@ class HubSource:
             "endpoint": self.endpoint,
         }
 
-    def _cache_file(self, cache_dir: Path | None | bool) -> Path | None:
+    def _cache_file(self, cache_dir: Path | bool | None) -> Path | None:
         if cache_dir is False or cache_dir is None:
             return None
         host = (urlparse(self.endpoint).netloc or "hub").replace(":", "_")
@@ -176,14 +179,14 @@ class HubSource:
                 time.sleep(BACKOFF * 2**attempt)
         return data
 
-
     def _no_ranges(self, name: str, start: int) -> TargetError:
-        return TargetError(f"{self.label}: {name}: the server ignores HTTP range requests, so reading byte {start:,} "
-                           f"would download the file up to there; use a server (or HF_ENDPOINT) that supports ranges, "
-                           f"or a local copy")
+        return TargetError(
+            f"{self.label}: {name}: the server ignores HTTP range requests, so reading byte {start:,} "
+            f"would download the file up to there; use a server (or HF_ENDPOINT) that supports ranges, "
+            f"or a local copy"
+        )
 
     def _get(self, url: str, headers: dict[str, str], name: str, start: int, length: int) -> bytes:
-
         """One range request. Never holds more than `length` bytes of the body, whatever the server sends; a
         Content-Range that is not the one asked for is refused (the bytes would come from the wrong place), and a
         body cut short is retried."""
@@ -202,9 +205,11 @@ class HubSource:
             if response.status_code == 206:
                 wrong = _wrong_content_range(response.headers.get("content-range"), start, length, self.size(name))
                 if wrong:
-                    raise TargetError(f"{self.label}: {name}: asked for bytes {start}-{start + length - 1}, the "
-                                      f"server answered {wrong}; refusing bytes from the wrong place (a proxy or "
-                                      f"mirror that rewrites ranges?)")
+                    raise TargetError(
+                        f"{self.label}: {name}: asked for bytes {start}-{start + length - 1}, the "
+                        f"server answered {wrong}; refusing bytes from the wrong place (a proxy or "
+                        f"mirror that rewrites ranges?)"
+                    )
             # A server that ignores Range answers 200 with the whole file: skip to `start` and stop after `length`
             # bytes, closing the connection, rather than download the weights.
             skip = start if response.status_code != 206 else 0
@@ -225,9 +230,13 @@ class HubSource:
                 if got >= length:
                     break
             if got < length:
-                raise _Retryable(TargetError(f"{self.label}: {name}: the server sent {got:,} of the {length:,} bytes "
-                                             f"asked for (bytes {start}-{start + length - 1}), {ATTEMPTS} times; "
-                                             f"the connection keeps closing early, try again later"))
+                raise _Retryable(
+                    TargetError(
+                        f"{self.label}: {name}: the server sent {got:,} of the {length:,} bytes "
+                        f"asked for (bytes {start}-{start + length - 1}), {ATTEMPTS} times; "
+                        f"the connection keeps closing early, try again later"
+                    )
+                )
             return b"".join(parts)
 
 

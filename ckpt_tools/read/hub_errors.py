@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..errors import CkptError, TargetError
 
@@ -52,8 +52,10 @@ def describe(exc: BaseException, ctx: HubContext) -> str:
     login = "log in with `hf auth login` or set HF_TOKEN"
     transport, http_error = http_library_errors()
     if isinstance(exc, errors.OfflineModeIsEnabled):
-        return (f"{repo}: huggingface_hub is in offline mode (HF_HUB_OFFLINE is set); unset it to inspect a Hub repo, "
-                "or inspect a local copy")
+        return (
+            f"{repo}: huggingface_hub is in offline mode (HF_HUB_OFFLINE is set); unset it to inspect a Hub repo, "
+            "or inspect a local copy"
+        )
     if isinstance(exc, errors.GatedRepoError):
         if ctx.has_token:
             return f"{repo}: gated repo and your token has not been granted access; request access at {page}"
@@ -61,7 +63,9 @@ def describe(exc: BaseException, ctx: HubContext) -> str:
     if isinstance(exc, errors.RepositoryNotFoundError):
         local = " (and no local path of that name exists)" if ctx.bare_target else ""
         if ctx.has_token:
-            return f"{repo}: repository not found on {ctx.endpoint}, or it is private and your token cannot see it{local}"
+            return (
+                f"{repo}: repository not found on {ctx.endpoint}, or it is private and your token cannot see it{local}"
+            )
         return f"{repo}: repository not found on {ctx.endpoint}{local}; if it is private, {login}"
     if isinstance(exc, errors.RevisionNotFoundError):
         return f"{repo}: revision {ctx.revision!r} not found; give a branch, tag or commit sha of {page}"
@@ -72,8 +76,10 @@ def describe(exc: BaseException, ctx: HubContext) -> str:
         detail = _one_line(exc.server_message or getattr(exc.response, "reason_phrase", "") or "")
         return f"{repo}: the Hub answered HTTP {status}" + (f" ({detail})" if detail else "") + f" at {ctx.endpoint}"
     if isinstance(exc, (transport, http_error, ConnectionError, TimeoutError)):
-        return (f"{repo}: cannot reach the Hub at {ctx.endpoint} ({type(exc).__name__}: {_one_line(exc)}); "
-                "check the network, HF_ENDPOINT and proxy settings")
+        return (
+            f"{repo}: cannot reach the Hub at {ctx.endpoint} ({type(exc).__name__}: {_one_line(exc)}); "
+            "check the network, HF_ENDPOINT and proxy settings"
+        )
     return f"{repo}: Hub request failed ({type(exc).__name__}: {_one_line(exc)})"
 
 
@@ -84,7 +90,7 @@ def hub_errors(ctx: HubContext) -> Iterator[None]:
         yield
     except CkptError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure of a Hub call is a reason the command cannot run
+    except Exception as exc:
         if not _from_hub_stack(exc):
             raise
         raise TargetError(describe(exc, ctx)) from None

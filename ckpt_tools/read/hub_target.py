@@ -39,7 +39,7 @@ def parse_hub_target(target: str, revision: str | None = None) -> HubTarget | No
             return None
         body = target
     else:
-        body = target[len(HF_SCHEME):]
+        body = target[len(HF_SCHEME) :]
         if body.startswith(_NON_MODEL_PREFIXES):
             raise TargetError(f"{target}: only model repos can be inspected (not datasets, spaces or buckets)")
     repo, at, in_target = body.partition("@")

@@ -4,9 +4,10 @@ statistics of the tensors that value rules judge (`scan_values`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from ..errors import TargetError
 from ..model.checkpoint import CONFIG_NAMES, INDEX_NAME, Checkpoint
@@ -29,7 +30,7 @@ def load_checkpoint(source: Source) -> Checkpoint:
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
     # The index and the configs are independent small files: a remote source fetches them together.
-    readers = {INDEX_NAME: read_index, **{name: read_config for name in CONFIG_NAMES}}
+    readers = {INDEX_NAME: read_index, **dict.fromkeys(CONFIG_NAMES, read_config)}
     present = [name for name in readers if name in sizes]
     loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
     problems: list[Problem] = [problem for _, problem in loaded.values() if problem]
@@ -84,6 +85,7 @@ def _read_headers(source: Source, names: Iterable[str], index: Index | None, siz
 
     disable = None if len(names) >= PROGRESS_SHARDS and not os.environ.get("CKPT_NO_PROGRESS") else True
     with tqdm(total=len(names), unit="shard", desc="headers", disable=disable, leave=False) as bar:
+
         def one(name: str) -> ShardRead:
             result = read_shard(source, name, first[name])
             bar.update(1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import TargetError
 from ..model.checkpoint import CONFIG_NAMES, INDEX_NAME
@@ -56,8 +56,11 @@ class LocalSource:
             entries = list(os.scandir(self.root))
         except OSError as exc:
             raise TargetError(f"{self._label}: cannot list folder ({exc.strerror})") from None
-        return sorted(entry.name for entry in entries
-                      if _is_file(entry) or _broken_checkpoint_link(entry) or _odd_checkpoint_file(entry))
+        return sorted(
+            entry.name
+            for entry in entries
+            if _is_file(entry) or _broken_checkpoint_link(entry) or _odd_checkpoint_file(entry)
+        )
 
     def size(self, name: str) -> int:
         path = self.root / name
@@ -122,8 +125,9 @@ def _odd_checkpoint_file(entry: os.DirEntry) -> bool:
     """A directory, FIFO, device or socket at the name of a checkpoint file (a shard, the index, a config). It is
     listed so that reading it reports what it is, instead of the file silently counting as absent."""
     name = entry.name
-    return (not name.startswith(".") and (name.endswith(".safetensors") or name in CHECKPOINT_JSON)
-            and not _is_file(entry))
+    return (
+        not name.startswith(".") and (name.endswith(".safetensors") or name in CHECKPOINT_JSON) and not _is_file(entry)
+    )
 
 
 def _broken_checkpoint_link(entry: os.DirEntry) -> bool:

@@ -7,7 +7,8 @@ or on the Hub, so rules and the model are identical for both.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class Source(Protocol):

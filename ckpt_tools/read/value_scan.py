@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
@@ -166,8 +166,14 @@ def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader
     return _SourceReader(source, plan.shard)
 
 
-def read_pieces(source: Source, shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK,
-                counters: ScanCounters | None = None) -> Iterator[tuple[TensorInfo, int, bytes]]:
+def read_pieces(
+    source: Source,
+    shard: Shard,
+    tensors: Iterable[TensorInfo],
+    *,
+    chunk: int = CHUNK,
+    counters: ScanCounters | None = None,
+) -> Iterator[tuple[TensorInfo, int, bytes]]:
     """(tensor, offset in its data, bytes) for the tensors' bytes, in file order, at most `chunk` bytes held at a time:
     for repairs that need positions (scrub-nan), not statistics."""
     plan = plan_shard(shard, tensors, chunk=chunk, gap=REMOTE_GAP if source.is_remote else LOCAL_GAP)
@@ -192,8 +198,12 @@ def _fetch(reader: _LocalReader | _SourceReader, plan: ShardPlan, read: Read, co
     return blob
 
 
-def scan_shard(plan: ShardPlan, reader: _LocalReader | _SourceReader, counters: ScanCounters,
-               progress: Callable[[int], object] = lambda n: None) -> dict[str, TensorStats]:
+def scan_shard(
+    plan: ShardPlan,
+    reader: _LocalReader | _SourceReader,
+    counters: ScanCounters,
+    progress: Callable[[int], object] = lambda n: None,
+) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors."""
     accs = [Accumulator(value_dtype(t), t.numel) for t in plan.tensors]
     reads = plan.reads
@@ -251,12 +261,14 @@ def scan_values(
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
     with tqdm(total=total, unit="B", unit_scale=True, desc="value scan", disable=disable, leave=False) as bar:
+
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
                 return scan_shard(plan, open_reader(source, plan), counters, bar.update)
             except OSError as exc:
-                raise TargetError(f"{source.label}: cannot read the scale values of {plan.shard} "
-                                  f"({exc.strerror or exc})") from None
+                raise TargetError(
+                    f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"
+                ) from None
 
         if workers == 1:
             results = [one(plan) for plan in plans]

@@ -9,8 +9,8 @@ tensors' byte ranges and renamed over it; other shards are not touched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
-from typing import Sequence
 
 from ..errors import UsageError
 from ..model.checkpoint import Checkpoint
@@ -60,8 +60,9 @@ def plan(ckpt: Checkpoint, names: Sequence[str], source: str) -> Plan:
     for name in names:
         suffix = split_name(name)[1]
         if ROLES.get(suffix) not in DROPPABLE_ROLES:
-            raise UsageError(f"`{name}` is not a scale or zero point (suffix `{suffix}`); drop-orphans removes only "
-                             f"those")
+            raise UsageError(
+                f"`{name}` is not a scale or zero point (suffix `{suffix}`); drop-orphans removes only those"
+            )
     wanted = frozenset(names)
     edits = {}
     for shard in ckpt.shards:
@@ -72,11 +73,14 @@ def plan(ckpt: Checkpoint, names: Sequence[str], source: str) -> Plan:
     return Plan(
         job=NAME,
         summary=f"drop {len(wanted)} orphan scale tensor(s) ({dropped_bytes:,} bytes) from {len(edits)} shard(s), "
-                f"named by {source}",
+        f"named by {source}",
         edits=MappingProxyType(edits),
         index_drops=wanted,
-        lines=tuple(f"{name} ({ckpt.tensors[name].dtype} {list(ckpt.tensors[name].shape)}, "
-                    f"{ckpt.tensors[name].shard})" if name in ckpt.tensors else f"{name} (index only)"
-                    for name in sorted(wanted)),
+        lines=tuple(
+            f"{name} ({ckpt.tensors[name].dtype} {list(ckpt.tensors[name].shape)}, {ckpt.tensors[name].shard})"
+            if name in ckpt.tensors
+            else f"{name} (index only)"
+            for name in sorted(wanted)
+        ),
         details={"orphans": sorted(wanted), "source": source, "bytes": dropped_bytes},
     )

@@ -11,7 +11,7 @@ original, fsynced, renamed over it, and the folder is fsynced.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import TargetError
 from .fsio import Folder, Writer, crashpoint, temp_name, write_temp
@@ -40,8 +40,11 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
             staged[i] = prepare_index(root, step, writer, f"step{i}")
     # Replacing a shard frees its old inode, and the kernel drops its cached pages and blocks inside the rename (a
     # tenth of a second per GB): holding the originals open moves that work after the last visible change.
-    originals = [root.open_file(step.file, os.O_RDONLY) for i, step in enumerate(steps)
-                 if staged.get(i) and isinstance(step, RewriteStep)]
+    originals = [
+        root.open_file(step.file, os.O_RDONLY)
+        for i, step in enumerate(steps)
+        if staged.get(i) and isinstance(step, RewriteStep)
+    ]
     try:
         for i, step in enumerate(steps):
             tag = f"step{i}"
@@ -68,8 +71,10 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
 
 
 def _changed(file: str, what: str) -> TargetError:
-    return TargetError(f"{file}: {what} is neither what the repair found nor what it writes (was the file changed "
-                       f"meanwhile?); nothing more was written to it")
+    return TargetError(
+        f"{file}: {what} is neither what the repair found nor what it writes (was the file changed "
+        f"meanwhile?); nothing more was written to it"
+    )
 
 
 def _open_checked(root: Folder, file: str, size: int) -> int:

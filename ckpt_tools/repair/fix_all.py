@@ -11,7 +11,7 @@ jobs leaves a consistent checkpoint, and running `ckpt fix` again carries on.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..pipeline import analyze
 from ..report.model import Report
@@ -23,8 +23,9 @@ from .runner import Job, RepairResult, refuse_pending, run
 ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orphans.job)
 
 
-def fix_all(target: str, *, dry_run: bool = False, progress: bool | None = None,
-            runtime: str | None = None, force: bool = False) -> tuple[list[RepairResult], list[Finding]]:
+def fix_all(
+    target: str, *, dry_run: bool = False, progress: bool | None = None, runtime: str | None = None, force: bool = False
+) -> tuple[list[RepairResult], list[Finding]]:
     """Run every job whose finding is present and fixable. Returns the results, and the findings whose `fix` command
     is not one of these jobs (reported, not touched)."""
     local = resolve_local(target)  # refuse Hub targets before reading anything

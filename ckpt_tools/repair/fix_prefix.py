@@ -7,8 +7,8 @@ not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md Â
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
-from typing import Iterable, Sequence
 
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
@@ -48,7 +48,7 @@ def finding_plan(analysis: Analysis, target: str) -> Plan:
     if not fixable_findings(analysis, MisnestedPrefix.slug):
         return nothing(NAME, "no misnested-prefix finding: every tensor sits under a prefix the architecture loads")
     groups = rename_plan(context(analysis, target))
-    renames = {name: new + name[len(old):] for (old, new), names in groups.items() for name in names}
+    renames = {name: new + name[len(old) :] for (old, new), names in groups.items() for name in names}
     pairs = sorted(groups)
     return _plan(analysis.checkpoint, renames, pairs, _counts(groups.items()))
 
@@ -59,7 +59,7 @@ def explicit_plan(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> Plan:
     for name in ckpt.tensors:
         for old, new in pairs:  # the first matching pair wins
             if name.startswith(old):
-                renames[name] = new + name[len(old):]
+                renames[name] = new + name[len(old) :]
                 counts[(old, new)] = counts.get((old, new), 0) + 1
                 break
     for pair in pairs:
@@ -72,8 +72,9 @@ def _counts(groups: Iterable[tuple[tuple[str, str], list[str]]]) -> dict[tuple[s
     return {pair: len(names) for pair, names in groups}
 
 
-def _plan(ckpt: Checkpoint, renames: dict[str, str], pairs: list[tuple[str, str]],
-          counts: dict[tuple[str, str], int]) -> Plan:
+def _plan(
+    ckpt: Checkpoint, renames: dict[str, str], pairs: list[tuple[str, str]], counts: dict[tuple[str, str], int]
+) -> Plan:
     _check_collisions(ckpt, renames)
     edits = {}
     for shard in ckpt.shards:
@@ -87,7 +88,7 @@ def _plan(ckpt: Checkpoint, renames: dict[str, str], pairs: list[tuple[str, str]
         for key in ckpt.index.weight_map:
             for old, new in pairs:
                 if key.startswith(old):
-                    index_renames[key] = new + key[len(old):]
+                    index_renames[key] = new + key[len(old) :]
                     break
     elif renames:
         index_renames = dict(renames)  # no index here; the guard refuses a lone shard of a sharded checkpoint
@@ -109,6 +110,8 @@ def _check_collisions(ckpt: Checkpoint, renames: dict[str, str]) -> None:
         if new in targets:
             raise UsageError(f"`{old}` and `{targets[new]}` would both become `{new}`; nothing was changed")
         if new in ckpt.tensors and new not in renames:
-            raise TargetError(f"renaming `{old}` to `{new}` would collide with an existing tensor; nothing was "
-                              f"changed (rename or drop the other one first)")
+            raise TargetError(
+                f"renaming `{old}` to `{new}` would collide with an existing tensor; nothing was "
+                f"changed (rename or drop the other one first)"
+            )
         targets[new] = old

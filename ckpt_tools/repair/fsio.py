@@ -12,15 +12,25 @@ import os
 import signal
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import TargetError
 from ..read.repair_state import TMP_SUFFIX, is_temp_name, kind_of, temp_name
 
-__all__ = ["TMP_SUFFIX", "Folder", "Writer", "atomic_write", "crashpoint", "is_temp_name", "kind_of", "symlink_refusal",
-           "temp_name", "write_temp"]
+__all__ = [
+    "TMP_SUFFIX",
+    "Folder",
+    "Writer",
+    "atomic_write",
+    "crashpoint",
+    "is_temp_name",
+    "kind_of",
+    "symlink_refusal",
+    "temp_name",
+    "write_temp",
+]
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
 COPY_CHUNK = 64 * 1024 * 1024  # one progress update (and one crash point) per chunk
@@ -136,9 +146,11 @@ _NEXT = {"copy_file_range": "sendfile", "sendfile": "read/write"}
 
 
 def symlink_refusal(folder: Path, name: str) -> TargetError:
-    return TargetError(f"{name} is a symlink (a Hugging Face cache snapshot links its files into shared blobs); a "
-                       f"repair never writes through a link: copy the checkpoint with `cp -rL {folder} <copy>` and "
-                       f"repair the copy")
+    return TargetError(
+        f"{name} is a symlink (a Hugging Face cache snapshot links its files into shared blobs); a "
+        f"repair never writes through a link: copy the checkpoint with `cp -rL {folder} <copy>` and "
+        f"repair the copy"
+    )
 
 
 class Folder:
@@ -151,7 +163,7 @@ class Folder:
         self.path = path
         self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    def __enter__(self) -> "Folder":
+    def __enter__(self) -> Folder:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -208,11 +220,14 @@ class Folder:
         name between the two (`O_EXCL | O_NOFOLLOW` fails instead of opening it)."""
         self.remove_stale(name)
         try:
-            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                           dir_fd=self.fd)
+            return os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.fd
+            )
         except FileExistsError:
-            raise TargetError(f"{self.path / name}: another process created this file while the repair was "
-                              f"running; nothing was written through it") from None
+            raise TargetError(
+                f"{self.path / name}: another process created this file while the repair was "
+                f"running; nothing was written through it"
+            ) from None
 
     def remove_stale(self, name: str) -> None:
         """Remove a temporary file a killed repair left at `name`; refuse anything there that is not a regular file."""
@@ -224,12 +239,16 @@ class Folder:
         self.unlink(name)
 
     def not_ours(self, name: str, mode: int) -> TargetError:
-        return TargetError(f"{self.path / name} is {kind_of(mode)}, not a temporary file ckpt left; a repair writes "
-                           f"its temporary files at that name, so it refuses: remove it, then run the repair again")
+        return TargetError(
+            f"{self.path / name} is {kind_of(mode)}, not a temporary file ckpt left; a repair writes "
+            f"its temporary files at that name, so it refuses: remove it, then run the repair again"
+        )
 
     def not_regular(self, name: str, mode: int) -> TargetError:
-        return TargetError(f"{self.path / name} is {kind_of(mode)}, not a regular file; a repair only writes regular "
-                           f"files in the checkpoint folder")
+        return TargetError(
+            f"{self.path / name} is {kind_of(mode)}, not a regular file; a repair only writes regular "
+            f"files in the checkpoint folder"
+        )
 
     def unlink(self, name: str, *, missing_ok: bool = False) -> None:
         try:
@@ -246,8 +265,9 @@ class Folder:
         os.fsync(self.fd)
 
 
-def write_temp(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
-               crash: str | None = None) -> str:
+def write_temp(
+    folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None, crash: str | None = None
+) -> str:
     """Write `data` to a new file beside `name` (its temporary name, returned) and fsync it; `name` keeps its mode."""
     tmp = temp_name(name)
     if mode is None:
@@ -264,8 +284,9 @@ def write_temp(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: 
     return tmp
 
 
-def atomic_write(folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None,
-                 crash: str | None = None) -> None:
+def atomic_write(
+    folder: Folder, name: str, data: bytes, writer: Writer, *, mode: int | None = None, crash: str | None = None
+) -> None:
     """Replace `name` by a file holding `data`: written to a new file beside it, fsynced, renamed over it, folder
     fsynced."""
     folder.replace(write_temp(folder, name, data, writer, mode=mode, crash=crash), name)

@@ -19,7 +19,6 @@ from ..read import open_source
 from .fsio import symlink_refusal
 from .plan import Plan
 
-
 _HUB_ID = re.compile(r"^(hf://)?(models/)?[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")
 
@@ -34,9 +33,11 @@ def hub_hint(target: str) -> str:
     repo = _HUB_URL.sub("", target).removeprefix("hf://").removeprefix("models/").split("@", 1)[0].strip("/")
     repo = "/".join(repo.split("/")[:2]) or target
     name = repo.rsplit("/", 1)[-1]
-    return (f"{target} is on the Hugging Face Hub; repairs change files, so they run on a local copy: "
-            f"`hf download {repo} --local-dir ./{name}`, repair `./{name}`, then upload it with "
-            f"`hf upload {repo} ./{name} --create-pr`")
+    return (
+        f"{target} is on the Hugging Face Hub; repairs change files, so they run on a local copy: "
+        f"`hf download {repo} --local-dir ./{name}`, repair `./{name}`, then upload it with "
+        f"`hf upload {repo} ./{name} --create-pr`"
+    )
 
 
 def resolve_local(target: str) -> LocalTarget:
@@ -61,20 +62,25 @@ def _read_only(path: Path) -> bool:
 def check_folder(local: LocalTarget) -> None:
     """The folder must take the lock, the journal and temporary files."""
     if _read_only(local.root):
-        raise TargetError(f"{local.root}: the folder is read-only; a repair needs to write its journal there "
-                          f"(copy the checkpoint somewhere writable, or `chmod u+w` it)")
+        raise TargetError(
+            f"{local.root}: the folder is read-only; a repair needs to write its journal there "
+            f"(copy the checkpoint somewhere writable, or `chmod u+w` it)"
+        )
 
 
 def check_checkpoint(ckpt: Checkpoint) -> None:
     """Refuse checkpoints whose shards cannot all be read: a plan made without some shard's tensors is incomplete."""
     if ckpt.lfs_pointers:
         names = ", ".join(p.name for p in ckpt.lfs_pointers[:3])
-        raise TargetError(f"{names}: Git LFS pointer(s), not weights; run `git lfs pull` (or `hf download`) first, "
-                          f"then repair")
+        raise TargetError(
+            f"{names}: Git LFS pointer(s), not weights; run `git lfs pull` (or `hf download`) first, then repair"
+        )
     for problem in ckpt.problems:
         if problem.file in ckpt.shard_files:
-            raise TargetError(f"{problem.file}: {problem.message}; a repair would rewrite an invalid file, so it "
-                              f"refuses (re-download or re-export it; `ckpt doctor` explains)")
+            raise TargetError(
+                f"{problem.file}: {problem.message}; a repair would rewrite an invalid file, so it "
+                f"refuses (re-download or re-export it; `ckpt doctor` explains)"
+            )
 
 
 def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bool = True) -> None:
@@ -82,11 +88,15 @@ def check_plan(ckpt: Checkpoint, plan: Plan, local: LocalTarget, *, writable: bo
     writes nothing) leaves out the symlink and read-only checks: `check_writable` reports them separately."""
     for problem in ckpt.problems:
         if problem.file == INDEX_NAME and plan.touches_index:
-            raise TargetError(f"{problem.file}: {problem.message}; the repair must update it, so it refuses (fix "
-                              f"or delete the index first)")
+            raise TargetError(
+                f"{problem.file}: {problem.message}; the repair must update it, so it refuses (fix "
+                f"or delete the index first)"
+            )
     if local.single_file and (local.root / INDEX_NAME).exists() and plan.touches_index:
-        raise TargetError(f"{local.single_file} is one shard of the sharded checkpoint in {local.root} (it has "
-                          f"{INDEX_NAME}); repair the folder so the index is updated too")
+        raise TargetError(
+            f"{local.single_file} is one shard of the sharded checkpoint in {local.root} (it has "
+            f"{INDEX_NAME}); repair the folder so the index is updated too"
+        )
     files = sorted(f for f, e in plan.edits.items() if not e.empty)
     if plan.touches_index and ckpt.index is not None:
         files.append(ckpt.index.name)

@@ -26,7 +26,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
-
 import orjson
 
 from ..errors import TargetError
@@ -35,7 +34,6 @@ from ..read.repair_state import JOURNAL_MAGIC, JOURNAL_NAME
 from .execute import apply_steps
 from .fsio import Folder, Writer, atomic_write, crashpoint, is_temp_name
 from .space import check_free_space
-
 from .steps import STEP_TYPES, HeaderStep, IndexStep, PatchStep, RewriteStep, Run, Step, sha256
 
 MAGIC = JOURNAL_MAGIC
@@ -54,23 +52,27 @@ class Lock:
         self.root = root
         self.fd: int | None = None
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise TargetError(f"{self.root}: a repair is already running on this checkpoint (another process holds "
-                              f"its lock); wait for it to finish") from None
+            raise TargetError(
+                f"{self.root}: a repair is already running on this checkpoint (another process holds "
+                f"its lock); wait for it to finish"
+            ) from None
         except OSError as exc:
             os.close(fd)
-            raise TargetError(f"{self.root}: cannot lock the folder ({exc.strerror}); repairs need a local "
-                              f"filesystem with flock") from None
+            raise TargetError(
+                f"{self.root}: cannot lock the folder ({exc.strerror}); repairs need a local filesystem with flock"
+            ) from None
         self.fd = fd
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor releases the lock
             self.fd = None
@@ -98,8 +100,16 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
             else:
                 item[f.name] = value
         encoded.append(item)
-    manifest = orjson.dumps({"format": "ckpt-repair-journal/1", "job": job, "root": str(root.resolve()),
-                             "pid": os.getpid(), "blob_sha256": sha256(bytes(blob)), "steps": encoded})
+    manifest = orjson.dumps(
+        {
+            "format": "ckpt-repair-journal/1",
+            "job": job,
+            "root": str(root.resolve()),
+            "pid": os.getpid(),
+            "blob_sha256": sha256(bytes(blob)),
+            "steps": encoded,
+        }
+    )
     return MAGIC + struct.pack("<Q", len(manifest)) + manifest + bytes(blob)
 
 
@@ -107,8 +117,9 @@ def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
     """The job and steps of a journal, checked before anything trusts it: intact (checksum), written for this very
     folder, and naming only checkpoint files in it. A journal copied in from elsewhere (a downloaded repository, a
     moved folder) never writes anything."""
-    damaged = TargetError(f"{root}: the repair journal is damaged; restore the checkpoint from a copy, then delete "
-                          f"{JOURNAL_NAME}")
+    damaged = TargetError(
+        f"{root}: the repair journal is damaged; restore the checkpoint from a copy, then delete {JOURNAL_NAME}"
+    )
     if not raw.startswith(MAGIC) or len(raw) < 16:
         raise damaged
     (n,) = struct.unpack_from("<Q", raw, 8)
@@ -118,16 +129,20 @@ def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
         if sha256(blob) != manifest["blob_sha256"]:
             raise damaged
         if manifest["root"] != str(root.resolve()):
-            raise TargetError(f"{root}: {JOURNAL_NAME} was written for another folder ({manifest['root']}); if this "
-                              f"checkpoint was moved after an interrupted repair, move it back and run ckpt there, "
-                              f"else delete the file")
+            raise TargetError(
+                f"{root}: {JOURNAL_NAME} was written for another folder ({manifest['root']}); if this "
+                f"checkpoint was moved after an interrupted repair, move it back and run ckpt there, "
+                f"else delete the file"
+            )
         steps = tuple(_decode_step(item, blob) for item in manifest["steps"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         raise damaged from None
     for step in steps:
         if not _checkpoint_file(step.file):
-            raise TargetError(f"{root}: {JOURNAL_NAME} names `{step.file}`, which is not a checkpoint file in this "
-                              f"folder; delete the journal")
+            raise TargetError(
+                f"{root}: {JOURNAL_NAME} names `{step.file}`, which is not a checkpoint file in this "
+                f"folder; delete the journal"
+            )
     return manifest["job"], steps
 
 
@@ -151,8 +166,13 @@ def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
 
 def _checkpoint_file(name: object) -> bool:
     """A shard or the index, directly in the folder: no path, no hidden file."""
-    return (isinstance(name, str) and name == os.path.basename(name) and not name.startswith(".")
-            and "\0" not in name and (name.endswith(".safetensors") or name == INDEX_NAME))
+    return (
+        isinstance(name, str)
+        and name == os.path.basename(name)
+        and not name.startswith(".")
+        and "\0" not in name
+        and (name.endswith(".safetensors") or name == INDEX_NAME)
+    )
 
 
 def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
@@ -170,8 +190,9 @@ def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer)
             atomic_write(folder, JOURNAL_NAME, journal, writer, mode=0o644, crash="journal")
         except OSError as exc:
             _remove_stale_temps(folder)
-            raise TargetError(f"{root}: the `{job}` repair could not write its journal ({_why(exc)}); nothing was "
-                              f"changed") from None
+            raise TargetError(
+                f"{root}: the `{job}` repair could not write its journal ({_why(exc)}); nothing was changed"
+            ) from None
         try:
             apply_steps(folder, steps, writer, copies_first=copies_first)
         except OSError as exc:
@@ -193,14 +214,18 @@ def _undo(folder: Folder, job: str, steps: tuple[Step, ...], exc: OSError) -> No
     try:
         inverse = tuple(inverse_steps(folder, job, steps))
     except TargetError:
-        raise TargetError(f"{why}; a shard was already rebuilt, so it cannot be undone: the journal is kept, and "
-                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+        raise TargetError(
+            f"{why}; a shard was already rebuilt, so it cannot be undone: the journal is kept, and "
+            f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed"
+        ) from None
     try:
         apply_steps(folder, inverse, Writer())
         _remove_journal(folder)
     except OSError as again:
-        raise TargetError(f"{why}, and undoing it failed too ({_why(again)}): the journal is kept; "
-                          f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed") from None
+        raise TargetError(
+            f"{why}, and undoing it failed too ({_why(again)}): the journal is kept; "
+            f"`ckpt repair --resume {folder.path}` completes the repair once the cause is fixed"
+        ) from None
     raise TargetError(f"{why}; it was undone and nothing changed") from None
 
 
@@ -252,16 +277,17 @@ def rollback(root: Path, writer: Writer) -> str | None:
                 steps = tuple(inverse_steps(folder, job, steps))
                 job += ROLLBACK
                 try:
-                    atomic_write(folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644,
-                                 crash="rollback")
+                    atomic_write(
+                        folder, JOURNAL_NAME, encode_journal(job, root, steps), writer, mode=0o644, crash="rollback"
+                    )
                 except OSError as exc:
                     _remove_stale_temps(folder)
-                    raise TargetError(f"{root}: the rollback could not write its journal ({_why(exc)}); nothing was "
-                                      f"changed") from None
+                    raise TargetError(
+                        f"{root}: the rollback could not write its journal ({_why(exc)}); nothing was changed"
+                    ) from None
             _replay(folder, job, steps, writer, "rolled back")
         _remove_stale_temps(folder)
         return job.removesuffix(ROLLBACK) if job else None
-
 
 
 def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Step]:
@@ -272,20 +298,26 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
         if isinstance(step, RewriteStep):
             state = _rewrite_state(folder, step)
             if state == "new":
-                raise TargetError(f"{step.file} was already rebuilt by the interrupted `{job}` repair ({step.reason}); "
-                                  f"the journal does not keep the old file's bytes, so it cannot be rolled back: "
-                                  f"complete it with `ckpt repair --resume` (nothing was changed)")
+                raise TargetError(
+                    f"{step.file} was already rebuilt by the interrupted `{job}` repair ({step.reason}); "
+                    f"the journal does not keep the old file's bytes, so it cannot be rolled back: "
+                    f"complete it with `ckpt repair --resume` (nothing was changed)"
+                )
             if state != "old":
-                raise TargetError(f"{step.file}: its header is neither what the interrupted `{job}` repair found nor "
-                                  f"what it writes (was the file changed meanwhile?); nothing was changed")
+                raise TargetError(
+                    f"{step.file}: its header is neither what the interrupted `{job}` repair found nor "
+                    f"what it writes (was the file changed meanwhile?); nothing was changed"
+                )
             continue  # the original is untouched; its half-built copy is a stale temporary file
         old = getattr(step, "old", None)
         if isinstance(step, PatchStep):
             out.append(replace(step, runs=tuple(Run(r.offset, r.new, r.old) for r in step.runs)))
         elif old is None:
-            raise TargetError(f"the journal of the interrupted `{job}` repair was written by a ckpt version that did "
-                              f"not record the old bytes of {step.file}, so it cannot be rolled back: complete it "
-                              f"with `ckpt repair --resume` (nothing was changed)")
+            raise TargetError(
+                f"the journal of the interrupted `{job}` repair was written by a ckpt version that did "
+                f"not record the old bytes of {step.file}, so it cannot be rolled back: complete it "
+                f"with `ckpt repair --resume` (nothing was changed)"
+            )
         elif isinstance(step, HeaderStep):
             out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note=f"restore {step.note}"))
         elif isinstance(step, IndexStep):
@@ -308,7 +340,6 @@ def _rewrite_state(folder: Folder, step: RewriteStep) -> str:
         os.close(fd)
 
 
-
 def _replay(folder: Folder, job: str, steps: tuple[Step, ...], writer: Writer, done: str) -> None:
     copies_first = COPIES_FIRST and check_free_space(folder, steps, 0)
     try:
@@ -316,16 +347,18 @@ def _replay(folder: Folder, job: str, steps: tuple[Step, ...], writer: Writer, d
         crashpoint("done")
         _remove_journal(folder)
 
-
     except TargetError as exc:
-        raise TargetError(f"{exc}. The interrupted `{job}` repair cannot be {done}: restore the file, or delete "
-                          f"{folder.path / JOURNAL_NAME} to abandon it") from None
+        raise TargetError(
+            f"{exc}. The interrupted `{job}` repair cannot be {done}: restore the file, or delete "
+            f"{folder.path / JOURNAL_NAME} to abandon it"
+        ) from None
     except OSError as exc:
         _remove_stale_temps(folder)
-        raise TargetError(f"{folder.path}: the interrupted `{job}` repair cannot be {done} ({exc.strerror or exc}); "
-                          f"its journal is kept: make the folder and its files writable and run "
-                          f"`ckpt repair --resume` again") from None
-
+        raise TargetError(
+            f"{folder.path}: the interrupted `{job}` repair cannot be {done} ({exc.strerror or exc}); "
+            f"its journal is kept: make the folder and its files writable and run "
+            f"`ckpt repair --resume` again"
+        ) from None
 
 
 def _remove_stale_temps(folder: Folder) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ..model.checkpoint import Checkpoint
-from ..model.tensors import Index, Problem, Shard
+from ..model.tensors import Index, Shard
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
@@ -47,17 +47,25 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
     if index_step is not None and index is not None:
         data = orjson.loads(index_step.new)
         files[index.name] = len(index_step.new)
-        index = Index(index.name, MappingProxyType(dict(data.get("weight_map") or {})),
-                      MappingProxyType(dict(data.get("metadata") or {})))
-    problems = tuple(dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
-                     for p in ckpt.problems if p.tensor not in drops)
+        index = Index(
+            index.name,
+            MappingProxyType(dict(data.get("weight_map") or {})),
+            MappingProxyType(dict(data.get("metadata") or {})),
+        )
+    problems = tuple(
+        dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
+        for p in ckpt.problems
+        if p.tensor not in drops
+    )
     carried = carry_values(ckpt, renames, frozenset(drops), patches)
-    return dataclasses.replace(ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index,
-                               problems=problems, **carried)
+    return dataclasses.replace(
+        ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
+    )
 
 
-def _edited_shard(shard: Shard, renames: Mapping[str, str], drops: frozenset[str],
-                  rewrite: RewriteStep | None) -> Shard:
+def _edited_shard(
+    shard: Shard, renames: Mapping[str, str], drops: frozenset[str], rewrite: RewriteStep | None
+) -> Shard:
     kept = [t for t in shard.tensors if t.name not in drops]
     if drops:  # packed in their old order, as steps._shard_steps lays them out
         offset, begins = 0, {}
@@ -68,12 +76,15 @@ def _edited_shard(shard: Shard, renames: Mapping[str, str], drops: frozenset[str
     tensors = tuple(t._replace(name=renames.get(t.name, t.name)) if t.name in renames else t for t in kept)
     if rewrite is None:
         return dataclasses.replace(shard, tensors=tensors)
-    return dataclasses.replace(shard, tensors=tensors, size=rewrite.new_size,
-                               header_len=len(rewrite.new_prefix) - 8)
+    return dataclasses.replace(shard, tensors=tensors, size=rewrite.new_size, header_len=len(rewrite.new_prefix) - 8)
 
 
-def carry_values(ckpt: Checkpoint, renames: Mapping[str, str], drops: frozenset[str],
-                 patches: Mapping[str, list[BytePatch]] | None = None) -> dict[str, Any]:
+def carry_values(
+    ckpt: Checkpoint,
+    renames: Mapping[str, str],
+    drops: frozenset[str],
+    patches: Mapping[str, list[BytePatch]] | None = None,
+) -> dict[str, Any]:
     """The value data of `ckpt` under the repaired names, for every Checkpoint field that holds it, whatever the field
     is called: a value-statistics object that knows how to rename itself (`renamed(old -> new or None)`, the scan's
     `ValueStats`), or a mapping keyed by tensor name (raw bytes). Dropped tensors leave it. Raw bytes of patched
@@ -87,9 +98,9 @@ def carry_values(ckpt: Checkpoint, renames: Mapping[str, str], drops: frozenset[
         if f.name in ("files", "config", "hf_quant_config", "extra", "index") or not data:
             continue
         if callable(getattr(data, "renamed", None)):
-            mapping: dict[str, str | None] = {n: None for n in drops}
+            mapping: dict[str, str | None] = dict.fromkeys(drops)
             mapping.update({old: new for old, new in renames.items() if old not in drops})
-            mapping.update({n: None for n in patches})  # statistics cannot be patched in memory
+            mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
             out[f.name] = data.renamed(mapping)
             continue
         if not isinstance(data, Mapping) or not all(isinstance(k, str) and k in names for k in data):

@@ -43,8 +43,10 @@ def render_result(result: RepairResult) -> str:
         extra = ""
         if isinstance(step, RewriteStep):
             extra = f" ({sum(c[2] for c in step.copies):,} B of tensor data copied unchanged)"
-        out.append(f"  {step.file:<{width}}  {_label(step):<{label_width}}  {step.note:<{note_width}}  "
-                   f"{step.bytes_to_write:>12,} B{extra}")
+        out.append(
+            f"  {step.file:<{width}}  {_label(step):<{label_width}}  {step.note:<{note_width}}  "
+            f"{step.bytes_to_write:>12,} B{extra}"
+        )
     total = sum(s.bytes_to_write for s in result.steps)
     if result.dry_run:
         out.append(f"would write {total:,} B (plus the journal); dry run: nothing was changed")
@@ -62,8 +64,9 @@ def render_result(result: RepairResult) -> str:
         how = f", data copied with {', '.join(result.copy_methods)}"
     elif all(s.kind in ("header", "index") for s in result.steps):
         how = ", weight bytes untouched"
-    out.append(f"done: {result.bytes_written:,} B written (journal included) to {files} file(s) in "
-               f"{result.seconds:.3f} s{how}")
+    out.append(
+        f"done: {result.bytes_written:,} B written (journal included) to {files} file(s) in {result.seconds:.3f} s{how}"
+    )
     out.append(f"doctor before: {verdict(result.before)}")
     if result.after is not None:
         out.append(f"doctor after:  {verdict(result.after)}")

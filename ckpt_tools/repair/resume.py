@@ -29,13 +29,21 @@ class ResumeResult:
     bytes_written: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "action": self.action, "job": self.job, "removed": list(self.removed),
-                "bytes_written": self.bytes_written}
+        return {
+            "target": self.target,
+            "action": self.action,
+            "job": self.job,
+            "removed": list(self.removed),
+            "bytes_written": self.bytes_written,
+        }
 
     def render(self) -> str:
         done = "completed" if self.action == "resume" else "rolled back"
-        lines = [f"{done} the interrupted `{self.job}` repair of {self.target} from its journal" if self.job
-                 else f"no interrupted repair in {self.target}: nothing to {self.action}"]
+        lines = [
+            f"{done} the interrupted `{self.job}` repair of {self.target} from its journal"
+            if self.job
+            else f"no interrupted repair in {self.target}: nothing to {self.action}"
+        ]
         if self.removed:
             lines.append(f"removed {len(self.removed)} temporary file(s) of a killed repair: {', '.join(self.removed)}")
         return "\n".join(lines) + "\n"
@@ -56,4 +64,3 @@ def resume(target: str, *, rollback: bool = False) -> ResumeResult:
         job = (journal.rollback if rollback else journal.recover)(root, writer)
     removed = tuple(name for name in temps if not os.path.lexists(root / name))
     return ResumeResult(target, "rollback" if rollback else "resume", job, removed, writer.written)
-

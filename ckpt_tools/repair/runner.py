@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import TargetError, UsageError
 from ..pipeline import Analysis, analyze, rejudge
@@ -82,8 +83,12 @@ class RepairResult:
 
 
 def step_summary(step: Step) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": step.kind, "file": step.file, "note": step.note,
-                           "bytes_to_write": step.bytes_to_write}
+    out: dict[str, Any] = {
+        "kind": step.kind,
+        "file": step.file,
+        "note": step.note,
+        "bytes_to_write": step.bytes_to_write,
+    }
     if isinstance(step, RewriteStep):
         out["reason"] = step.reason
         out["bytes_copied"] = sum(c[2] for c in step.copies)
@@ -108,19 +113,26 @@ def fixable_findings(analysis: Analysis, slug: str) -> list[Finding]:
     return fixable
 
 
-def _progress_bar(steps: tuple[Step, ...], progress: bool | None):  # noqa: ANN202 - a tqdm bar
+def _progress_bar(steps: tuple[Step, ...], progress: bool | None):
     from tqdm import tqdm
 
     total = sum(c[2] for s in steps if isinstance(s, RewriteStep) for c in s.copies)
     disable = (None if progress is None else not progress) if total else True
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable,
-                leave=False)
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable, leave=False)
 
 
-def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None = None,
-        runtime: str | None = None, force: bool = False, headers_only: bool = False) -> RepairResult:
+def run(
+    target: str,
+    job: Job,
+    *,
+    dry_run: bool = False,
+    progress: bool | None = None,
+    runtime: str | None = None,
+    force: bool = False,
+    headers_only: bool = False,
+) -> RepairResult:
     """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
     A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
     run reports the prediction (`result.worse`) and changes nothing. `headers_only` skips the value scan (the
@@ -139,8 +151,22 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
                 check_writable(analysis.checkpoint, plan, local)
             except TargetError as exc:
                 blocked = str(exc)
-        return RepairResult(job.name, target, plan, steps, True, False, 0, 0.0, (), None, analysis.report, None,
-                            predicted, blocked=blocked)
+        return RepairResult(
+            job.name,
+            target,
+            plan,
+            steps,
+            True,
+            False,
+            0,
+            0.0,
+            (),
+            None,
+            analysis.report,
+            None,
+            predicted,
+            blocked=blocked,
+        )
 
     check_folder(local)
     with Lock(local.root):
@@ -148,8 +174,9 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
         analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
         plan, steps = _plan(analysis, job, target, local)
         if not steps:
-            return RepairResult(job.name, target, plan, steps, False, False, 0, 0.0, (), recovered,
-                                analysis.report, None)
+            return RepairResult(
+                job.name, target, plan, steps, False, False, 0, 0.0, (), recovered, analysis.report, None
+            )
         predicted = predict(analysis, plan, steps)
         if not force:
             refuse_worse(job.name, analysis.report, predicted)
@@ -161,11 +188,26 @@ def run(target: str, job: Job, *, dry_run: bool = False, progress: bool | None =
     # Renames and drops leave every byte the value rules read untouched: the prediction is the after-state. Byte
     # patches change scale values, which are read again.
     patched = any(e.patches for e in plan.edits.values())
-    after = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
+    after = (
+        analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
+    )
     worse = predicted.summary["error"] > analysis.report.summary["error"]
-    return RepairResult(job.name, target, plan, steps, False, True, writer.written, seconds,
-                        tuple(sorted(writer.copied_with)), recovered, analysis.report, after, predicted,
-                        forced=force and worse)
+    return RepairResult(
+        job.name,
+        target,
+        plan,
+        steps,
+        False,
+        True,
+        writer.written,
+        seconds,
+        tuple(sorted(writer.copied_with)),
+        recovered,
+        analysis.report,
+        after,
+        predicted,
+        forced=force and worse,
+    )
 
 
 def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report | None:
@@ -182,23 +224,29 @@ def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:
     if predicted is None or predicted.summary["error"] <= before.summary["error"]:
         return
     had = {(f.code, f.slug) for f in before.findings if f.severity == "error"}
-    new = sorted({f"{f.code} {f.slug}" for f in predicted.findings
-                  if f.severity == "error" and (f.code, f.slug) not in had})
-    raise TargetError(f"{job} would make the checkpoint worse: {before.summary['error']} -> "
-                      f"{predicted.summary['error']} error(s)" + (f" (new: {', '.join(new)})" if new else "")
-                      + "; nothing was changed (--dry-run shows the predicted state, --force applies it anyway)")
+    new = sorted(
+        {f"{f.code} {f.slug}" for f in predicted.findings if f.severity == "error" and (f.code, f.slug) not in had}
+    )
+    raise TargetError(
+        f"{job} would make the checkpoint worse: {before.summary['error']} -> "
+        f"{predicted.summary['error']} error(s)"
+        + (f" (new: {', '.join(new)})" if new else "")
+        + "; nothing was changed (--dry-run shows the predicted state, --force applies it anyway)"
+    )
 
 
 def refuse_pending(local: LocalTarget) -> None:
     """A dry run writes nothing, so it cannot plan on top of an interrupted repair."""
     if os.path.lexists(journal_path(local.root)):
-        raise TargetError(f"{local.root}: an interrupted repair is pending; complete it with `ckpt repair --resume "
-                          f"{local.root}` (or roll it back with `--rollback`) first")
+        raise TargetError(
+            f"{local.root}: an interrupted repair is pending; complete it with `ckpt repair --resume "
+            f"{local.root}` (or roll it back with `--rollback`) first"
+        )
 
 
-
-def _plan(analysis: Analysis, job: Job, target: str, local: LocalTarget,
-          writable: bool = True) -> tuple[Plan, tuple[Step, ...]]:
+def _plan(
+    analysis: Analysis, job: Job, target: str, local: LocalTarget, writable: bool = True
+) -> tuple[Plan, tuple[Step, ...]]:
     check_checkpoint(analysis.checkpoint)
     plan = job.build(analysis, target)
     if plan.empty:

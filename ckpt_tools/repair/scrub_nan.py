@@ -57,8 +57,9 @@ def nan_positions(blob: bytes, nan: frozenset[int]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _patches(target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[str, int]
-             ) -> dict[str, list[BytePatch]]:
+def _patches(
+    target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[str, int]
+) -> dict[str, list[BytePatch]]:
     """Shard -> one patch per NaN byte of the flagged tensors, found by re-reading just those tensors."""
     source = open_source(target)
     by_shard: dict[str, list[TensorInfo]] = {}
@@ -70,15 +71,19 @@ def _patches(target: str, ckpt: Checkpoint, counts: dict[str, int], table: dict[
         patches = per_shard.setdefault(shard_name, [])
         for t, offset, piece in read_pieces(source, ckpt.shard_by_name[shard_name], tensors):
             encoding = value_dtype(t)  # MX scales stored as U8 are E8M0
-            patches.extend(BytePatch(t.name, offset + pos, old, table[encoding])
-                           for pos, old in nan_positions(piece, NAN_BYTES[encoding]))
+            patches.extend(
+                BytePatch(t.name, offset + pos, old, table[encoding])
+                for pos, old in nan_positions(piece, NAN_BYTES[encoding])
+            )
         found: dict[str, int] = {}
         for p in patches:
             found[p.tensor] = found.get(p.tensor, 0) + 1
         for t in tensors:
             if found.get(t.name, 0) != counts[t.name]:
-                raise TargetError(f"{target}: `{t.name}` changed while it was being read ({counts[t.name]} NaN "
-                                  f"byte(s) counted, {found.get(t.name, 0)} found); run the command again")
+                raise TargetError(
+                    f"{target}: `{t.name}` changed while it was being read ({counts[t.name]} NaN "
+                    f"byte(s) counted, {found.get(t.name, 0)} found); run the command again"
+                )
         patches.sort(key=lambda p: (p.tensor, p.position))
     return per_shard
 
@@ -102,14 +107,20 @@ def plan(analysis: Analysis, target: str, value: str) -> Plan:
     per_shard = _patches(target, ckpt, counts, table)
     edits = {shard: ShardEdit(patches=tuple(ps)) for shard, ps in per_shard.items()}
     total = sum(counts.values())
-    lines = tuple(f"{name}: {counts[name]} NaN byte(s) -> {replacement[value_dtype(ckpt.tensors[name])]}"
-                  for name in sorted(counts))
+    lines = tuple(
+        f"{name}: {counts[name]} NaN byte(s) -> {replacement[value_dtype(ckpt.tensors[name])]}"
+        for name in sorted(counts)
+    )
     return Plan(
         job=NAME,
         summary=f"replace {total} NaN byte(s) in {len(counts)} scale tensor(s) with the {value} value "
-                f"({', '.join(f'{d} {b}' for d, b in sorted(replacement.items()))})",
+        f"({', '.join(f'{d} {b}' for d, b in sorted(replacement.items()))})",
         edits=MappingProxyType(edits),
         lines=lines,
-        details={"value": value, "replacement": replacement, "nan_bytes": dict(sorted(counts.items())),
-                 "total_nan_bytes": total},
+        details={
+            "value": value,
+            "replacement": replacement,
+            "nan_bytes": dict(sorted(counts.items())),
+            "total_nan_bytes": total,
+        },
     )

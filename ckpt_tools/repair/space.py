@@ -14,8 +14,9 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 SLACK = 1024 * 1024  # directory entries, indirect blocks, the filesystem's own rounding
 
 
-def space_needed(folder: Folder, steps: tuple[Step, ...], journal_bytes: int, *,
-                 together: bool = False) -> tuple[int, str]:
+def space_needed(
+    folder: Folder, steps: tuple[Step, ...], journal_bytes: int, *, together: bool = False
+) -> tuple[int, str]:
     """Bytes the repair occupies at its peak, beyond what the checkpoint already takes, and what they are for.
 
     The journal stays until the end. A rebuilt shard's copy exists beside the original until the rename frees the
@@ -51,7 +52,9 @@ def check_free_space(folder: Folder, steps: tuple[Step, ...], journal_bytes: int
     available = st.f_bavail * st.f_frsize
     needed, what = space_needed(folder, steps, journal_bytes)
     if needed > available:
-        raise TargetError(f"{folder.path}: not enough free space for the repair: it needs {needed:,} B ({what}) and "
-                          f"the filesystem has {available:,} B available; free some space, or repair a copy on a "
-                          f"larger disk (nothing was changed)")
+        raise TargetError(
+            f"{folder.path}: not enough free space for the repair: it needs {needed:,} B ({what}) and "
+            f"the filesystem has {available:,} B available; free some space, or repair a copy on a "
+            f"larger disk (nothing was changed)"
+        )
     return space_needed(folder, steps, journal_bytes, together=True)[0] <= available

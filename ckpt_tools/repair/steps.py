@@ -20,9 +20,10 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Union
 
 import orjson
 
@@ -33,7 +34,6 @@ from ..read.header import parse_header
 from ..write.header import encode_header
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
-
 
 
 def sha256(data: bytes) -> str:
@@ -221,12 +221,15 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
     read = parse_header(shard.name, shard.size, prefix[8:])
     if read.shard is None or not read.shard.valid or read.problems:
         message = read.problems[0].message if read.problems else "not a safetensors file"
-        raise TargetError(f"{shard.name}: {message}; the safetensors reader rejects or drops part of this header, so "
-                          f"the repair refuses to rewrite it (re-download or re-export it; `ckpt doctor` explains)")
+        raise TargetError(
+            f"{shard.name}: {message}; the safetensors reader rejects or drops part of this header, so "
+            f"the repair refuses to rewrite it (re-download or re-export it; `ckpt doctor` explains)"
+        )
     if read.shard.tensors != shard.tensors:
         raise TargetError(f"{shard.name}: changed while the repair was being planned; run it again")
-    header = {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]}
-              for t in read.shard.tensors}
+    header = {
+        t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in read.shard.tensors
+    }
     metadata = dict(read.shard.metadata) if read.shard.metadata is not None else None
     return header, metadata
 
@@ -275,8 +278,9 @@ def diff_span(old: bytes, new: bytes) -> tuple[int, int] | None:
     return i, j
 
 
-def _copies(kept: list[tuple[str, Any]], old_start: int, new_start: int,
-            new_begin: dict[str, int]) -> tuple[tuple[int, int, int], ...]:
+def _copies(
+    kept: list[tuple[str, Any]], old_start: int, new_start: int, new_begin: dict[str, int]
+) -> tuple[tuple[int, int, int], ...]:
     """Byte ranges to copy from the old file to the new one, neighbours merged into one range."""
     out: list[list[int]] = []
     for name, info in sorted(kept, key=lambda kv: kv[1]["data_offsets"][0]):
@@ -338,8 +342,10 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     meta = data.get("metadata")
     if dropped and isinstance(meta, dict):
         # HF writers record the total byte size (and newer ones the parameter count) of the tensors listed.
-        for key, amount in (("total_size", sum(t.nbytes for t in dropped)),
-                            ("total_parameters", sum(t.numel for t in dropped))):
+        for key, amount in (
+            ("total_size", sum(t.nbytes for t in dropped)),
+            ("total_parameters", sum(t.numel for t in dropped)),
+        ):
             if type(meta.get(key)) is int:
                 meta[key] -= amount
     new = _dump_like(data, raw)
@@ -347,10 +353,10 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         return None
     removed = sum(1 for k in weight_map if k in plan.index_drops)
     renamed = sum(1 for k in weight_map if k in plan.index_renames and k not in plan.index_drops)
-    note = ", ".join(p for p in (f"{renamed} key(s) renamed" if renamed else "",
-                                  f"{removed} key(s) removed" if removed else "") if p)
+    note = ", ".join(
+        p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
+    )
     return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw)
-
 
 
 def _has_float(value: Any) -> bool:
@@ -375,8 +381,12 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     key_sep = ": " if text[colon + 2 : colon + 3] == " " else ":"
     item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
-    if indent == 2 and key_sep == ": " and item_sep == "," and not _has_float(
-            {k: v for k, v in data.items() if k != "weight_map"}):
+    if (
+        indent == 2
+        and key_sep == ": "
+        and item_sep == ","
+        and not _has_float({k: v for k, v in data.items() if k != "weight_map"})
+    ):
         # HF's own layout (json.dumps(indent=2)): orjson writes the same bytes for strings, ints and nesting, several
         # times faster on a 100k-entry weight map. Floats (whose spelling may differ) and non-ASCII text (which
         # json.dumps escapes) take the standard library.

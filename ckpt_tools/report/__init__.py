@@ -2,4 +2,4 @@
 
 from .model import SCHEMA_VERSION, Report
 
-__all__ = ["Report", "SCHEMA_VERSION"]
+__all__ = ["SCHEMA_VERSION", "Report"]

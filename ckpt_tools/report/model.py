@@ -3,8 +3,9 @@ fields, never rename or remove them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .. import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
@@ -24,7 +25,7 @@ class Report:
 
     @property
     def summary(self) -> dict[str, int]:
-        counts = {s: 0 for s in reversed(SEVERITIES)}
+        counts = dict.fromkeys(reversed(SEVERITIES), 0)
         for f in self.findings:
             counts[f.severity] += 1
         return counts
@@ -44,9 +45,8 @@ class Report:
 
     def render(self, format: str = "text") -> str:
         """This report as `ckpt doctor --format FORMAT` prints it: text, json, markdown or sarif."""
-        from .formats import RENDERERS
-
         from .._inputs import choice
+        from .formats import RENDERERS
 
         return RENDERERS[choice(format, tuple(RENDERERS), "format")](self)
 

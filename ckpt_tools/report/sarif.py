@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -53,6 +54,7 @@ def sarif_log(reports: Iterable[Report]) -> dict[str, Any]:
 
 # ---- rules ----------------------------------------------------------------------------------------------------------
 
+
 def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
     doc = rule.doc_sections()
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
@@ -79,6 +81,7 @@ def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
 
 
 # ---- runs and results -----------------------------------------------------------------------------------------------
+
 
 def _run(report: Report, descriptors: list[dict], index: Mapping[str, int]) -> dict[str, Any]:
     base = _Base.of(report)
@@ -165,6 +168,7 @@ def fingerprint(f: Finding, base: _Base) -> str:
 
 
 # ---- locations ------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Base:

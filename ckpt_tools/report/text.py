@@ -57,8 +57,10 @@ def hub_lines(hub: dict | None) -> list[str]:
     """Which commit of which Hub repo was read (nothing for a local target)."""
     if not hub:
         return []
-    return [f"  hub           {hub['repo_id']} @ {hub['revision'] or 'default branch'} = commit {hub['commit']}"
-            f" ({hub['endpoint']})"]
+    return [
+        f"  hub           {hub['repo_id']} @ {hub['revision'] or 'default branch'} = commit {hub['commit']}"
+        f" ({hub['endpoint']})"
+    ]
 
 
 def render(report: Report, *, color: bool = False) -> str:

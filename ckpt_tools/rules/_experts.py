@@ -5,8 +5,8 @@ defect is reported once."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..model.checkpoint import Checkpoint
 from ._memo import once_per
@@ -44,10 +44,10 @@ def _experts_touched(names: frozenset[str]) -> set[tuple[str, int]]:
     for n in names:
         at = n.find(".experts.")
         while at != -1:
-            rest = n[at + 9:]
+            rest = n[at + 9 :]
             head, dot, _ = rest.partition(".")
             if dot and head.isdigit() and str(int(head)) == head:
-                out.add((n[:at + 8], int(head)))
+                out.add((n[: at + 8], int(head)))
             at = n.find(".experts.", at + 1)
     return out
 

@@ -46,14 +46,29 @@ def problems(ckpt: Checkpoint, module: Module) -> list[tuple[str, str, str]]:
             e, rows, cols = dims
             want_blocks, want_scales = (e, rows, cols // GROUP, GROUP // 2), (e, rows, cols // GROUP)
         if want_blocks is not None and tuple(blocks.shape) != want_blocks:
-            out.append((f"{proj}_blocks", "shape",
-                        f"`{proj}_blocks` has shape {list(blocks.shape)}, expected {list(want_blocks)} "
-                        f"([experts, rows, cols/32, 16] from config.json)"))
+            out.append(
+                (
+                    f"{proj}_blocks",
+                    "shape",
+                    f"`{proj}_blocks` has shape {list(blocks.shape)}, expected {list(want_blocks)} "
+                    f"([experts, rows, cols/32, 16] from config.json)",
+                )
+            )
         elif tuple(blocks.shape[:-1]) != tuple(scales.shape) or (blocks.shape and blocks.shape[-1] != GROUP // 2):
-            out.append((f"{proj}_scales", "shape",
-                        f"`{proj}_scales` {list(scales.shape)} does not match `{proj}_blocks` {list(blocks.shape)}: "
-                        f"one E8M0 scale per 16-byte block of 32 FP4 values"))
+            out.append(
+                (
+                    f"{proj}_scales",
+                    "shape",
+                    f"`{proj}_scales` {list(scales.shape)} does not match `{proj}_blocks` {list(blocks.shape)}: "
+                    f"one E8M0 scale per 16-byte block of 32 FP4 values",
+                )
+            )
         elif want_scales is not None and tuple(scales.shape) != want_scales:
-            out.append((f"{proj}_scales", "shape",
-                        f"`{proj}_scales` has shape {list(scales.shape)}, expected {list(want_scales)}"))
+            out.append(
+                (
+                    f"{proj}_scales",
+                    "shape",
+                    f"`{proj}_scales` has shape {list(scales.shape)}, expected {list(want_scales)}",
+                )
+            )
     return out

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -8,9 +8,10 @@ Docstrings have four sections, in this order, each introduced by its heading on 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..detect.resolve import Detection
 from ..knowledge import Hardware
@@ -75,7 +76,9 @@ class Rule:
     severity: ClassVar[str]
     title: ClassVar[str]
     fixable: ClassVar[bool] = False
-    needs_values: ClassVar[bool] = False  # judges value statistics (skipped with --headers-only / remote without --deep)
+    needs_values: ClassVar[bool] = (
+        False  # judges value statistics (skipped with --headers-only / remote without --deep)
+    )
 
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
@@ -144,7 +147,7 @@ def register(cls: type[Rule]) -> type[Rule]:
 def all_rules() -> list[type[Rule]]:
     from . import _load_all  # noqa: F401  (imports every rule module once)
 
-    return [ _REGISTRY[c] for c in sorted(_REGISTRY) ]
+    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
 
 
 def find_rule(code_or_slug: str) -> type[Rule] | None:

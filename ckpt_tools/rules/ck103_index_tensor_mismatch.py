@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from operator import attrgetter
-from typing import Iterable
 
 from .base import Context, Finding, Rule, register
 
@@ -43,13 +43,18 @@ class IndexTensorMismatch(Rule):
         readable = {s.name for s in ckpt.shards}
         # Shards we could not read say nothing about their contents; other rules report them.
         unreadable = {n for n in ckpt.shard_files if n not in readable} | set(index.weight_map.values()).difference(
-            ckpt.files)
+            ckpt.files
+        )
         # `ckpt.tensors` covers the shards the index names (what vLLM loads); a stray shard and its tensors are
         # stray-shard's (CK107), and a tensor in two loaded shards is duplicate-tensor's (CK108): nothing twice.
         tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
         where = index.weight_map.get
-        if not unreadable and not dupes and not ckpt.stray_shards and len(tensors) == len(index.weight_map) and all(
-            set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards
+        if (
+            not unreadable
+            and not dupes
+            and not ckpt.stray_shards
+            and len(tensors) == len(index.weight_map)
+            and all(set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards)
         ):
             # Every loaded tensor is where the index says and the counts match, so the index names nothing else:
             # decided in C, a lookup per tensor.

@@ -1,13 +1,28 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .base import Context, Finding, Rule, register
 
 FILE_KINDS = {
-    "header-too-small", "header-too-large", "truncated", "invalid-utf8", "invalid-json", "nesting-too-deep",
-    "invalid-schema", "duplicate-field", "unknown-dtype", "invalid-offset", "shape-overflow", "invalid-span",
-    "misaligned-slice", "incomplete-buffer", "duplicate-key", "unreadable", "invalid-index", "invalid-config",
+    "header-too-small",
+    "header-too-large",
+    "truncated",
+    "invalid-utf8",
+    "invalid-json",
+    "nesting-too-deep",
+    "invalid-schema",
+    "duplicate-field",
+    "unknown-dtype",
+    "invalid-offset",
+    "shape-overflow",
+    "invalid-span",
+    "misaligned-slice",
+    "incomplete-buffer",
+    "duplicate-key",
+    "unreadable",
+    "invalid-index",
+    "invalid-config",
 }
 
 

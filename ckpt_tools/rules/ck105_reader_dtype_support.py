@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from operator import attrgetter
-from typing import Iterable
 
 from ..catalogue import dtype_support
 from .base import Context, Finding, Rule, files_of, register
@@ -48,8 +48,9 @@ class ReaderDtypeSupport(Rule):
         for dtype in reported:
             entry = table[dtype]
             trouble = [r for r in entry.readers if r.status != "supported"]
-            readers[dtype] = [{"reader": r.name, "status": r.status, "note": r.note, "source": r.source}
-                              for r in entry.readers]
+            readers[dtype] = [
+                {"reader": r.name, "status": r.status, "note": r.note, "source": r.source} for r in entry.readers
+            ]
             names = "; ".join(f"{r.name}: {r.note}" for r in trouble) or "no known gaps"
             parts.append(f"{dtype} ({census[dtype]} tensor(s), {entry.what}): {names}")
         tensors = sorted(n for n, t in ctx.ckpt.tensors.items() if t.dtype in reported)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
 from operator import attrgetter
-from typing import Iterable
 
 from .base import Context, Finding, Rule, register
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import fnmatch
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..catalogue import alternate_weights
 from .base import Context, Finding, Rule, register
@@ -59,8 +59,9 @@ class StrayShard(Rule):
             names = [t.name for t in shard.tensors] if shard else []
             only_here = [n for n in names if n not in loaded]
             unique.extend(only_here)
-            entries.append({"file": name, "tensors": len(names), "only_here": len(only_here),
-                            "readable": shard is not None})
+            entries.append(
+                {"file": name, "tensors": len(names), "only_here": len(only_here), "readable": shard is not None}
+            )
         listed = ", ".join(strays[:5]) + (", ..." if len(strays) > 5 else "")
         files = [*strays, ctx.ckpt.index.name] if ctx.ckpt.index else strays
         if unique:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .base import Context, Finding, Rule, register
 
@@ -37,12 +37,16 @@ class DuplicateTensor(Rule):
         if not dups:
             return
         by_shard = {s.name: {t.name: t for t in s.tensors} for s in ctx.ckpt.loaded_shards}
-        conflicting = sorted(n for n, shards in dups.items()
-                             if len({(by_shard[s][n].dtype, by_shard[s][n].shape) for s in shards}) > 1)
+        conflicting = sorted(
+            n for n, shards in dups.items() if len({(by_shard[s][n].dtype, by_shard[s][n].shape) for s in shards}) > 1
+        )
         names = sorted(dups)
         files = {s for shards in dups.values() for s in shards}
-        detail = (f"; {len(conflicting)} of them differ in dtype or shape between copies (e.g. `{conflicting[0]}`)"
-                  if conflicting else "")
+        detail = (
+            f"; {len(conflicting)} of them differ in dtype or shape between copies (e.g. `{conflicting[0]}`)"
+            if conflicting
+            else ""
+        )
         yield self.finding(
             f"{len(names)} tensor(s) are stored in more than one loaded shard (e.g. `{names[0]}` in "
             f"{', '.join(dups[names[0]])}){detail}; vLLM loads every copy and the last file wins. Keep one copy and "

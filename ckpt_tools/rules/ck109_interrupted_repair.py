@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..read.repair_state import JOURNAL_NAME
 from .base import Context, Finding, Rule, register

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..knowledge import markers
 from ._memo import once_per
@@ -24,7 +24,7 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
         if hit is None:
             return None
         root, prefix = hit
-        first = name[len(prefix):].split(".", 1)[0]
+        first = name[len(prefix) :].split(".", 1)[0]
         if root.children is None or first in root.children:
             return None
         comp = comp_of_marker.get(first)
@@ -89,7 +89,7 @@ class MisnestedPrefix(Rule):
         for (old, new), names in sorted(plan.items()):
             steps.append({"from": old, "to": new, "count": len(names)})
             tensors.extend(sorted(names))
-            collisions.extend(n for n in names if new + n[len(old):] in existing)
+            collisions.extend(n for n in names if new + n[len(old) :] in existing)
         desc = "; ".join(f"{s['count']} tensor(s) under `{s['from']}` belong under `{s['to']}`" for s in steps)
         message = (
             f"{desc} ({ctx.det.family.name} layout). vLLM does not load them from there: the component is missing "

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..catalogue import ForeignLayout, family_is_explicit, foreign_layouts
 from ..knowledge import markers
@@ -25,8 +25,11 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     own = {r.component for r in family.roots}
     comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
     arch = ctx.ckpt.architecture or ""
-    applicable = [layout for layout in foreign_layouts()
-                  if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)]
+    applicable = [
+        layout
+        for layout in foreign_layouts()
+        if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)
+    ]
     longest = max((len(p) for layout in applicable for p in layout.prefixes), default=0)
 
     def classify(name: str) -> tuple[str, str, ForeignLayout | None] | None:
@@ -37,7 +40,7 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
                 return None
             return "unrooted", _head(name), layout
         root, prefix = hit
-        first = name[len(prefix):].split(".", 1)[0]
+        first = name[len(prefix) :].split(".", 1)[0]
         comp = comp_of_marker.get(first)
         if explicit and comp is not None and comp not in own and root.children is not None:
             return "homeless", f"{prefix}{first}.*", None
@@ -52,7 +55,7 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
     by_layer: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
 
-    def flagged(module: str, held) -> bool:  # noqa: ANN001 - Module
+    def flagged(module: str, held) -> bool:
         """Whether any tensor of `module` gets a verdict (filling the caches the ordered pass below reads)."""
         where = held.expert
         if where is not None and decides(where[0]):
@@ -148,16 +151,21 @@ class NonHfLayout(Rule):
             shown = ", ".join(f"`{g}` ({len(unrooted[g])})" for g in groups[:4])
             layout = next((layouts[g] for g in groups if g in layouts), None)
             expected = ", ".join(f"`{p}`" for r in family.roots for p in r.prefixes)
-            message = (f"{len(names)} tensor(s) sit under prefixes {arch} does not load from: {shown}. vLLM fails "
-                       f"with \"There is no module or parameter named ...\" (expected roots: {expected}).")
+            message = (
+                f"{len(names)} tensor(s) sit under prefixes {arch} does not load from: {shown}. vLLM fails "
+                f"with \"There is no module or parameter named ...\" (expected roots: {expected})."
+            )
             if layout is not None:
                 message += f" These are {layout.name}: {layout.fix}."
             yield self.finding(
                 message,
                 tensors=names,
                 files=files_of(ctx.ckpt, names),
-                details={"prefixes": {g: len(unrooted[g]) for g in groups},
-                         "layout": layout.id if layout else None, "family": family.id},
+                details={
+                    "prefixes": {g: len(unrooted[g]) for g in groups},
+                    "layout": layout.id if layout else None,
+                    "family": family.id,
+                },
             )
         if homeless:
             names = sorted(n for ns in homeless.values() for n in ns)

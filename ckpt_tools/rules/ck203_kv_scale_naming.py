@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..catalogue import classify_kv
 from .base import Context, Finding, Rule, files_of, register
@@ -58,8 +58,10 @@ class KvScaleNaming(Rule):
             if s.status == "deprecated":
                 head = f"{len(names)} KV-cache scale(s) use the legacy `kv_scale` spelling ({s.writer})"
             else:
-                head = (f"{len(names)} KV-cache scale(s) are projection `output_scale` tensors, but this checkpoint "
-                        f"resolves to `--quantization {method or 'none'}`")
+                head = (
+                    f"{len(names)} KV-cache scale(s) are projection `output_scale` tensors, but this checkpoint "
+                    f"resolves to `--quantization {method or 'none'}`"
+                )
             yield self.finding(
                 f"{head}: {s.consequence}. Rename them to the producer's k_scale / v_scale spelling.",
                 tensors=names,

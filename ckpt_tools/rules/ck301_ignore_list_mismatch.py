@@ -3,9 +3,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterable
 
 from ..catalogue import fused_groups_for
 from ..detect.resolve import ModuleRow
@@ -101,15 +101,22 @@ class IgnoreListMismatch(Rule):
         main = [r for r in rows if not (dropped and r.name.startswith(dropped))]
         drafter = [r for r in rows if dropped and r.name.startswith(dropped)]
         for part, scope in ((main, None), (drafter, "drafter")):
-            for finding in (*self._unquantized_but_quantized(ctx, part, key, source),
-                            *self._quantized_but_unquantized(ctx, part, key, source)):
+            for finding in (
+                *self._unquantized_but_quantized(ctx, part, key, source),
+                *self._quantized_but_unquantized(ctx, part, key, source),
+            ):
                 if scope is None:
                     yield finding
                 else:
-                    yield replace(finding, severity="warning", message=(
-                        f"{finding.message} These modules are loaded only by the MTP drafter "
-                        f"(`--speculative-config '{{\"method\": \"mtp\"}}'`); the main model is unaffected."),
-                        details=MappingProxyType({**finding.details, "scope": "mtp-drafter"}))
+                    yield replace(
+                        finding,
+                        severity="warning",
+                        message=(
+                            f"{finding.message} These modules are loaded only by the MTP drafter "
+                            f"(`--speculative-config '{{\"method\": \"mtp\"}}'`); the main model is unaffected."
+                        ),
+                        details=MappingProxyType({**finding.details, "scope": "mtp-drafter"}),
+                    )
         yield from self._fused_disagree(ctx, rows, source)
 
     def _unquantized_but_quantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
@@ -120,18 +127,25 @@ class IgnoreListMismatch(Rule):
         for r in bad:
             by_cause[r.covered_by or "(no config group targets it)"].append(r)
         # A cause is an ignore entry, or a parenthesised reason (no group targets it, the model builds it unquantized).
-        causes = "; ".join(f"{_shown([r.name for r in rs])} {c if c.startswith('(') else f'(covered by `{c}`)'}"
-                           for c, rs in sorted(by_cause.items()))
+        causes = "; ".join(
+            f"{_shown([r.name for r in rs])} {c if c.startswith('(') else f'(covered by `{c}`)'}"
+            for c, rs in sorted(by_cause.items())
+        )
         entries = any(not c.startswith("(") for c in by_cause)
-        remedy = (f"Remove those entries from `{key}` (or export those modules in BF16)" if entries
-                  else "Export those modules in BF16, or make a config group target them")
+        remedy = (
+            f"Remove those entries from `{key}` (or export those modules in BF16)"
+            if entries
+            else "Export those modules in BF16, or make a config group target them"
+        )
         yield self.finding(
             f"{len(bad)} module(s) hold quantized tensors ({bad[0].disk.label}) but vLLM builds them unquantized: "
             f"{causes}. Loading fails on their packed weights and scales. {remedy}.",
             tensors=[r.name for r in bad],
             files=module_files(ctx.ckpt, (r.name for r in bad)) | {ctx.det.config.file},
-            details={"direction": "declared-unquantized-disk-quantized",
-                     "modules": {r.name: r.covered_by for r in bad[:200]}},
+            details={
+                "direction": "declared-unquantized-disk-quantized",
+                "modules": {r.name: r.covered_by for r in bad[:200]},
+            },
         )
 
     def _quantized_but_unquantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
@@ -159,10 +173,12 @@ class IgnoreListMismatch(Rule):
             message,
             tensors=[r.name for r in bad],
             files=module_files(ctx.ckpt, (r.name for r in bad)) | {ctx.det.config.file},
-            details={"direction": "declared-quantized-disk-unquantized",
-                     "modules": [r.name for r in bad[:200]],
-                     "vllm_names": {r.name: family.to_vllm(r.name) for r in bad[:20]},
-                     "checkpoint_side_matches": dict(list(traps.items())[:50])},
+            details={
+                "direction": "declared-quantized-disk-unquantized",
+                "modules": [r.name for r in bad[:200]],
+                "vllm_names": {r.name: family.to_vllm(r.name) for r in bad[:20]},
+                "checkpoint_side_matches": dict(list(traps.items())[:50]),
+            },
         )
 
     def _fused_disagree(self, ctx: Context, rows, source: str) -> Iterable[Finding]:
@@ -188,8 +204,9 @@ class IgnoreListMismatch(Rule):
         if not mixed:
             return
         fused, shard_rows = mixed[0]
-        states = ", ".join(f"{r.name.rsplit('.', 1)[-1]} {'quantized' if r.declared.quantized else 'unquantized'}"
-                           for r in shard_rows)
+        states = ", ".join(
+            f"{r.name.rsplit('.', 1)[-1]} {'quantized' if r.declared.quantized else 'unquantized'}" for r in shard_rows
+        )
         involved = [r for _, rs in mixed for r in rs]
         yield self.finding(
             f"{len(mixed)} fused layer(s) have shards the config treats differently (e.g. `{fused}`: {states}); vLLM "

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..dtypes import FLOAT_HIGH_PRECISION
 from ..model.modules import ROLES, Module, join_name
@@ -55,7 +55,10 @@ class OrphanScale(Rule):
         modules: dict[str, str] = {}
         gone = ctx.ckpt.unavailable_tensors
         for module in ctx.ckpt.modules.values():
-            if module.weight is None and {join_name(module.name, "weight"), join_name(module.name, "weight_packed")} & gone:
+            if (
+                module.weight is None
+                and {join_name(module.name, "weight"), join_name(module.name, "weight_packed")} & gone
+            ):
                 continue  # the weight is in a missing or broken shard: that shard's finding
             found = orphans_of(module)
             if not found:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..catalogue import KV_SUFFIXES, is_kv_scale_name, kv_runtime
 from ..detect.resolve import component_of
@@ -29,8 +30,11 @@ def attention_layers(ctx: Context) -> list[str]:
 @once_per
 def kv_tensors(ctx: Context) -> list[str]:
     tails = (*KV_SUFFIXES, "output_scale")  # a cheap superset test first: this runs over every tensor name
-    return sorted(n for n in ctx.ckpt.tensors
-                  if n.endswith(tails) and is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision")
+    return sorted(
+        n
+        for n in ctx.ckpt.tensors
+        if n.endswith(tails) and is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision"
+    )
 
 
 def _owner(name: str) -> str:
@@ -100,8 +104,10 @@ class KvCacheConfigMismatch(Rule):
             if tensors and not disagree:
                 files = files_of(ctx.ckpt, tensors)
                 if det.producer == "compressed-tensors":
-                    effect = ("compressed-tensors without a kv_cache_scheme ignores them silently, so even "
-                              "`--kv-cache-dtype fp8` runs with scale 1.0")
+                    effect = (
+                        "compressed-tensors without a kv_cache_scheme ignores them silently, so even "
+                        "`--kv-cache-dtype fp8` runs with scale 1.0"
+                    )
                 else:
                     effect = "they are used only if you pass `--kv-cache-dtype fp8`; otherwise the cache stays BF16"
                 yield self.finding(
@@ -135,8 +141,11 @@ class KvCacheConfigMismatch(Rule):
             have = owners.get(layer, set())
             if "kv_scale" in have:
                 continue
-            lacks = [s for s in ("k_scale", "v_scale")
-                     if s not in have and f"{layer}.{s[0]}_proj.output_scale" not in ctx.ckpt.tensors]
+            lacks = [
+                s
+                for s in ("k_scale", "v_scale")
+                if s not in have and f"{layer}.{s[0]}_proj.output_scale" not in ctx.ckpt.tensors
+            ]
             if lacks:
                 missing.append((layer, lacks))
         if missing:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES
 from .base import Context, Finding, Rule, files_of, module_files, register
@@ -127,11 +128,15 @@ class QuantConfigMismatch(Rule):
                 f"hf_quant_config.json declares a quantization: vLLM loads the model as unquantized and fails on the "
                 f"first quantized tensor. Add the producer's quantization_config.",
                 tensors=names,
-                files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors)) | {"config.json"},
+                files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors))
+                | {"config.json"},
             )
             return
-        if disk_q and not declared_q and det.rejection is None and (
-            det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8"
+        if (
+            disk_q
+            and not declared_q
+            and det.rejection is None
+            and (det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8")
         ):
             # A config is present but quantizes nothing: empty or malformed `config_groups`, or an ignore / exclude
             # list that covers every module. ignore-list-mismatch (CK301) stands aside when nothing is declared.
@@ -141,7 +146,11 @@ class QuantConfigMismatch(Rule):
                 why = f"`config_groups` is {'empty' if not groups else 'not an object'}"
             else:
                 covered = sorted({r.covered_by for r in disk_q if r.covered_by})
-                why = f"covered by {', '.join(f'`{c}`' for c in covered[:3])}" if covered else "no config group quantizes them"
+                why = (
+                    f"covered by {', '.join(f'`{c}`' for c in covered[:3])}"
+                    if covered
+                    else "no config group quantizes them"
+                )
             yield self.finding(
                 f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
                 f"of them ({why}): vLLM builds every layer unquantized and fails on the first quantized tensor "
@@ -153,8 +162,10 @@ class QuantConfigMismatch(Rule):
             return
         kinds: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in declared_q:
-            if r.disk.quantized and r.disk.kind != r.declared.kind and not (
-                {r.disk.kind, r.declared.kind} <= {"int4", "int8"}
+            if (
+                r.disk.quantized
+                and r.disk.kind != r.declared.kind
+                and not ({r.disk.kind, r.declared.kind} <= {"int4", "int8"})
             ):
                 kinds[(r.declared.label, r.disk.label)].append(r.name)
         for (want, have), names in sorted(kinds.items()):
@@ -174,9 +185,10 @@ class QuantConfigMismatch(Rule):
             if r.declared.kind != "nvfp4" or r.disk.kind != "nvfp4":
                 continue
             suffixes = ctx.ckpt.modules[r.name].tensors  # membership tests only: no set per module
-            if producer == "compressed-tensors" and (any(s in suffixes for s in MODELOPT_NVFP4) or "weight" in suffixes):
-                wrong.append(r.name)
-            elif producer == "modelopt" and any(s in suffixes for s in COMPRESSED_TENSORS_SUFFIXES):
+            if (
+                producer == "compressed-tensors"
+                and (any(s in suffixes for s in MODELOPT_NVFP4) or "weight" in suffixes)
+            ) or (producer == "modelopt" and any(s in suffixes for s in COMPRESSED_TENSORS_SUFFIXES)):
                 wrong.append(r.name)
         if wrong:
             other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"
@@ -192,8 +204,11 @@ class QuantConfigMismatch(Rule):
         det = ctx.det
         if det.producer == "compressed-tensors":
             extra = [
-                r.name for r in det.rows
-                if r.declared.kind == "nvfp4" and r.declared.activation == "A16" and not r.is_expert
+                r.name
+                for r in det.rows
+                if r.declared.kind == "nvfp4"
+                and r.declared.activation == "A16"
+                and not r.is_expert
                 and "input_global_scale" in ctx.ckpt.modules[r.name].tensors
             ]
             if extra:
@@ -205,8 +220,14 @@ class QuantConfigMismatch(Rule):
                     files=module_files(ctx.ckpt, extra) | {ctx.det.config.file},
                 )
         elif det.producer == "modelopt":
-            downgraded = [r.name for r in det.rows if r.declared.kind == "nvfp4" and r.declared.detail
-                          and r.declared.detail.startswith("downgraded") and r.disk.activation == "A4"]
+            downgraded = [
+                r.name
+                for r in det.rows
+                if r.declared.kind == "nvfp4"
+                and r.declared.detail
+                and r.declared.detail.startswith("downgraded")
+                and r.disk.activation == "A4"
+            ]
             if downgraded:
                 yield self.finding(
                     f"quant_algo is NVFP4 but every config group has `input_activations: null`, so vLLM silently "

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..dtypes import FLOAT_HIGH_PRECISION
 from .base import Context, Finding, Rule, files_of, register

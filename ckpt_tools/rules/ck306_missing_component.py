@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import json
-
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..catalogue import ComponentExpectation, component_expectations, family_is_explicit
 from ..detect.resolve import component_lookup, component_of
@@ -41,8 +41,12 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
         # The tensors of the modules detection already placed in the component are tried first: when the component is
         # there (the usual case) one of them answers, without a pass over every tensor name.
         modules = ctx.ckpt.modules
-        likely = (t.name for r in ctx.det.rows if r.component == entry.expect_component
-                  for t in modules[r.name].tensors.values())
+        likely = (
+            t.name
+            for r in ctx.det.rows
+            if r.component == entry.expect_component
+            for t in modules[r.name].tensors.values()
+        )
         if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
             return True
         lookup = component_lookup(ctx.det.family)
@@ -90,17 +94,20 @@ class MissingComponent(Rule):
             declared = _declared(ctx, entry)
             if declared is None:
                 continue
-            if entry.known_family_only and not (explicit and any(r.component == entry.component
-                                                                 for r in family.roots)):
+            if entry.known_family_only and not (explicit and any(r.component == entry.component for r in family.roots)):
                 continue
             if _present(ctx, entry):
                 continue
             key, value = declared
             # JSON spelling (`true`, not Python's `True`): the user compares it with config.json.
             shown = json.dumps(value) if not isinstance(value, dict) else "{...}"
-            where = (", ".join(f"`{p}*`" for p in _prefixes(ctx, entry)) if entry.expect_prefixes
-                     else f"the {entry.expect_component} component" if entry.expect_component
-                     else f"`{entry.expect_pattern.pattern if entry.expect_pattern else ''}`")
+            where = (
+                ", ".join(f"`{p}*`" for p in _prefixes(ctx, entry))
+                if entry.expect_prefixes
+                else f"the {entry.expect_component} component"
+                if entry.expect_component
+                else f"`{entry.expect_pattern.pattern if entry.expect_pattern else ''}`"
+            )
             yield self.finding(
                 f"config.json declares {entry.id} (`{key}` = {shown}) but no tensor matches {where}: "
                 f"{entry.consequence}. Re-export with the component, or drop the declaration.",

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from functools import cache
-from typing import Iterable
 
 from ..catalogue import global_scale_conventions
 from ..model.modules import ROLES, join_name
@@ -80,8 +80,12 @@ class MixedScaleConvention(Rule):
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """One-element float weight global scales whose name has a convention (rules/ scale tables)."""
         suffix = tensor.name.rpartition(".")[2]
-        return (tensor.dtype in WIDE_FLOAT_DTYPES and suffix in _convention_suffixes()
-                and ROLES.get(suffix) == "weight_global_scale" and tensor.numel == 1)
+        return (
+            tensor.dtype in WIDE_FLOAT_DTYPES
+            and suffix in _convention_suffixes()
+            and ROLES.get(suffix) == "weight_global_scale"
+            and tensor.numel == 1
+        )
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = misplaced(ctx)

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ..catalogue import fused_groups_for, parallel, scale_schemes
 from ..detect.resolve import ModuleRow
@@ -21,8 +21,11 @@ class Layer:
 
 
 def _pair(value: object) -> tuple[int, int] | None:
-    if isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
         return value[0], value[1]
     return None
 
@@ -188,8 +191,10 @@ class BlockFp8TpSizes(Rule):
             return
         ruled = ", ".join(str(tp) for tp in blocked)
         first = next(iter(blocked.items()))
-        message = (f"Block-FP8 weights ({bn}x{bk} blocks) rule out --tensor-parallel-size {ruled} (e.g. TP {first[0]}: "
-                   f"{first[1]}); vLLM refuses to start there.")
+        message = (
+            f"Block-FP8 weights ({bn}x{bk} blocks) rule out --tensor-parallel-size {ruled} (e.g. TP {first[0]}: "
+            f"{first[1]}); vLLM refuses to start there."
+        )
         if valid:
             message += f" Valid sizes: {', '.join(map(str, valid))}."
         else:
@@ -201,7 +206,10 @@ class BlockFp8TpSizes(Rule):
             files=["config.json"],
             count=len(blocked),
             severity="warning" if valid else "error",
-            details={"block_size": [bn, bk], "valid_tp_sizes": valid, "ruled_out": {str(k): v for k, v in
-                                                                                    blocked.items()},
-                     "ruled_out_by_heads": by_heads},
+            details={
+                "block_size": [bn, bk],
+                "valid_tp_sizes": valid,
+                "ruled_out": {str(k): v for k, v in blocked.items()},
+                "ruled_out_by_heads": by_heads,
+            },
         )

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .base import Context, Finding, Rule, files_of, register
 
@@ -41,8 +41,12 @@ class UnsupportedQuantAlgo(Rule):
             message = f"{det.runtime.name} refuses this checkpoint: {det.rejection}"
             if hint:
                 message += f" Fix: {hint}."
-            yield self.finding(message, files=[ctx.det.config.file] if source else [], count=1,
-                               details={"runtime": det.runtime.id, "quant_algo": det.quant_algo})
+            yield self.finding(
+                message,
+                files=[ctx.det.config.file] if source else [],
+                count=1,
+                details={"runtime": det.runtime.id, "quant_algo": det.quant_algo},
+            )
             return
         if det.runtime.modelopt.get("loads_pre_quant_scale", True):
             return

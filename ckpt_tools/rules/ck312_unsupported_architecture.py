@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..knowledge import transformers_classes
 from .base import Context, Finding, Rule, register
@@ -62,15 +62,23 @@ class UnsupportedArchitecture(Rule):
         causal = tf.causal_lm.get(model_type or "")
         hint = f'"architectures": ["{causal}"]' if causal else '"architectures": ["<the model class>"]'
         if base is None:
-            message = (f"config.json has no `architectures`, and transformers {tf.version} has no base class for "
-                       f"model_type {model_type!r}: vLLM stops with \"No model architectures are specified\". Add "
-                       f"{hint}.")
+            message = (
+                f"config.json has no `architectures`, and transformers {tf.version} has no base class for "
+                f"model_type {model_type!r}: vLLM stops with \"No model architectures are specified\". Add "
+                f"{hint}."
+            )
         else:
-            message = (f"config.json has no `architectures`: vLLM falls back to transformers' base class for "
-                       f"model_type {model_type!r}, `{base}`, which has no LM head (embeddings or pooling, not "
-                       f"generation). Add {hint}, or serve with --hf-overrides '{{{hint}}}'.")
-        yield self.finding(message, files=["config.json"], count=1,
-                           details={"model_type": model_type, "fallback_class": base, "suggested": causal})
+            message = (
+                f"config.json has no `architectures`: vLLM falls back to transformers' base class for "
+                f"model_type {model_type!r}, `{base}`, which has no LM head (embeddings or pooling, not "
+                f"generation). Add {hint}, or serve with --hf-overrides '{{{hint}}}'."
+            )
+        yield self.finding(
+            message,
+            files=["config.json"],
+            count=1,
+            details={"model_type": model_type, "fallback_class": base, "suggested": causal},
+        )
 
     def _unknown_architecture(self, ctx: Context, arch: str) -> Iterable[Finding]:
         rt = ctx.det.runtime
@@ -80,10 +88,18 @@ class UnsupportedArchitecture(Rule):
         tf = transformers_classes()
         until = rt.previously_supported.get(arch)
         custom = bool((ctx.ckpt.config or {}).get("auto_map"))
-        why = (f"{rt.name} dropped `{arch}` (served natively until vLLM v{until})" if until
-               else f"{rt.name} has no model class for `{arch}`")
-        details = {"architecture": arch, "runtime": rt.id, "last_supported": until, "auto_map": custom,
-                   "in_transformers": arch in tf.classes}
+        why = (
+            f"{rt.name} dropped `{arch}` (served natively until vLLM v{until})"
+            if until
+            else f"{rt.name} has no model class for `{arch}`"
+        )
+        details = {
+            "architecture": arch,
+            "runtime": rt.id,
+            "last_supported": until,
+            "auto_map": custom,
+            "in_transformers": arch in tf.classes,
+        }
         missing_code = _missing_auto_map_files(ctx.ckpt) if custom and arch not in tf.classes else []
         if missing_code:
             details["missing_files"] = missing_code
@@ -91,30 +107,43 @@ class UnsupportedArchitecture(Rule):
                 f"{why}, and the config's auto_map names remote code that is not in the checkpoint "
                 f"({', '.join(missing_code)}): vLLM cannot import the model class and refuses the checkpoint. Add "
                 f"the modeling file(s), or set `architectures` to a class vLLM lists.",
-                files=["config.json"], count=1, details=details,
+                files=["config.json"],
+                count=1,
+                details=details,
             )
             return
         if arch in tf.classes or custom:
-            source = "the repo's auto_map code (--trust-remote-code)" if custom and arch not in tf.classes else (
-                f"transformers' own `{arch}`")
+            source = (
+                "the repo's auto_map code (--trust-remote-code)"
+                if custom and arch not in tf.classes
+                else (f"transformers' own `{arch}`")
+            )
             yield self.finding(
                 f"{why}: it runs only through the Transformers modeling backend with {source}, without vLLM's "
                 f"fused kernels, and only if vLLM finds that class backend-compatible (otherwise it refuses the "
                 f"checkpoint). Use a runtime with native support.",
-                files=["config.json"], count=1, severity="warning", details=details,
+                files=["config.json"],
+                count=1,
+                severity="warning",
+                details=details,
             )
             return
-        refusal = (f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore"
-                   if until else f"Model architectures ['{arch}'] are not supported for now")
+        refusal = (
+            f"Model architecture {arch} was supported in vLLM until v{until}, and is not supported anymore"
+            if until
+            else f"Model architectures ['{arch}'] are not supported for now"
+        )
         yield self.finding(
             f"{why}, and neither transformers {tf.version} nor an auto_map provides it: vLLM refuses the checkpoint "
             f"(\"{refusal}\"). Set `architectures` to the class vLLM lists for this model family, or use a runtime "
             f"that supports it (--runtime).",
-            files=["config.json"], count=1, details=details,
+            files=["config.json"],
+            count=1,
+            details=details,
         )
 
 
-def _missing_auto_map_files(ckpt) -> list[str]:  # noqa: ANN001 - Checkpoint
+def _missing_auto_map_files(ckpt) -> list[str]:
     """Local modeling files the auto_map's AutoModel entries import that the checkpoint lacks. Entries of the form
     `org/repo--module.Class` live in another repo and are not checked."""
     auto_map = (ckpt.config or {}).get("auto_map")

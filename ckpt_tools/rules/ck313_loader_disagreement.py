@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..detect.matching import ct_first_match
 from .base import Context, Finding, Rule, files_of, register
@@ -10,11 +10,12 @@ def _class_targets(ctx: Context) -> list[str]:
     """compressed-tensors config groups that target modules by class name (`Linear`), not by name or regex."""
     groups = (ctx.det.config.data or {}).get("config_groups")
     out = []
-    for name, group in (groups.items() if isinstance(groups, dict) else ()):
+    for name, group in groups.items() if isinstance(groups, dict) else ():
         targets = group.get("targets") if isinstance(group, dict) else None
         targets = [targets] if isinstance(targets, str) else targets if isinstance(targets, list) else []
-        if any(isinstance(t, str) and not t.startswith("re:") and "." not in t and "linear" in t.lower()
-               for t in targets):
+        if any(
+            isinstance(t, str) and not t.startswith("re:") and "." not in t and "linear" in t.lower() for t in targets
+        ):
             out.append(str(name))
     return out
 

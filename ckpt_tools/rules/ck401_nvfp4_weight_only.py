@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..knowledge import Hardware
 from ..model.modules import join_name
@@ -24,7 +24,7 @@ def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
     return "; ".join(parts)
 
 
-def missing_input_scale(module) -> str:  # noqa: ANN001 - Module
+def missing_input_scale(module) -> str:
     """The tensor name vLLM would load the input global scale from, in the producer's own naming."""
     suffix = "input_global_scale" if "weight_global_scale" in module.tensors else "input_scale"
     return join_name(module.name, suffix)
@@ -101,9 +101,13 @@ class Nvfp4WeightOnly(Rule):
             native = [h.id for h in ctx.hardware if h.native_fp4]
             fallback = [h for h in ctx.hardware if not h.native_fp4]
             where = f" on {', '.join(native)}" if native and fallback else ""
-            marlin = (f" On {', '.join(h.id for h in fallback)} (no FP4 tensor cores) vLLM falls back to "
-                      f"{fallback[0].nvfp4_w4a4.replace(' (no FP4 tensor cores)', '')}, which does not use input "
-                      f"scales." if fallback else "")
+            marlin = (
+                f" On {', '.join(h.id for h in fallback)} (no FP4 tensor cores) vLLM falls back to "
+                f"{fallback[0].nvfp4_w4a4.replace(' (no FP4 tensor cores)', '')}, which does not use input "
+                f"scales."
+                if fallback
+                else ""
+            )
             yield self.finding(
                 f"{src} declares NVFP4 input activations (W4A4) but {summarize_modules(names)} of {total} NVFP4 "
                 f"modules have no input global scale: vLLM builds W4A4{where}, never loads that parameter and "
@@ -111,9 +115,13 @@ class Nvfp4WeightOnly(Rule):
                 f"activation calibration, or declare the checkpoint weight-only.",
                 tensors=[missing_input_scale(ctx.ckpt.modules[n]) for n in names],
                 files=files,
-                details={"declared": "W4A4", "builds": "W4A4", "modules_without_input_scale": len(names),
-                         "nvfp4_modules": total,
-                         "kernels": {h.id: h.nvfp4_w4a4 for h in ctx.hardware}},
+                details={
+                    "declared": "W4A4",
+                    "builds": "W4A4",
+                    "modules_without_input_scale": len(names),
+                    "nvfp4_modules": total,
+                    "kernels": {h.id: h.nvfp4_w4a4 for h in ctx.hardware},
+                },
             )
         by_design = [r.name for r in rows if r.declared.activation == "A16" and r.disk.activation == "A16"]
         if by_design:
@@ -124,6 +132,9 @@ class Nvfp4WeightOnly(Rule):
                 tensors=[missing_input_scale(ctx.ckpt.modules[n]) for n in sorted(by_design)],
                 files=files,
                 severity="warning",
-                details={"declared": "W4A16", "modules": len(by_design),
-                         "kernels": {h.id: h.nvfp4_w4a16 for h in ctx.hardware}},
+                details={
+                    "declared": "W4A16",
+                    "modules": len(by_design),
+                    "kernels": {h.id: h.nvfp4_w4a16 for h in ctx.hardware},
+                },
             )

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..model.modules import ROLES
 from ._experts import LayerGap, layer_gaps
@@ -81,17 +81,21 @@ class MoeExpertMissingScale(Rule):
                 part = "; ".join(p for p in (part, f"expert(s) {ids} have no tensor at all") if p)
             lines.append(f"{gap.layer}: {part}")
             tensors.extend(n for n in gap.missing_names() if n.rsplit(".", 2)[-2] + "." + n.rsplit(".", 1)[-1] in keys)
-            layers.append({
-                "layer": gap.layer,
-                "experts_present": gap.experts,
-                "missing": {k: list(gap.missing[k]) for k in keys},
-                "absent_experts": list(gap.absent),
-            })
+            layers.append(
+                {
+                    "layer": gap.layer,
+                    "experts_present": gap.experts,
+                    "missing": {k: list(gap.missing[k]) for k in keys},
+                    "absent_experts": list(gap.absent),
+                }
+            )
         if not layers:
             return
         shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more layer(s)" if len(lines) > 3 else "")
-        files = module_files(ctx.ckpt, (m.name for layer in layers
-                                        for e in ctx.ckpt.experts[layer["layer"]].experts.values() for m in e.values()))
+        files = module_files(
+            ctx.ckpt,
+            (m.name for layer in layers for e in ctx.ckpt.experts[layer["layer"]].experts.values() for m in e.values()),
+        )
         absent_total = sum(len(layer["absent_experts"]) for layer in layers)
         yield self.finding(
             f"{len(layers)} MoE layer(s) have experts missing tensors the other experts carry ({shown}). vLLM leaves "

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ..catalogue import ScaleScheme, TensorSpec, scheme_for
 from ..detect.resolve import ModuleRow
@@ -58,8 +59,9 @@ def _in_features(weight: TensorInfo, spec: TensorSpec, bits: int) -> int | None:
     return {"packed4": cols * 2, "logical4": cols, "full": cols, "int-packed": cols * 32 // bits}.get(spec.shape)
 
 
-def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpec, n: int, k: int
-              ) -> list[tuple[int, ...]] | None:
+def _expected(
+    ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpec, n: int, k: int
+) -> list[tuple[int, ...]] | None:
     """Acceptable shapes for a scale tensor (None: any shape with one element)."""
     if spec.shape == "scalar":
         return None
@@ -89,8 +91,9 @@ def _expected(ctx: Context, row: ModuleRow, scheme: ScaleScheme, spec: TensorSpe
     return []
 
 
-def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str],
-                    cache: dict | None = None) -> list[Problem]:
+def module_problems(
+    ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str], cache: dict | None = None
+) -> list[Problem]:
     """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
     the same problems, so `cache` shares the work between the thousands of identical expert projections. The cache
     knows schemes by identity: share it only between rows of one detection, while they are alive."""
@@ -101,8 +104,7 @@ def module_problems(ctx: Context, row: ModuleRow, module: Module, skip: frozense
     # The key is built for every module, so it is kept cheap: the layout in header order (a different order only
     # makes another cache entry), and the schemes by identity (rows share a few scheme objects, all alive while
     # the rule runs; identity also keeps a hostile, unhashable scheme detail out of the hash).
-    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared), id(row.disk),
-           row.group)
+    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared), id(row.disk), row.group)
     layout = cache.get(key)
     if layout is None:
         layout = cache[key] = _layout_problems(ctx, row, module)
@@ -121,9 +123,15 @@ def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple
     if scheme is None:
         if row.declared.quantized and row.disk.kind == "unknown":
             others = sorted(x for x in module.tensors if x not in ("weight", "weight_packed"))
-            return [(weight.name.rsplit(".", 1)[-1], "dtype",
-                     f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
-                     f"{row.declared.label} layout ({row.disk.detail})", False)]
+            return [
+                (
+                    weight.name.rsplit(".", 1)[-1],
+                    "dtype",
+                    f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
+                    f"{row.declared.label} layout ({row.disk.detail})",
+                    False,
+                )
+            ]
         return []
     bits = 8 if kind == "int8" else 4
     n, k = weight.shape[0], _in_features(weight, scheme.weight, bits)
@@ -131,8 +139,14 @@ def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple
     if k is None:
         return out
     if kind == "nvfp4" and k % (scheme.group_size or 16):
-        out.append((scheme.weight.suffix, "in-features",
-                    f"{k} input features, not a multiple of {scheme.group_size or 16}", False))
+        out.append(
+            (
+                scheme.weight.suffix,
+                "in-features",
+                f"{k} input features, not a multiple of {scheme.group_size or 16}",
+                False,
+            )
+        )
     for spec in scheme.tensors:
         if spec.role == "weight":
             continue
@@ -146,15 +160,22 @@ def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple
         shapes = _expected(ctx, row, scheme, spec, n, k)
         if shapes is None:
             if t.numel != 1:
-                out.append((spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value",
-                            False))
+                out.append(
+                    (spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value", False)
+                )
         elif shapes and tuple(t.shape) not in shapes and not (t.numel == 1 and any(_one(x) for x in shapes)):
             # A one-element scale for a one-block grid loads: vLLM's MoE loader copies a 0-d tensor into its slot
             # without narrowing (routed_experts.py _load_w13 / _load_w2); transformers writes such expert scales 0-d.
             want = " or ".join(str(list(s)) for s in shapes)
-            out.append((spec.suffix, "shape",
-                        f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
-                        f"{list(weight.shape)} ({n} x {k} {kind.upper()})", False))
+            out.append(
+                (
+                    spec.suffix,
+                    "shape",
+                    f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
+                    f"{list(weight.shape)} ({n} x {k} {kind.upper()})",
+                    False,
+                )
+            )
     return out
 
 
@@ -210,14 +231,16 @@ class ScaleShapeMismatch(Rule):
             modules = [p.module for p in items]
             tensors = [f"{m}.{suffix}" for m in modules]
             files = module_files(ctx.ckpt, modules)
-            what = {"missing": f"lack `{suffix}`", "dtype": f"have a `{suffix}` of the wrong dtype",
-                    "shape": f"have a `{suffix}` of the wrong shape",
-                    "in-features": "have input features NVFP4 cannot group"}[kind]
+            what = {
+                "missing": f"lack `{suffix}`",
+                "dtype": f"have a `{suffix}` of the wrong dtype",
+                "shape": f"have a `{suffix}` of the wrong shape",
+                "in-features": "have input features NVFP4 cannot group",
+            }[kind]
             yield self.finding(
                 f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0].detail}); vLLM fails to "
                 f"load them or dequantizes with wrong scales. Re-export these modules with the producer.",
                 tensors=tensors if kind != "missing" else modules,
                 files=files,
-                details={"tensor": suffix, "problem": kind,
-                         "examples": {p.module: p.detail for p in items[:20]}},
+                details={"tensor": suffix, "problem": kind, "examples": {p.module: p.detail for p in items[:20]}},
             )

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..catalogue import ScaleScheme, scheme_for
 from ..detect.resolve import ModuleRow
@@ -39,6 +40,7 @@ def _int_layout(ctx: Context) -> tuple[str, int, int] | None:
 
 def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
     """(out, in) features the model config gives a projection, for the standard attention / MLP / expert names."""
+
     def num(key: str) -> int | None:
         v = ckpt.config_value(key)
         return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
@@ -56,8 +58,12 @@ def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
     else:
         inter = num("intermediate_size")
     if ".self_attn." in name and heads and head_dim:
-        return {"q_proj": (heads * head_dim, hidden), "k_proj": (kv * head_dim, hidden),
-                "v_proj": (kv * head_dim, hidden), "o_proj": (hidden, heads * head_dim)}.get(proj)
+        return {
+            "q_proj": (heads * head_dim, hidden),
+            "k_proj": (kv * head_dim, hidden),
+            "v_proj": (kv * head_dim, hidden),
+            "o_proj": (hidden, heads * head_dim),
+        }.get(proj)
     if ".mlp." in name and inter:
         return {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}.get(proj)
     return None
@@ -70,8 +76,13 @@ def _logical(module: Module, scheme: ScaleScheme, bits: int) -> tuple[int, int] 
         return None
     rows, cols = w.shape
     pack = 32 // bits
-    return {"gptq-qweight": (cols, rows * pack), "awq-qweight": (cols * pack, rows), "packed4": (rows, cols * 2),
-            "logical4": (rows, cols), "full": (rows, cols)}.get(scheme.weight.shape)
+    return {
+        "gptq-qweight": (cols, rows * pack),
+        "awq-qweight": (cols * pack, rows),
+        "packed4": (rows, cols * 2),
+        "logical4": (rows, cols),
+        "full": (rows, cols),
+    }.get(scheme.weight.shape)
 
 
 def _stored(shape: str, want: tuple[int, int], bits: int) -> tuple[int, int]:
@@ -91,12 +102,18 @@ def _transposed(actual: tuple[int, ...], shape: str, want: tuple[int, int], bits
 def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, ...] | None:
     g = k if group == -1 else group
     pack = 32 // bits
-    return {"gptq-qweight": (k // pack, n), "awq-qweight": (k, n // pack), "group-kn": (_ceil(k, g), n),
-            "zeros-gptq": (_ceil(k, g), _ceil(n, pack)), "g_idx": (k,)}.get(shape)
+    return {
+        "gptq-qweight": (k // pack, n),
+        "awq-qweight": (k, n // pack),
+        "group-kn": (_ceil(k, g), n),
+        "zeros-gptq": (_ceil(k, g), _ceil(n, pack)),
+        "g_idx": (k,),
+    }.get(shape)
 
 
-def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
-              ) -> list[tuple[str, str, str]]:
+def _problems(
+    ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
+) -> list[tuple[str, str, str]]:
     """(suffix, problem, detail) for one quantized module."""
     if is_gpt_oss_experts(module):
         return gpt_oss_problems(ctx.ckpt, module)
@@ -106,7 +123,8 @@ def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, i
     if weight is None:
         return out
     producer = {"auto-round": "gptq" if layout and layout[0] == "gptq" else "awq"}.get(
-        ctx.det.producer, ctx.det.producer)
+        ctx.det.producer, ctx.det.producer
+    )
     scheme = scheme_for(kind, module.suffixes, weight.dtype, producer)
     if scheme is None:
         return out
@@ -115,21 +133,30 @@ def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, i
     want = config_features(ctx.ckpt, row.name)
     # Only the transposed layout is judged against the config: some families widen a projection on purpose (Qwen3.5's
     # gated q_proj is 2 x heads x head_dim), so other differences are not evidence of a defect.
-    if want is not None and want[0] != want[1] and _transposed(
-            weight.shape, scheme.weight.shape, want, bits):
-        out.append((scheme.weight.suffix, "features",
-                    f"`{scheme.weight.suffix}` {weight.dtype} {list(weight.shape)} is stored transposed: the config "
-                    f"gives this projection [out {want[0]}, in {want[1]}], so the packed weight should be "
-                    f"{list(_stored(scheme.weight.shape, want, bits))}"))
+    if want is not None and want[0] != want[1] and _transposed(weight.shape, scheme.weight.shape, want, bits):
+        out.append(
+            (
+                scheme.weight.suffix,
+                "features",
+                f"`{scheme.weight.suffix}` {weight.dtype} {list(weight.shape)} is stored transposed: the config "
+                f"gives this projection [out {want[0]}, in {want[1]}], so the packed weight should be "
+                f"{list(_stored(scheme.weight.shape, want, bits))}",
+            )
+        )
         return out
     if layout is None or dims is None:
         return out
     n, k = dims
     _, bits, group = layout
     if want is not None and k != want[1]:
-        out.append((scheme.weight.suffix, "features",
-                    f"`{scheme.weight.suffix}` {list(weight.shape)} unpacks to {k} input features at {bits} bits, the "
-                    f"config gives this projection {want[1]}: the declared `bits` does not match the packing"))
+        out.append(
+            (
+                scheme.weight.suffix,
+                "features",
+                f"`{scheme.weight.suffix}` {list(weight.shape)} unpacks to {k} input features at {bits} bits, the "
+                f"config gives this projection {want[1]}: the declared `bits` does not match the packing",
+            )
+        )
         return out
     known = {t.suffix for t in scheme.tensors}
     for spec in scheme.tensors:
@@ -144,12 +171,22 @@ def _problems(ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, i
             out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}"))
         exp = _expected(spec.shape, n, k, bits, group)
         if exp is not None and tuple(t.shape) != exp:
-            out.append((spec.suffix, "shape",
-                        f"`{spec.suffix}` has shape {list(t.shape)}, expected {list(exp)} for {bits}-bit group "
-                        f"{group} ({n} out x {k} in)"))
+            out.append(
+                (
+                    spec.suffix,
+                    "shape",
+                    f"`{spec.suffix}` has shape {list(t.shape)}, expected {list(exp)} for {bits}-bit group "
+                    f"{group} ({n} out x {k} in)",
+                )
+            )
     if k % (32 // bits) or (group not in (-1, 0) and k % group):
-        out.append((scheme.weight.suffix, "features", f"{k} input features do not split into {bits}-bit words "
-                                                      f"and groups of {group}"))
+        out.append(
+            (
+                scheme.weight.suffix,
+                "features",
+                f"{k} input features do not split into {bits}-bit words and groups of {group}",
+            )
+        )
     extra = sorted(s for s in module.suffixes - known if s not in ("bias",))
     for s in extra:
         out.append((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`"))
@@ -205,17 +242,25 @@ class PackedLayoutMismatch(Rule):
             module = ctx.ckpt.modules[row.name]
             # Cheap, as in CK403: the layout in header order and the declared scheme by identity (rows share a few
             # scheme objects, alive while the rule runs); a finer key only makes more cache entries.
-            key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared),
-                   row.name.rsplit(".", 1)[-1], ".experts." in row.name)
+            key = (
+                tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]),
+                id(row.declared),
+                row.name.rsplit(".", 1)[-1],
+                ".experts." in row.name,
+            )
             if key not in cache:
                 cache[key] = _problems(ctx, row, module, layout)
             for suffix, problem, detail in cache[key]:
                 grouped[(suffix, problem)].append((row.name, detail))
         for (suffix, problem), items in sorted(grouped.items()):
             modules = [m for m, _ in items]
-            what = {"missing": f"lack `{suffix}`", "dtype": f"have a `{suffix}` of the wrong dtype",
-                    "shape": f"have a `{suffix}` of the wrong shape", "extra": f"carry a stray `{suffix}`",
-                    "features": "have weights whose dimensions do not match the model"}[problem]
+            what = {
+                "missing": f"lack `{suffix}`",
+                "dtype": f"have a `{suffix}` of the wrong dtype",
+                "shape": f"have a `{suffix}` of the wrong shape",
+                "extra": f"carry a stray `{suffix}`",
+                "features": "have weights whose dimensions do not match the model",
+            }[problem]
             yield self.finding(
                 f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0][1]}); vLLM fails to load "
                 f"them or loads scrambled weights. Re-export these modules with the producer.",

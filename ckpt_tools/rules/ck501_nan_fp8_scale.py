@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES
 from ..model.checkpoint import Checkpoint

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..catalogue import fused_groups_for
 from ..model.tensors import TensorInfo
@@ -30,8 +30,9 @@ def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
         group = group_of.get(last)
         if group is not None and row.disk.kind == "nvfp4":
             found[(parent, group.fused)].append(name)
-    return [(f"{parent}.{fused}", sorted(shards)) for (parent, fused), shards in sorted(found.items())
-            if len(shards) > 1]
+    return [
+        (f"{parent}.{fused}", sorted(shards)) for (parent, fused), shards in sorted(found.items()) if len(shards) > 1
+    ]
 
 
 def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
@@ -44,9 +45,15 @@ def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
             lo, hi = min(vals.values()), max(vals.values())
             ratio = hi / lo
             if ratio > 1 + RELATIVE_TOLERANCE:
-                found.append({"fused": fused, "suffix": suffix, "ratio": round(ratio, 4),
-                              "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
-                              "tensors": [f"{s}.{suffix}" for s in shards]})
+                found.append(
+                    {
+                        "fused": fused,
+                        "suffix": suffix,
+                        "ratio": round(ratio, 4),
+                        "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
+                        "tensors": [f"{s}.{suffix}" for s in shards],
+                    }
+                )
     found.sort(key=lambda m: -m["ratio"])
     return found
 
@@ -91,19 +98,28 @@ class FusedScaleMismatch(Rule):
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """One-element float weight / input global scales (a few bytes each)."""
-        return (tensor.dtype in WIDE_FLOAT_DTYPES and tensor.name.rpartition(".")[2] in _GLOBAL_SUFFIXES
-                and tensor.numel == 1)
+        return (
+            tensor.dtype in WIDE_FLOAT_DTYPES
+            and tensor.name.rpartition(".")[2] in _GLOBAL_SUFFIXES
+            and tensor.numel == 1
+        )
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         if not ctx.ckpt.values:
             return
         for suffixes, what, effect in (
-            (WEIGHT_GLOBAL, "weight global scales",
-             "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
-             "Re-export with synchronised global scales."),
-            (INPUT_GLOBAL, "input global scales",
-             "vLLM quantizes the fused input with one scale (the max), which is correct but coarser for the other "
-             "shards."),
+            (
+                WEIGHT_GLOBAL,
+                "weight global scales",
+                "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
+                "Re-export with synchronised global scales.",
+            ),
+            (
+                INPUT_GLOBAL,
+                "input global scales",
+                "vLLM quantizes the fused input with one scale (the max), which is correct but coarser for the other "
+                "shards.",
+            ),
         ):
             found = _mismatches(ctx, suffixes)
             if not found:
@@ -117,6 +133,8 @@ class FusedScaleMismatch(Rule):
                 files=files_of(ctx.ckpt, (t for m in found for t in m["tensors"])),
                 count=len(found),
                 severity=severity,
-                details={"max_ratio": worst, "layers": [{k: v for k, v in m.items() if k != "tensors"}
-                                                        for m in found[:200]]},
+                details={
+                    "max_ratio": worst,
+                    "layers": [{k: v for k, v in m.items() if k != "tensors"} for m in found[:200]],
+                },
             )

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..model.modules import ROLES
 from ..model.tensors import TensorInfo

@@ -4,8 +4,9 @@ existing commands. Modules: profiles (data views), facts (checkpoint facts), pla
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import UsageError
 from ..report.model import Report
@@ -14,7 +15,15 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 from .profiles import ServeHardware, ServeRuntime, runtime_for_image, serve_hardware, serve_runtime
 
-__all__ = ["CheckServeResult", "PlannedFlag", "ServePlan", "check_serve", "planned_command", "serve_flags", "serve_verdict"]
+__all__ = [
+    "CheckServeResult",
+    "PlannedFlag",
+    "ServePlan",
+    "check_serve",
+    "planned_command",
+    "serve_flags",
+    "serve_verdict",
+]
 
 
 def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, ServeHardware | None]:
@@ -56,8 +65,15 @@ def serve_flags(
     drafter = _inputs.target(drafter, "drafter") if drafter is not None else None
     max_model_len = _inputs.positive_int(max_model_len, "max_model_len")
     rt, hw = _profiles(_inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware"))
-    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
-                       revision=revision, progress=progress)
+    analysis = analyze(
+        target,
+        runtime=rt.id,
+        hardware_ids=_hardware_ids(hw),
+        headers_only=headers_only,
+        deep=deep,
+        revision=revision,
+        progress=progress,
+    )
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
     if container:
@@ -79,11 +95,12 @@ def serve_flags(
 
     planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
     fitted = fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
-    return replace(fitted, findings=serve_verdict(analysis, planned_command(fitted), rt, hw, fitted,
-                                                  drafter_path=drafter))
+    return replace(
+        fitted, findings=serve_verdict(analysis, planned_command(fitted), rt, hw, fitted, drafter_path=drafter)
+    )
 
 
-def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
+def planned_command(the_plan: ServePlan):
     """The plan's own command (environment included) as check-serve parses it."""
     from .parser import parse_command
 
@@ -91,8 +108,9 @@ def planned_command(the_plan: ServePlan):  # noqa: ANN201 - ParsedCommand
     return parse_command((["env", *env] if env else []) + list(the_plan.argv), the_plan.runtime)
 
 
-def serve_verdict(analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None,  # noqa: ANN001
-                  the_plan: ServePlan, *, drafter_path: str | None = None) -> tuple[Finding, ...]:
+def serve_verdict(
+    analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None, the_plan: ServePlan, *, drafter_path: str | None = None
+) -> tuple[Finding, ...]:
     """The one verdict of serving a checkpoint with a command: doctor's findings on the checkpoint (same analysis,
     same severities), then check-serve's findings on the command (its flags and environment, and whether its
     settings fit the GPU's memory). serve-flags judges its own planned command with it, check-serve the user's, so
@@ -100,8 +118,11 @@ def serve_verdict(analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None,  # 
     from .linter import lint
     from .memory import memory_findings
 
-    return (*analysis.report.findings, *lint(cmd, rt, hw, the_plan.facts, the_plan),
-            *memory_findings(cmd, rt, hw, analysis, drafter_path))
+    return (
+        *analysis.report.findings,
+        *lint(cmd, rt, hw, the_plan.facts, the_plan),
+        *memory_findings(cmd, rt, hw, analysis, drafter_path),
+    )
 
 
 @dataclass(frozen=True)
@@ -148,20 +169,41 @@ def check_serve(
             rt = by_image
     rt, hw = _profiles(rt.id, hardware)
     cmd = parse_command(words, rt)
-    analysis = analyze(target, runtime=rt.id, hardware_ids=_hardware_ids(hw), headers_only=headers_only, deep=deep,
-                       revision=revision, progress=progress)
-    in_container = cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(
-        cmd.model)
+    analysis = analyze(
+        target,
+        runtime=rt.id,
+        hardware_ids=_hardware_ids(hw),
+        headers_only=headers_only,
+        deep=deep,
+        revision=revision,
+        progress=progress,
+    )
+    in_container = (
+        cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(cmd.model)
+    )
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
     spec_drafter, method = _speculative_of(cmd, rt)
-    options = PlanOptions(model_path=cmd.model or (MODEL_MOUNT if in_container else target),
-                          drafter_path=spec_drafter, speculative_method=method)
+    options = PlanOptions(
+        model_path=cmd.model or (MODEL_MOUNT if in_container else target),
+        drafter_path=spec_drafter,
+        speculative_method=method,
+    )
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
     findings = serve_verdict(analysis, cmd, rt, hw, the_plan, drafter_path=spec_drafter)
-    report = Report(target=analysis.report.target, checkpoint=dict(analysis.report.checkpoint), findings=findings,
-                    skipped=analysis.report.skipped, suppressed=analysis.report.suppressed,
-                    extra={"runtime": rt.id, "hardware": hw.id if hw else None, "command": list(words),
-                           "suggested_argv": list(the_plan.argv)}, command="check-serve")
+    report = Report(
+        target=analysis.report.target,
+        checkpoint=dict(analysis.report.checkpoint),
+        findings=findings,
+        skipped=analysis.report.skipped,
+        suppressed=analysis.report.suppressed,
+        extra={
+            "runtime": rt.id,
+            "hardware": hw.id if hw else None,
+            "command": list(words),
+            "suggested_argv": list(the_plan.argv),
+        },
+        command="check-serve",
+    )
     return CheckServeResult(report, replace(the_plan, findings=findings))
 
 
@@ -176,7 +218,7 @@ def _image_of(words: Sequence[str]) -> str | None:
         return None
 
 
-def _speculative_of(cmd, rt: ServeRuntime) -> tuple[str | None, str | None]:  # noqa: ANN001 - ParsedCommand
+def _speculative_of(cmd, rt: ServeRuntime) -> tuple[str | None, str | None]:
     """(drafter path, canonical method) of the command's speculative config, for the reference plan."""
     import json
 

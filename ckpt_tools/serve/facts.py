@@ -4,8 +4,9 @@ a vision tower is present and loadable, the NVFP4 activation mode, and (for a dr
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
@@ -13,8 +14,17 @@ from .profiles import ServeRuntime, drafter_kinds
 
 # vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key (0.33.0 wheel): the smallest of
 # these keys of the text config wins.
-MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 # vllm/config/model.py _get_and_verify_max_len: these RoPE types already include their factor.
 ROPE_TYPES_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
@@ -76,8 +86,11 @@ def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
     vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
     vision_bad = any(
-        any(step.get("to", "").startswith(prefix) for step in f.details.get("rename", ())
-            for prefix in ("model.visual", "visual"))
+        any(
+            step.get("to", "").startswith(prefix)
+            for step in f.details.get("rename", ())
+            for prefix in ("model.visual", "visual")
+        )
         or any("visual" in t or "vision" in t for t in f.tensors)
         for f in misnested
     )

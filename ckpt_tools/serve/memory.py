@@ -4,8 +4,8 @@ and check-serve rates a command whose settings cannot fit as an error with the l
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from ..errors import CkptError
 from ..pipeline import Analysis
@@ -16,8 +16,10 @@ from .parser import ParsedCommand
 from .planner import PlannedFlag, ServePlan
 from .profiles import ServeHardware, ServeRuntime, check
 
-PLAN_SOURCE = ("ckpt plan (rules/memory.toml: vllm/v1/kv_cache_interface.py and vllm/v1/core/kv_cache_planning.py "
-               "check_enough_kv_cache_memory, 0.33.0)")
+PLAN_SOURCE = (
+    "ckpt plan (rules/memory.toml: vllm/v1/kv_cache_interface.py and vllm/v1/core/kv_cache_planning.py "
+    "check_enough_kv_cache_memory, 0.33.0)"
+)
 
 
 def _flag(plan: ServePlan, name: str) -> str | None:
@@ -31,11 +33,14 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
         return sp
     util = _flag(sp, "--gpu-memory-utilization")
     batched = _flag(sp, "--max-num-batched-tokens")
-    settings = Settings(hardware=sp.hardware.id, max_model_len=asked_len,
-                        gpu_memory_utilization=float(util) if util else None,
-                        max_num_batched_tokens=int(batched) if batched else None,
-                        prefix_caching=any(f.flag == "--enable-prefix-caching" for f in sp.flags),
-                        runtime=sp.runtime.id)
+    settings = Settings(
+        hardware=sp.hardware.id,
+        max_model_len=asked_len,
+        gpu_memory_utilization=float(util) if util else None,
+        max_num_batched_tokens=int(batched) if batched else None,
+        prefix_caching=any(f.flag == "--enable-prefix-caching" for f in sp.flags),
+        runtime=sp.runtime.id,
+    )
     try:
         mem = plan_for(analysis, settings, drafter_analysis=drafter)
     except CkptError as exc:
@@ -51,10 +56,13 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
         for i, f in enumerate(flags):
             if f.flag == "--max-model-len" and f.value is not None and a.max_model_len < int(f.value):
                 flags[i] = PlannedFlag(
-                    "--max-model-len", str(a.max_model_len),
+                    "--max-model-len",
+                    str(a.max_model_len),
                     f"the largest context that fits one sequence on {mem.hardware_name} (the checkpoint's is "
                     f"{int(f.value):,}): weights {size(mem.weights.per_device_bytes)}, KV budget "
-                    f"{size(mem.kv_budget_bytes)}, {mem.token_bytes_per_device * mem.tp:,} B per token", PLAN_SOURCE)
+                    f"{size(mem.kv_budget_bytes)}, {mem.token_bytes_per_device * mem.tp:,} B per token",
+                    PLAN_SOURCE,
+                )
     warnings = (*sp.warnings, blocked) if blocked else sp.warnings
     return replace(sp, flags=tuple(flags), memory=mem, blocked=blocked, warnings=warnings)
 
@@ -80,19 +88,24 @@ def _float(cmd: ParsedCommand, name: str) -> float | None:
         return None
 
 
-def memory_findings(cmd: ParsedCommand, rt: ServeRuntime, hw: ServeHardware | None, analysis: Analysis,
-                    drafter_path: str | None) -> Iterable[Finding]:
+def memory_findings(
+    cmd: ParsedCommand, rt: ServeRuntime, hw: ServeHardware | None, analysis: Analysis, drafter_path: str | None
+) -> Iterable[Finding]:
     """`memory-does-not-fit` when the command's --max-model-len x --max-num-seqs cannot fit the KV budget."""
     if hw is None:
         return
     kv = cmd.last("--kv-cache-dtype")
     settings = Settings(
-        hardware=hw.id, tensor_parallel_size=_int(cmd, "--tensor-parallel-size") or 1,
+        hardware=hw.id,
+        tensor_parallel_size=_int(cmd, "--tensor-parallel-size") or 1,
         kv_cache_dtype=kv.value if kv is not None and kv.value else None,
-        max_model_len=_int(cmd, "--max-model-len"), max_num_seqs=_int(cmd, "--max-num-seqs"),
+        max_model_len=_int(cmd, "--max-model-len"),
+        max_num_seqs=_int(cmd, "--max-num-seqs"),
         gpu_memory_utilization=_float(cmd, "--gpu-memory-utilization"),
         max_num_batched_tokens=_int(cmd, "--max-num-batched-tokens"),
-        prefix_caching=cmd.last("--enable-prefix-caching") is not None, runtime=rt.id)
+        prefix_caching=cmd.last("--enable-prefix-caching") is not None,
+        runtime=rt.id,
+    )
     drafter = None
     if drafter_path and os.path.isdir(drafter_path):
         from ..pipeline import analyze
@@ -127,9 +140,11 @@ def _memory_reason(mem: MemoryPlan) -> str:
 def _finding(mem: MemoryPlan, reason: str) -> Finding:
     a, s = mem.answers, mem.settings
     length = s.max_model_len or mem.context
-    numbers = (f"weights {size(mem.weights.per_device_bytes)} + reserve {size(mem.reserve.bytes)} of "
-               f"{size(mem.usable_bytes)} usable leave {size(mem.kv_budget_bytes)} for the KV cache; one "
-               f"{length:,}-token sequence needs {size(mem.request_bytes(min(length, mem.context)))}")
+    numbers = (
+        f"weights {size(mem.weights.per_device_bytes)} + reserve {size(mem.reserve.bytes)} of "
+        f"{size(mem.usable_bytes)} usable leave {size(mem.kv_budget_bytes)} for the KV cache; one "
+        f"{length:,}-token sequence needs {size(mem.request_bytes(min(length, mem.context)))}"
+    )
     fixes = []
     if a.max_model_len == 0:
         fix = "a larger GPU, more --tensor-parallel-size, or a smaller checkpoint: nothing fits"
@@ -144,8 +159,18 @@ def _finding(mem: MemoryPlan, reason: str) -> Finding:
             fixes.append(f"--max-model-len {a.max_model_len}")
         fix = " or ".join(fixes) if fixes else f"--max-model-len {a.max_model_len}"
     c = check("memory-does-not-fit")
-    return Finding(code=c.code, slug=c.slug, severity=c.severity, message=f"the settings do not fit on "
-                   f"{mem.hardware_name}: {reason} ({numbers})", count=1, fix=fix,
-                   details={"max_model_len": a.max_model_len, "max_num_seqs": a.max_num_seqs,
-                            "kv_budget_bytes": mem.kv_budget_bytes, "weights_bytes": mem.weights.per_device_bytes,
-                            "bytes_per_token": mem.token_bytes_per_device * mem.tp})
+    return Finding(
+        code=c.code,
+        slug=c.slug,
+        severity=c.severity,
+        message=f"the settings do not fit on {mem.hardware_name}: {reason} ({numbers})",
+        count=1,
+        fix=fix,
+        details={
+            "max_model_len": a.max_model_len,
+            "max_num_seqs": a.max_num_seqs,
+            "kv_budget_bytes": mem.kv_budget_bytes,
+            "weights_bytes": mem.weights.per_device_bytes,
+            "bytes_per_token": mem.token_bytes_per_device * mem.tp,
+        },
+    )

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import UsageError
 from .profiles import FlagInfo, ServeRuntime, docker_value_options
@@ -91,8 +92,15 @@ def parse_command(words: Sequence[str], rt: ServeRuntime) -> ParsedCommand:
     return _serve(rest, rt, env, kind="vllm")
 
 
-def _serve(argv: list[str], rt: ServeRuntime, env: dict[str, str | None], *, kind: str,
-           image: str | None = None, mounts: tuple[tuple[str, str], ...] = ()) -> ParsedCommand:
+def _serve(
+    argv: list[str],
+    rt: ServeRuntime,
+    env: dict[str, str | None],
+    *,
+    kind: str,
+    image: str | None = None,
+    mounts: tuple[tuple[str, str], ...] = (),
+) -> ParsedCommand:
     if argv and argv[0] == "exec":
         argv = argv[1:]
     if argv[:2] == ["vllm", "serve"]:
@@ -104,8 +112,10 @@ def _serve(argv: list[str], rt: ServeRuntime, env: dict[str, str | None], *, kin
     elif kind == "docker":
         args = argv  # the upstream image's entrypoint is already `vllm serve`
     else:
-        raise UsageError("not a `vllm serve` or `docker run` command: it must start with `vllm serve`, "
-                         "`python -m vllm.entrypoints...` or `docker run`")
+        raise UsageError(
+            "not a `vllm serve` or `docker run` command: it must start with `vllm serve`, "
+            "`python -m vllm.entrypoints...` or `docker run`"
+        )
     flags, model, problems = _options(args, rt)
     return ParsedCommand(kind, model, tuple(flags), env, image, mounts, tuple(problems))
 
@@ -174,7 +184,7 @@ def _docker(args: list[str], rt: ServeRuntime, env: dict[str, str | None]) -> Pa
     while i < len(args) and args[i].startswith("-"):
         word = args[i]
         i += 1
-        name, value = (word.split("=", 1) if "=" in word else (word, None))
+        name, value = word.split("=", 1) if "=" in word else (word, None)
         if name in value_opts and value is None:
             if i >= len(args):
                 raise UsageError(f"docker option {name} has no value")
@@ -190,7 +200,7 @@ def _docker(args: list[str], rt: ServeRuntime, env: dict[str, str | None]) -> Pa
             entrypoint = value
     if i >= len(args):
         raise UsageError("docker run command without an image")
-    image, rest = args[i], args[i + 1:]
+    image, rest = args[i], args[i + 1 :]
     if entrypoint in ("bash", "sh", "/bin/bash", "/bin/sh") and rest and rest[0] in ("-c", "-lc", "-ec"):
         rest = split_command([rest[1]]) if len(rest) > 1 else []
     elif entrypoint and entrypoint != "vllm" and not entrypoint.endswith("/vllm"):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+from ..detect.formats import format_for
 from ..errors import UsageError
 from ..knowledge import runtime_ids
-from ..detect.formats import format_for
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
@@ -124,11 +125,15 @@ class ServePlan:
             "drafter": dict(self.drafter) if self.drafter else None,
             "memory": self.memory.to_json() if self.memory is not None else None,
             "checkpoint": {
-                "producer": self.facts.producer, "quant_algo": self.facts.quant_algo,
-                "vllm_quantization": self.facts.vllm_quantization, "activation_mode": self.facts.activation_mode,
+                "producer": self.facts.producer,
+                "quant_algo": self.facts.quant_algo,
+                "vllm_quantization": self.facts.vllm_quantization,
+                "activation_mode": self.facts.activation_mode,
                 "nvfp4_kernel": self.nvfp4_kernel,
-                "architecture": self.facts.architecture, "max_model_len": self.facts.max_model_len,
-                "vision": self.facts.has_vision, "vision_loadable": self.facts.vision_loadable,
+                "architecture": self.facts.architecture,
+                "max_model_len": self.facts.max_model_len,
+                "vision": self.facts.has_vision,
+                "vision_loadable": self.facts.vision_loadable,
                 "kv_cache": self.facts.kv_cache,
             },
         }
@@ -175,14 +180,20 @@ def plan(
     # Refusals (the image not built for the GPU, a runtime or architecture that rejects the checkpoint) are findings
     # of the verdict (`serve_verdict`: check-serve's CS180 / checkpoint-rejected, doctor's CK312), not warnings here.
     blocked = None
-    refused_arch = next((f for f in analysis.report.findings
-                         if f.slug == "unsupported-architecture" and f.severity == "error"
-                         and f.details.get("architecture")), None)
+    refused_arch = next(
+        (
+            f
+            for f in analysis.report.findings
+            if f.slug == "unsupported-architecture" and f.severity == "error" and f.details.get("architecture")
+        ),
+        None,
+    )
     if refused_arch is not None and not facts.rejection:
         blocked = f"{rt.name} refuses this checkpoint: {refused_arch.message}"
     if facts.rejection:
         blocked = f"{rt.name} refuses this checkpoint: {facts.rejection}" + (
-            f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives else "")
+            f" Runtime profiles that load it: {', '.join(alternatives)}." if alternatives else ""
+        )
 
     for finding in analysis.report.findings:
         if finding.slug == "unsupported-architecture" and finding is not refused_arch:
@@ -190,9 +201,12 @@ def plan(
 
     _quantization(b, facts, rt)
     if options.served_model_name:
-        b.add("--served-model-name", options.served_model_name,
-              "clients request the model by this name, not by the path or mount it is loaded from",
-              "vllm/entrypoints/openai/cli_args.py, vLLM 0.33.0 (--served-model-name)")
+        b.add(
+            "--served-model-name",
+            options.served_model_name,
+            "clients request the model by this name, not by the path or mount it is loaded from",
+            "vllm/entrypoints/openai/cli_args.py, vLLM 0.33.0 (--served-model-name)",
+        )
     _max_model_len(b, facts, rt, options)
     _hardware_limits(b, hw, rt, options)
     fam = serving_family(facts.architecture, facts.model_type)
@@ -200,33 +214,58 @@ def plan(
     drafter_info = _speculative(b, facts, fam, rt, options, drafter)
     _kernel_notes(b, facts, hw)
     return ServePlan(
-        target=analysis.report.target, runtime=rt, hardware=hw, model_path=options.model_path,
-        flags=tuple(b.flags), env=b.env, warnings=tuple(b.warnings), facts=facts, drafter=drafter_info,
-        blocked=blocked, alternatives=alternatives, notes=tuple(b.notes),
+        target=analysis.report.target,
+        runtime=rt,
+        hardware=hw,
+        model_path=options.model_path,
+        flags=tuple(b.flags),
+        env=b.env,
+        warnings=tuple(b.warnings),
+        facts=facts,
+        drafter=drafter_info,
+        blocked=blocked,
+        alternatives=alternatives,
+        notes=tuple(b.notes),
     )
 
 
 def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
-    src = "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); " + rt.source_of("--quantization")
+    src = (
+        "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); "
+        + rt.source_of("--quantization")
+    )
     fmt = format_for(facts.producer)
     if facts.vllm_quantization and fmt is not None and fmt.id in fmt.override_from:
         # gptq / awq: the config class's override accepts the checkpoint's own name and turns it into the resolved
         # method; AutoAWQConfig has no override on a CPU platform, where only `awq` matches the checkpoint.
-        b.add("--quantization", fmt.id,
-              f"{fmt.name} checkpoint: vLLM resolves {facts.vllm_quantization} from --quantization {fmt.id} "
-              f"({fmt.config_class}.override_quantization_method), and `{fmt.id}` also matches the checkpoint where "
-              f"no override runs; stating it makes a wrong copy-paste fail loudly.", fmt.source)
+        b.add(
+            "--quantization",
+            fmt.id,
+            f"{fmt.name} checkpoint: vLLM resolves {facts.vllm_quantization} from --quantization {fmt.id} "
+            f"({fmt.config_class}.override_quantization_method), and `{fmt.id}` also matches the checkpoint where "
+            f"no override runs; stating it makes a wrong copy-paste fail loudly.",
+            fmt.source,
+        )
     elif facts.vllm_quantization:
-        b.add("--quantization", facts.vllm_quantization,
-              f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
-              f"{facts.vllm_quantization} from its config; stating it makes a wrong copy-paste fail loudly.".replace(
-                  "  ", " "), src)
+        b.add(
+            "--quantization",
+            facts.vllm_quantization,
+            f"{facts.producer} {facts.quant_algo or ''} checkpoint: vLLM resolves --quantization "
+            f"{facts.vllm_quantization} from its config; stating it makes a wrong copy-paste fail loudly.".replace(
+                "  ", " "
+            ),
+            src,
+        )
         deprecated = rt.data.get("quantization", {}).get("deprecated_methods", [])
         if facts.vllm_quantization in deprecated:
-            b.add("--allow-deprecated-quantization", None,
-                  f"--quantization {facts.vllm_quantization} is deprecated in {rt.name}: vLLM refuses to start "
-                  f"without this switch", "vllm/model_executor/layers/quantization/__init__.py "
-                  "DEPRECATED_QUANTIZATION_METHODS; vllm/config/model.py _verify_quantization (vLLM 0.33.0)")
+            b.add(
+                "--allow-deprecated-quantization",
+                None,
+                f"--quantization {facts.vllm_quantization} is deprecated in {rt.name}: vLLM refuses to start "
+                f"without this switch",
+                "vllm/model_executor/layers/quantization/__init__.py "
+                "DEPRECATED_QUANTIZATION_METHODS; vllm/config/model.py _verify_quantization (vLLM 0.33.0)",
+            )
     elif facts.producer == "none":
         b.notes.append("--quantization omitted: the checkpoint is not quantized")
     else:
@@ -235,8 +274,10 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
 
 def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, options: PlanOptions) -> None:
     derived = facts.max_model_len
-    src = ("vllm/config/model.py _get_and_verify_max_len, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.5); config.json "
-           + (facts.max_len_key or ""))
+    src = (
+        "vllm/config/model.py _get_and_verify_max_len, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.5); config.json "
+        + (facts.max_len_key or "")
+    )
     asked = options.max_model_len
     if asked is not None:
         if asked <= 0:
@@ -249,8 +290,12 @@ def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, option
                 b.env[env] = "1"
         b.add("--max-model-len", str(asked), "context length asked for with --max-model-len", src)
     elif derived is not None:
-        b.add("--max-model-len", str(derived),
-              f"the checkpoint's context ({facts.max_len_key}={derived}); explicit so a longer copy-paste fails", src)
+        b.add(
+            "--max-model-len",
+            str(derived),
+            f"the checkpoint's context ({facts.max_len_key}={derived}); explicit so a longer copy-paste fails",
+            src,
+        )
 
 
 def _hardware_limits(b: _Builder, hw: ServeHardware | None, rt: ServeRuntime, options: PlanOptions) -> None:
@@ -262,19 +307,28 @@ def _hardware_limits(b: _Builder, hw: ServeHardware | None, rt: ServeRuntime, op
     util = hw.get(key)
     if util is not None:
         default = rt.serve.get("gpu_memory_utilization_default")  # not every image profile records one
-        why = ("leaves unified memory to the sidecars sharing the GPU" if options.colocated else
-               f"{hw.id} shares its memory between CPU and GPU; above {hw.get('gpu_memory_utilization_max')} it "
-               f"page-thrashes" + (f" (the runtime's default is {default})" if default is not None else ""))
+        why = (
+            "leaves unified memory to the sidecars sharing the GPU"
+            if options.colocated
+            else f"{hw.id} shares its memory between CPU and GPU; above {hw.get('gpu_memory_utilization_max')} it "
+            f"page-thrashes" + (f" (the runtime's default is {default})" if default is not None else "")
+        )
         b.add("--gpu-memory-utilization", f"{util:.2f}", why, hw.source)
     elif options.colocated:
-        b.warnings.append(f"{hw.id} has no measured memory share for sidecars: set --gpu-memory-utilization to "
-                          f"(GPU memory - sidecar memory) / GPU memory yourself")
+        b.warnings.append(
+            f"{hw.id} has no measured memory share for sidecars: set --gpu-memory-utilization to "
+            f"(GPU memory - sidecar memory) / GPU memory yourself"
+        )
     tokens = hw.get("max_num_batched_tokens")
     if tokens is not None:
         ceiling = rt.serve.get("compile_range_max_batched_tokens")
-        b.add("--max-num-batched-tokens", str(tokens),
-              "stays inside the compiled range and frees activation memory; chunked prefill keeps the full context"
-              + (f" (compile-range ceiling {ceiling})" if ceiling else ""), hw.source)
+        b.add(
+            "--max-num-batched-tokens",
+            str(tokens),
+            "stays inside the compiled range and frees activation memory; chunked prefill keeps the full context"
+            + (f" (compile-range ceiling {ceiling})" if ceiling else ""),
+            hw.source,
+        )
 
 
 def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime) -> None:
@@ -283,19 +337,30 @@ def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, 
         return
     src = f"rules/serving.toml ({fam['id']}): {fam['source']}"
     if fam.get("prefix_caching"):
-        b.add("--enable-prefix-caching", None,
-              "hybrid attention family: prefix caching on, --mamba-block-size left for vLLM to derive", src)
+        b.add(
+            "--enable-prefix-caching",
+            None,
+            "hybrid attention family: prefix caching on, --mamba-block-size left for vLLM to derive",
+            src,
+        )
     limits = fam.get("mm_limits")
     if facts.has_vision and not facts.vision_loadable:
-        b.warnings.append("the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
-                          "at load and older releases serve '!!!!' for images; run `ckpt fix-prefix` first. No "
-                          "--limit-mm-per-prompt emitted.")
+        b.warnings.append(
+            "the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
+            "at load and older releases serve '!!!!' for images; run `ckpt fix-prefix` first. No "
+            "--limit-mm-per-prompt emitted."
+        )
     elif facts.vision_loadable and limits:
-        b.add("--limit-mm-per-prompt", json.dumps(dict(limits), separators=(",", ":")),
-              "vision tower present and loadable: the family's tuned image/video limits", src)
+        b.add(
+            "--limit-mm-per-prompt",
+            json.dumps(dict(limits), separators=(",", ":")),
+            "vision tower present and loadable: the family's tuned image/video limits",
+            src,
+        )
     elif facts.vision_loadable:
-        b.notes.append("vision tower present; no tuned limits for this family, vLLM's default (999 per modality) "
-                       "applies")
+        b.notes.append(
+            "vision tower present; no tuned limits for this family, vLLM's default (999 per modality) applies"
+        )
     if fam.get("reasoning_parser"):
         b.add("--reasoning-parser", fam["reasoning_parser"], "the family's reasoning format", src)
     if fam.get("tool_call_parser"):
@@ -303,16 +368,24 @@ def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, 
         b.add("--tool-call-parser", fam["tool_call_parser"], "the family's tool-call format", src)
 
 
-def _speculative(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime,
-                 options: PlanOptions, drafter: Analysis | None) -> dict[str, Any] | None:
+def _speculative(
+    b: _Builder,
+    facts: CheckpointFacts,
+    fam: Mapping[str, Any] | None,
+    rt: ServeRuntime,
+    options: PlanOptions,
+    drafter: Analysis | None,
+) -> dict[str, Any] | None:
     method = options.speculative_method
     if drafter is not None:
         detected = drafter_method(drafter, rt)
         if method is None:
             method = detected
         if method is None:
-            raise UsageError(f"cannot tell the speculative method of drafter {drafter.report.target} from its "
-                             f"config.json or folder name; pass --speculative-method")
+            raise UsageError(
+                f"cannot tell the speculative method of drafter {drafter.report.target} from its "
+                f"config.json or folder name; pass --speculative-method"
+            )
     elif method is None and facts.has_mtp and pairing(facts.architecture, "mtp"):
         method = "mtp"
     if method is None:
@@ -326,41 +399,57 @@ def _speculative(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | N
     config: dict[str, Any] = {"method": method}
     if options.drafter_path is not None and method not in ("mtp", "ngram", "ngram_gpu", "suffix"):
         config["model"] = options.drafter_path
-    src = f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair['source']}" if pair else "vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2)"
+    src = (
+        f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair['source']}"
+        if pair
+        else "vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2)"
+    )
     if pair:
         config["num_speculative_tokens"] = int(pair["num_speculative_tokens"])
     else:
         config["num_speculative_tokens"] = 1 if method == "mtp" else 4
-        b.warnings.append(f"no tuned num_speculative_tokens for {method} on {facts.architecture}: "
-                          f"{config['num_speculative_tokens']} is a starting point; measure acceptance")
+        b.warnings.append(
+            f"no tuned num_speculative_tokens for {method} on {facts.architecture}: "
+            f"{config['num_speculative_tokens']} is a starting point; measure acceptance"
+        )
     if method == "dflash":
         _dflash(b, facts, fam, rt, config)
-    b.add("--speculative-config", spec_json(config),
-          f"{method} speculative decoding" + (f" with the tuned {config['num_speculative_tokens']} draft tokens ("
-                                                f"{pair['drafter']})" if pair else ""), src)
+    b.add(
+        "--speculative-config",
+        spec_json(config),
+        f"{method} speculative decoding"
+        + (f" with the tuned {config['num_speculative_tokens']} draft tokens ({pair['drafter']})" if pair else ""),
+        src,
+    )
     info: dict[str, Any] = {"method": method, "path": options.drafter_path}
     if drafter is not None:
-        info.update(target=drafter.report.target, producer=drafter.detection.producer,
-                    architecture=drafter.checkpoint.architecture, rejection=drafter.detection.rejection)
+        info.update(
+            target=drafter.report.target,
+            producer=drafter.detection.producer,
+            architecture=drafter.checkpoint.architecture,
+            rejection=drafter.detection.rejection,
+        )
         if drafter.detection.rejection:
             b.warnings.append(f"the drafter is refused by {rt.name}: {drafter.detection.rejection}")
     return info
 
 
-def _dflash(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime,
-            config: dict[str, Any]) -> None:
+def _dflash(
+    b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime, config: dict[str, Any]
+) -> None:
     rules = rt.dflash
     if not rules:
         return
     src = f"rules/runtimes ({rt.id}) [speculative.dflash]: {rules['source']}"
     allowed = rules.get("kv_cache_dtypes", ["auto"])
     if facts.kv_cache and facts.kv_cache not in allowed and "auto" in allowed and len(allowed) == 1:
-        b.warnings.append(f"the checkpoint declares a {facts.kv_cache} KV cache, which `auto` selects; DFlash on "
-                          f"{rt.name} needs BF16 KV: expect 'No valid attention backend found' at start-up")
+        b.warnings.append(
+            f"the checkpoint declares a {facts.kv_cache} KV cache, which `auto` selects; DFlash on "
+            f"{rt.name} needs BF16 KV: expect 'No valid attention backend found' at start-up"
+        )
     target_backend = rules.get("target_attention_backend")
     if target_backend:
-        b.add("--attention-backend", target_backend, "the body backend DFlash's KV-sharing path is validated with",
-              src)
+        b.add("--attention-backend", target_backend, "the body backend DFlash's KV-sharing path is validated with", src)
     drafter_backend = (fam or {}).get("dflash_drafter_attention_backend") or rules.get("drafter_attention_backend")
     if drafter_backend and drafter_backend != "forbidden":
         # vLLM does not inherit the target's backend into the drafter.
@@ -371,17 +460,25 @@ def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: ServeHardware | None)
     if facts.activation_mode is None:
         return
     if facts.weight_only_nvfp4:
-        b.notes.append(f"{facts.activation_mode} NVFP4 (the config declares weight-only layers): vLLM auto-selects a "
-                       f"weight-only kernel (Marlin/Humming/CuTe-DSL W4A16); do not force a W4A4 backend "
-                       f"(flashinfer_cutlass, cutlass)")
+        b.notes.append(
+            f"{facts.activation_mode} NVFP4 (the config declares weight-only layers): vLLM auto-selects a "
+            f"weight-only kernel (Marlin/Humming/CuTe-DSL W4A16); do not force a W4A4 backend "
+            f"(flashinfer_cutlass, cutlass)"
+        )
     elif hw is not None and hw.profile.native_fp4:
-        b.notes.append(f"W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4 and auto-selects "
-                       f"{hw.profile.nvfp4_w4a4} on {hw.id}")
+        b.notes.append(
+            f"W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4 and auto-selects "
+            f"{hw.profile.nvfp4_w4a4} on {hw.id}"
+        )
     elif hw is None:
-        b.notes.append("W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
-                       "tensor cores (Hopper) it falls back to Marlin weight-only")
+        b.notes.append(
+            "W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
+            "tensor cores (Hopper) it falls back to Marlin weight-only"
+        )
     if hw is not None and not hw.profile.native_fp4:
         kernel = hw.profile.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
-        b.warnings.append(f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
-                          f"(activations stay 16-bit, input scales are unused)")
+        b.warnings.append(
+            f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
+            f"(activations stay 16-bit, input scales are unused)"
+        )
     b.notes.append("no --linear-backend / --moe-backend: auto-selection picks the native path for this checkpoint")

@@ -6,9 +6,10 @@ Code here only reads data (rules/README.md documents every key); it never hard-c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
-from typing import Any, Mapping
+from functools import cache, cached_property
+from typing import Any
 
 from ..knowledge import Hardware, Runtime, hardware, load_toml, runtime, runtime_ids
 
@@ -174,7 +175,7 @@ def serve_hardware(profile_id: str | None) -> ServeHardware | None:
 # ---- families, pairings, drafters (rules/serving.toml) --------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _serving() -> Mapping[str, Any]:
     return load_toml("serving.toml")
 
@@ -221,7 +222,7 @@ class Check:
     source: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def checks() -> tuple[Check, ...]:
     out = tuple(Check(**{k: c[k] for k in Check.__dataclass_fields__}) for c in load_toml("serve-checks.toml")["check"])
     codes = [c.code for c in out]
@@ -250,6 +251,8 @@ def require_hardware_fits(rt: ServeRuntime, hw: ServeHardware | None) -> str | N
     """Why the runtime cannot run on the hardware, or None."""
     if hw is None or not rt.hardware_ids or hw.id in rt.hardware_ids:
         return None
-    return (f"{rt.name} is built for {', '.join(rt.hardware_ids)} only, not {hw.id}: its CUDA kernels are compiled "
-            f"for those GPUs alone, so on {hw.id} vLLM stops at the first kernel launch ('no kernel image is available "
-            f"for execution on the device')")
+    return (
+        f"{rt.name} is built for {', '.join(rt.hardware_ids)} only, not {hw.id}: its CUDA kernels are compiled "
+        f"for those GPUs alone, so on {hw.id} vLLM stops at the first kernel launch ('no kernel image is available "
+        f"for execution on the device')"
+    )

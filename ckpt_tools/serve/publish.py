@@ -9,8 +9,11 @@ from pathlib import Path
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 CACHE_DIR = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
-GIT_REMOTE = re.compile(r"url\s*=\s*(?:https?://(?:[^@/]+@)?(?:huggingface\.co|hf\.co)/|git@hf\.co:)"
-                        r"(?:models/)?([\w.-]+/[\w.-]+?)(?:\.git)?/?\s*$", re.M)
+GIT_REMOTE = re.compile(
+    r"url\s*=\s*(?:https?://(?:[^@/]+@)?(?:huggingface\.co|hf\.co)/|git@hf\.co:)"
+    r"(?:models/)?([\w.-]+/[\w.-]+?)(?:\.git)?/?\s*$",
+    re.M,
+)
 MODEL_DIR_VAR = "MODEL_DIR"
 DRAFTER_DIR_VAR = "DRAFTER_DIR"
 

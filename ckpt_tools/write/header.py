@@ -4,15 +4,20 @@ first, padded with spaces so the data starts on an 8-byte boundary."""
 from __future__ import annotations
 
 import struct
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 
 from ..dtypes import byte_size
 
 
-def encode_header(entries: Mapping[str, Mapping[str, object]], metadata: Mapping[str, str] | None = None,
-                  *, min_length: int = 0, exact_length: int | None = None) -> bytes:
+def encode_header(
+    entries: Mapping[str, Mapping[str, object]],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    min_length: int = 0,
+    exact_length: int | None = None,
+) -> bytes:
     """Header bytes (without the 8-byte length), space-padded to a multiple of 8 and at least `min_length` long.
 
     With `exact_length`, padded to exactly that many bytes instead (an in-place rewrite keeps the old length, aligned
@@ -32,8 +37,9 @@ def encode_header(entries: Mapping[str, Mapping[str, object]], metadata: Mapping
     return raw + b" " * (length - len(raw))
 
 
-def build_file(tensors: Sequence[tuple[str, str, Sequence[int], bytes]],
-               metadata: Mapping[str, str] | None = None) -> bytes:
+def build_file(
+    tensors: Sequence[tuple[str, str, Sequence[int], bytes]], metadata: Mapping[str, str] | None = None
+) -> bytes:
     """A complete safetensors file from (name, dtype, shape, data) in the given on-disk order."""
     entries: dict[str, dict[str, object]] = {}
     offset = 0
