@@ -17,6 +17,9 @@ def inspect_command(
     tensors: str | None = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+    hardware: str | None = typer.Option(
+        None, "--hardware", help="Hardware profile(s) for the kernel column, comma-separated (default: the runtime's)."
+    ),
     revision: str | None = typer.Option(
         None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
     ),
@@ -39,7 +42,7 @@ def inspect_command(
         census[key] += 1
         census_bytes[key] += t.nbytes
     listed = [t for t in ckpt.tensors.values() if tensors and fnmatch.fnmatchcase(t.name, tensors)]
-    layers = _layer_table(det)
+    layers = _layer_table(det, _kernel_profiles(hardware, det.runtime))
     from ..plan import memory_figures
 
     memory = memory_figures(result)
@@ -96,6 +99,11 @@ def inspect_command(
     out += ["", *_memory_lines(memory), "", "schemes per layer (declared by the config -> on disk):"]
     for layer in layers:
         out.append(f"  {layer['layer']:<48} {layer['summary']}")
+        kernel = layer["kernel"]
+        if len(kernel) == 1:
+            out[-1] += f"  [kernel: {next(iter(kernel.values()))}]"
+        elif kernel:
+            out.append(" " * 51 + "kernel: " + "; ".join(f"{hw} {k}" for hw, k in kernel.items()))
     if tensors:
         out += ["", f"tensors matching {tensors!r}: {len(listed)}"]
         for t in listed:
@@ -127,15 +135,31 @@ def _memory_lines(memory: dict) -> list[str]:
     return out
 
 
-def _layer_table(det) -> list[dict]:
-    """Rows grouped by layer prefix (up to and including the layer index), with scheme counts."""
+def _kernel_profiles(hardware: str | None, runtime) -> tuple:
+    """The hardware profiles of the kernel column: `--hardware`, else the runtime's default, else every profile."""
+    from ..knowledge import hardware as profile
+    from ..knowledge import hardware_profiles
+
+    if hardware:
+        return tuple(profile(h) for h in hardware.split(",") if h.strip())
+    default = runtime.data.get("serve", {}).get("default_hardware")
+    return (profile(default),) if default else hardware_profiles()
+
+
+def _layer_table(det, profiles: tuple = ()) -> list[dict]:
+    """Rows grouped by layer prefix (up to and including the layer index), with scheme counts and, per hardware
+    profile, the kernel families vLLM picks for the layer's quantized modules (ckpt_tools/kernels.py)."""
     import re
 
+    from ..kernels import row_kernels
+
     groups: dict[str, Counter[str]] = {}
+    members: dict[str, list] = {}
     pattern = re.compile(r"^(.*?\.(?:layers|blocks|h)\.\d+)\.")
     for r in det.rows:
         m = pattern.match(r.name)
         layer = m.group(1) if m else r.name
+        members.setdefault(layer, []).append(r)
         label = (
             r.declared.label
             if r.declared == r.disk or (not r.disk.quantized and not r.declared.quantized)
@@ -147,6 +171,11 @@ def _layer_table(det) -> list[dict]:
         return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
     return [
-        {"layer": layer, "schemes": dict(c), "summary": ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items()))}
+        {
+            "layer": layer,
+            "schemes": dict(c),
+            "summary": ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())),
+            "kernel": row_kernels(det, members[layer], profiles),
+        }
         for layer, c in sorted(groups.items(), key=lambda kv: key(kv[0]))
     ]

@@ -1,0 +1,210 @@
+"""Which kernel family vLLM auto-selects for each quantized module on each hardware profile (rules/kernels.toml).
+
+One job: apply the selection table to a scheme, a layer kind (linear / fused MoE) and a GPU's compute capability.
+The kernel-selection rule (CK405), inspect's per-layer `kernel` field and the JSON report all ask `kernels_for`, so
+they cannot disagree. Schema: rules/README.md ("kernels.toml").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from .detect.resolve import Detection, ModuleRow
+from .detect.schemes import Scheme
+from .knowledge import Hardware, load_toml
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A condition on the GPU (and the config's group size) and the kernel family it selects."""
+
+    kernel: str | None  # None: the hardware profile's `hardware_key` names it
+    capabilities: frozenset[int] = frozenset()
+    min_capability: int | None = None
+    max_capability: int | None = None
+    group_sizes: frozenset[int] | None = None
+    fallback: str | None = None
+
+    def matches(self, cc: int, group_size: int | None) -> bool:
+        if self.capabilities and cc not in self.capabilities:
+            return False
+        if self.min_capability is not None and cc < self.min_capability:
+            return False
+        if self.max_capability is not None and cc > self.max_capability:
+            return False
+        # An unknown group size is given the benefit of the doubt: the fast kernel's other conditions decide.
+        return self.group_sizes is None or group_size is None or group_size in self.group_sizes
+
+
+@dataclass(frozen=True)
+class Selection:
+    id: str
+    scheme: str
+    layer: str
+    activations: frozenset[str] | None
+    details: frozenset[str] | None
+    hardware_key: str | None
+    no_kernel: str
+    source: str
+    picks: tuple[Pick, ...]
+
+    def covers(self, scheme: Scheme, layer: str) -> bool:
+        return (
+            scheme.kind == self.scheme
+            and layer == self.layer
+            and (self.activations is None or scheme.activation in self.activations)
+            and (self.details is None or scheme.detail in self.details)
+        )
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What vLLM runs one module with on one GPU: `family` None means no kernel (vLLM raises `no_kernel`);
+    `fallback` says why the family is a slow fallback for this checkpoint, else None."""
+
+    family: str | None
+    fallback: str | None
+    selection: str
+    source: str
+    no_kernel: str
+
+    @property
+    def label(self) -> str:
+        if self.family is None:
+            return "no kernel"
+        return f"{self.family} (slow fallback)" if self.fallback else self.family
+
+
+def _ints(values: Any) -> frozenset[int]:
+    return frozenset(int(v) for v in values or ())
+
+
+@cache
+def selections() -> tuple[Selection, ...]:
+    out = []
+    for s in load_toml("kernels.toml")["selection"]:
+        picks = tuple(
+            Pick(
+                kernel=p.get("kernel"),
+                capabilities=_ints(p.get("capabilities")),
+                min_capability=p.get("min_capability"),
+                max_capability=p.get("max_capability"),
+                group_sizes=_ints(p["group_sizes"]) if "group_sizes" in p else None,
+                fallback=p.get("fallback"),
+            )
+            for p in s.get("pick", ())
+        )
+        out.append(
+            Selection(
+                id=s["id"],
+                scheme=s["scheme"],
+                layer=s["layer"],
+                activations=frozenset(s["activations"]) if "activations" in s else None,
+                details=frozenset(s["details"]) if "details" in s else None,
+                hardware_key=s.get("hardware_key"),
+                no_kernel=s["no_kernel"],
+                source=s["source"],
+                picks=picks,
+            )
+        )
+    return tuple(out)
+
+
+def capability(hw: Hardware) -> int:
+    """A profile's compute capability as vLLM compares it: "12.1" -> 121."""
+    major, _, minor = str(hw.data["compute_capability"]).partition(".")
+    return int(major) * 10 + int(minor or 0)
+
+
+def layer_kind(module: str) -> str:
+    """`moe` for expert projections and fused expert banks (vLLM's FusedMoE), else `linear`."""
+    return "moe" if ".experts." in module or module.endswith(".experts") else "linear"
+
+
+def select(scheme: Scheme, layer: str, hw: Hardware, group_size: int | None = None) -> Kernel | None:
+    """The kernel family for one scheme and layer kind on one GPU; None when the table does not model the scheme."""
+    if not scheme.quantized:
+        return None
+    for sel in selections():
+        if not sel.covers(scheme, layer):
+            continue
+        cc = capability(hw)
+        for pick in sel.picks:
+            if pick.matches(cc, group_size):
+                family = pick.kernel if pick.kernel is not None else str(hw.data[sel.hardware_key or ""])
+                return Kernel(family, pick.fallback, sel.id, sel.source, sel.no_kernel)
+        return Kernel(None, None, sel.id, sel.source, sel.no_kernel)
+    return None
+
+
+def group_size(det: Detection, row: ModuleRow) -> int | None:
+    """The weight group size the config gives this module (compressed-tensors group, GPTQ / AWQ / AutoRound
+    top level), or None."""
+    data: Mapping[str, Any] = det.config.data or {}
+    groups = data.get("config_groups")
+    if isinstance(groups, dict) and row.group in groups:
+        weights = groups[row.group].get("weights") if isinstance(groups[row.group], dict) else None
+        value = weights.get("group_size") if isinstance(weights, dict) else None
+    else:
+        value = data.get("group_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class KernelUse:
+    """One (scheme, layer kind) class of modules and the kernel it gets on one GPU."""
+
+    hardware: str
+    scheme: str
+    layer: str
+    modules: int
+    kernel: Kernel
+
+
+def loads(det: Detection) -> bool:
+    """Whether vLLM builds kernels for this checkpoint at all: a method it resolves and no config-time refusal."""
+    return det.vllm_quantization is not None and not det.rejection
+
+
+def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]:
+    """Per profile, per (declared scheme, layer kind): the kernel vLLM builds, in a stable order; [] for a
+    checkpoint vLLM refuses."""
+    if not loads(det):
+        return []
+    classes: dict[tuple[Scheme, str, int | None], int] = {}
+    for r in det.rows:
+        if r.declared.quantized:
+            key = (r.declared, layer_kind(r.name), group_size(det, r))
+            classes[key] = classes.get(key, 0) + 1
+    out = []
+    for hw in profiles:
+        for (scheme, layer, gs), n in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0].label)):
+            k = select(scheme, layer, hw, gs)
+            if k is not None:
+                out.append(KernelUse(hw.id, scheme.label, layer, n, k))
+    return out
+
+
+def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Hardware]) -> dict[str, str]:
+    """Hardware id -> the kernel labels of these modules (one layer of inspect's table), joined; {} when none of
+    them is quantized with a modelled scheme or vLLM refuses the checkpoint."""
+    out: dict[str, str] = {}
+    if not loads(det):
+        return out
+    for hw in profiles:
+        by_kind: dict[str, list[str]] = {}
+        for r in rows:
+            kind = layer_kind(r.name)
+            k = select(r.declared, kind, hw, group_size(det, r))
+            if k is not None and k.label not in by_kind.get(kind, []):
+                by_kind.setdefault(kind, []).append(k.label)
+        if len(by_kind) == 1:
+            out[hw.id] = "; ".join(next(iter(by_kind.values())))
+        elif by_kind:
+            out[hw.id] = "; ".join(
+                f"{'experts' if kind == 'moe' else 'linear'}: {', '.join(by_kind[kind])}" for kind in sorted(by_kind)
+            )
+    return out

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..kernels import KernelUse, kernels_for
+from ..knowledge import hardware_profiles
+from .base import Context, Finding, Rule, register
+
+
+def _line(uses: list[KernelUse]) -> str:
+    parts = [
+        f"{u.modules} {u.scheme} {'expert' if u.layer == 'moe' else 'linear'} module(s) -> {u.kernel.label}"
+        for u in uses
+    ]
+    return ", ".join(parts)
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
+@register
+class KernelSelection(Rule):
+    """Which kernel family vLLM 0.33 picks for the checkpoint's quantized layers on each GPU, and where that is a slow
+    fallback.
+
+    What it catches
+    For every quantization scheme and layer kind (linear, fused MoE experts) of the checkpoint, the kernel family
+    vLLM 0.33 auto-selects on each hardware profile (`--hardware`, default: every profile in rules/hardware.toml),
+    from rules/kernels.toml: NVFP4 (CUTLASS / FlashInfer on capability 10.0 and up, Marlin / Humming weight-only
+    below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), MXFP4
+    (gpt-oss MoE backends, FlashInfer / Marlin linears), MXFP8, W8A8 int8, GPTQ / AWQ / compressed-tensors W4A16
+    (Machete on SM90, Marlin, Triton when the group size does not fit Marlin). A family is a slow fallback when it
+    drops what the checkpoint was made for: a W4A4 or W8A8 checkpoint on a weight-only kernel, or a generic kernel
+    because the group size does not fit the fast one.
+    - info: the kernel per profile (always, for a checkpoint vLLM loads).
+    - warning: `--hardware` was given and a chosen profile runs a slow fallback.
+    - error: `--hardware` was given and vLLM has no kernel for a layer on a chosen profile.
+    Weight-only NVFP4 by design is nvfp4-weight-only's (CK401) and is listed here without a warning; a checkpoint
+    vLLM refuses (unsupported-quant-algo and the like) gets no kernel line.
+
+    Why it matters
+    vLLM picks kernels by GPU capability (vllm/model_executor/kernels/linear/__init__.py and
+    vllm/model_executor/layers/fused_moe/oracle/*.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §4.1, §4.2, §4.4 -
+    §4.6)) and only logs the choice at startup. A W4A4 NVFP4 checkpoint on Hopper loads "fine" and runs through
+    Marlin with 16-bit activations: the memory saving stays, the FP4 speed-up and the activation calibration do not.
+
+    Anti-pattern
+    Shipping an NVFP4 W4A4 or MXFP8 checkpoint for Hopper, or a GPTQ export with a group size Marlin cannot run,
+    and expecting the speed quoted for Blackwell or Marlin.
+
+    Fix
+    Serve on a GPU whose native kernel the table names, or re-quantize for the target: FP8 (block or per-tensor) on
+    Hopper, NVFP4 on Blackwell, GPTQ / AWQ with group size 32, 64 or 128.
+    """
+
+    code = "CK405"
+    slug = "kernel-selection"
+    severity = "info"
+    title = "Kernel family per GPU"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        det = ctx.det
+        uses = kernels_for(det, ctx.hardware)
+        if not uses:
+            return
+        explicit = {h.id for h in ctx.hardware} != {h.id for h in hardware_profiles()}
+        by_hw: dict[str, list[KernelUse]] = {}
+        for u in uses:
+            by_hw.setdefault(u.hardware, []).append(u)
+        slow = [u for u in uses if u.kernel.fallback]
+        missing = [u for u in uses if u.kernel.family is None]
+        severity = "info"
+        if explicit and missing:
+            severity = "error"
+        elif explicit and slow:
+            severity = "warning"
+        text = "; ".join(f"{hw}: {_line(us)}" for hw, us in by_hw.items())
+        notes = []
+        if missing:
+            u = missing[0]
+            notes.append(f"on {u.hardware} vLLM has no kernel for the {u.scheme} layers ('{u.kernel.no_kernel}')")
+        if slow:
+            u = slow[0]
+            where = ", ".join(sorted({s.hardware for s in slow}))
+            notes.append(f"slow fallback on {where}: {u.kernel.fallback}")
+        yield self.finding(
+            f"Kernels vLLM {det.runtime.data.get('vllm_version', '')} picks: {text}."
+            + (" " + _sentence("; ".join(notes)) if notes else ""),
+            count=sum(u.modules for u in uses if u.hardware == uses[0].hardware),
+            severity=severity,
+            details={
+                "kernels": {
+                    hw: [
+                        {
+                            "scheme": u.scheme,
+                            "layer": u.layer,
+                            "modules": u.modules,
+                            "kernel": u.kernel.family,
+                            "fallback": u.kernel.fallback,
+                            "source": u.kernel.source,
+                        }
+                        for u in us
+                    ]
+                    for hw, us in by_hw.items()
+                }
+            },
+        )
