@@ -14,7 +14,7 @@ from typing import Any
 
 from .detect.resolve import Detection, ModuleRow
 from .detect.schemes import Scheme
-from .knowledge import Hardware, load_toml
+from .knowledge import Hardware, Runtime, hardware, hardware_profiles, load_toml
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class Selection:
             scheme.kind == self.scheme
             and layer == self.layer
             and (self.activations is None or scheme.activation in self.activations)
-            and (self.details is None or scheme.detail in self.details)
+            # A hostile config can put any JSON value in a scheme's detail: only strings match.
+            and (self.details is None or (isinstance(scheme.detail, str) and scheme.detail in self.details))
         )
 
 
@@ -113,6 +114,18 @@ def selections() -> tuple[Selection, ...]:
     return tuple(out)
 
 
+def table_version() -> str:
+    """The vLLM release whose selection rules/kernels.toml restates."""
+    return str(load_toml("kernels.toml")["vllm_version"])
+
+
+def default_profiles(runtime: Runtime) -> tuple[Hardware, ...]:
+    """The profiles kernels are named for when no `--hardware` is given: the runtime's default GPU (an image built
+    for one), else every profile."""
+    default = runtime.data.get("serve", {}).get("default_hardware")
+    return (hardware(default),) if default else hardware_profiles()
+
+
 def capability(hw: Hardware) -> int:
     """A profile's compute capability as vLLM compares it: "12.1" -> 121."""
     major, _, minor = str(hw.data["compute_capability"]).partition(".")
@@ -145,7 +158,7 @@ def group_size(det: Detection, row: ModuleRow) -> int | None:
     top level), or None."""
     data: Mapping[str, Any] = det.config.data or {}
     groups = data.get("config_groups")
-    if isinstance(groups, dict) and row.group in groups:
+    if isinstance(groups, dict) and isinstance(row.group, str) and row.group in groups:
         weights = groups[row.group].get("weights") if isinstance(groups[row.group], dict) else None
         value = weights.get("group_size") if isinstance(weights, dict) else None
     else:
@@ -174,17 +187,18 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     checkpoint vLLM refuses."""
     if not loads(det):
         return []
-    classes: dict[tuple[Scheme, str, int | None], int] = {}
+    # Keyed by label, not by Scheme: a hostile config's detail may be unhashable.
+    classes: dict[tuple[str, str, int | None], list] = {}
     for r in det.rows:
         if r.declared.quantized:
-            key = (r.declared, layer_kind(r.name), group_size(det, r))
-            classes[key] = classes.get(key, 0) + 1
+            key = (r.declared.label, layer_kind(r.name), group_size(det, r))
+            classes.setdefault(key, [r.declared, 0])[1] += 1
     out = []
     for hw in profiles:
-        for (scheme, layer, gs), n in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0].label)):
+        for (label, layer, gs), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             k = select(scheme, layer, hw, gs)
             if k is not None:
-                out.append(KernelUse(hw.id, scheme.label, layer, n, k))
+                out.append(KernelUse(hw.id, label, layer, n, k))
     return out
 
 

@@ -136,14 +136,13 @@ def _memory_lines(memory: dict) -> list[str]:
 
 
 def _kernel_profiles(hardware: str | None, runtime) -> tuple:
-    """The hardware profiles of the kernel column: `--hardware`, else the runtime's default, else every profile."""
+    """The hardware profiles of the kernel column: `--hardware`, else the runtime's default (as kernel-selection)."""
+    from ..kernels import default_profiles
     from ..knowledge import hardware as profile
-    from ..knowledge import hardware_profiles
 
     if hardware:
         return tuple(profile(h) for h in hardware.split(",") if h.strip())
-    default = runtime.data.get("serve", {}).get("default_hardware")
-    return (profile(default),) if default else hardware_profiles()
+    return default_profiles(runtime)
 
 
 def _layer_table(det, profiles: tuple = ()) -> list[dict]:

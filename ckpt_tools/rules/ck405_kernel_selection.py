@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..kernels import KernelUse, kernels_for
+from ..kernels import KernelUse, default_profiles, kernels_for, table_version
 from ..knowledge import hardware_profiles
-from .base import Context, Finding, Rule, register
+from .base import Context, Finding, Rule, module_files, register
 
 
 def _line(uses: list[KernelUse]) -> str:
@@ -26,7 +26,8 @@ class KernelSelection(Rule):
 
     What it catches
     For every quantization scheme and layer kind (linear, fused MoE experts) of the checkpoint, the kernel family
-    vLLM 0.33 auto-selects on each hardware profile (`--hardware`, default: every profile in rules/hardware.toml),
+    vLLM 0.33 auto-selects on each hardware profile (`--hardware`, else the runtime's default GPU, else every
+    profile in rules/hardware.toml),
     from rules/kernels.toml: NVFP4 (CUTLASS / FlashInfer on capability 10.0 and up, Marlin / Humming weight-only
     below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), MXFP4
     (gpt-oss MoE backends, FlashInfer / Marlin linears), MXFP8, W8A8 int8, GPTQ / AWQ / compressed-tensors W4A16
@@ -37,7 +38,8 @@ class KernelSelection(Rule):
     - warning: `--hardware` was given and a chosen profile runs a slow fallback.
     - error: `--hardware` was given and vLLM has no kernel for a layer on a chosen profile.
     Weight-only NVFP4 by design is nvfp4-weight-only's (CK401) and is listed here without a warning; a checkpoint
-    vLLM refuses (unsupported-quant-algo and the like) gets no kernel line.
+    vLLM refuses (unsupported-quant-algo and the like) or cannot read (a shard that is an LFS pointer or missing) gets
+    no kernel line.
 
     Why it matters
     vLLM picks kernels by GPU capability (vllm/model_executor/kernels/linear/__init__.py and
@@ -61,10 +63,12 @@ class KernelSelection(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         det = ctx.det
-        uses = kernels_for(det, ctx.hardware)
+        if ctx.ckpt.unavailable_tensors:
+            return  # a shard cannot be read (an LFS pointer, a missing file): nothing loads, that finding says why
+        explicit = {h.id for h in ctx.hardware} != {h.id for h in hardware_profiles()}
+        uses = kernels_for(det, ctx.hardware if explicit else default_profiles(det.runtime))
         if not uses:
             return
-        explicit = {h.id for h in ctx.hardware} != {h.id for h in hardware_profiles()}
         by_hw: dict[str, list[KernelUse]] = {}
         for u in uses:
             by_hw.setdefault(u.hardware, []).append(u)
@@ -85,8 +89,9 @@ class KernelSelection(Rule):
             where = ", ".join(sorted({s.hardware for s in slow}))
             notes.append(f"slow fallback on {where}: {u.kernel.fallback}")
         yield self.finding(
-            f"Kernels vLLM {det.runtime.data.get('vllm_version', '')} picks: {text}."
+            f"Kernels vLLM {table_version()} picks: {text}."
             + (" " + _sentence("; ".join(notes)) if notes else ""),
+            files=module_files(ctx.ckpt, [r.name for r in det.rows if r.declared.quantized]),
             count=sum(u.modules for u in uses if u.hardware == uses[0].hardware),
             severity=severity,
             details={
