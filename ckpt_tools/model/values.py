@@ -236,8 +236,8 @@ _ZERO_RUN = re.compile(b"\x00+")
 
 
 @cache
-def _zero_rows_pattern(length: int) -> re.Pattern[bytes]:
-    return re.compile(b"\x00{%d,}" % length)
+def _zero_run(length: int) -> bytes:
+    return bytes(length)
 
 
 class ZeroChannels:
@@ -266,35 +266,71 @@ class ZeroChannels:
             self._close(self.open, base)
             self.open = None
 
-    def zeros(self, mask: bytes, base: int) -> None:
-        """The zero mask of the piece starting at element `base`."""
+    def zeros(self, data: bytes, base: int, count: int | None = None, table: bytes | None = None) -> None:
+        """A piece starting at element `base` that holds `count` zeros (None: unknown): `data` is its zero mask
+        (0x00 zero, 0x01 not), or, with `table`, its 8-bit codes and the translate table that makes that mask. Only
+        the parts that can hold a whole zero row are translated: the piece's edges when they are zero, and the rows
+        whose first element is."""
         if self.kind == "columns":
-            self._columns(mask, base)
+            self._columns(data.translate(table) if table is not None else data, base)
             return
-        n = len(mask)
-        lead = n - len(mask.lstrip(b"\0"))
-        if lead == n:
-            if self.open is None:
-                self.open = base
-            return
+        n = len(data)
+        mask = None
+        if (data[0] if table is None else table[data[0]]) == 0 or (data[-1] if table is None else table[data[-1]]) == 0:
+            mask = data.translate(table) if table is not None else data  # a run touches an edge: rare
+            lead = mask.find(b"\x01")
+            if lead < 0:
+                if self.open is None:
+                    self.open = base
+                return
+            end = mask.rfind(b"\x01") + 1
+        else:
+            lead, end = 0, n
         start = 0
         if self.open is not None:
             self._close(self.open, base + lead)
             self.open, start = None, lead
-        end = len(mask.rstrip(b"\0"))
-        # Only runs at least one row long can hold a whole row: the regex skips the others at C speed.
-        for m in _zero_rows_pattern(self.size).finditer(mask, start, end):
-            self._close(base + m.start(), base + m.end())
+        if count is None or count >= self.size:  # fewer zeros than a row: no row lies inside [start, end)
+            self._inside(data, table, base, start, end)
         if end < n:
             self.open = base + end
+
+    def _inside(self, data: bytes, table: bytes | None, base: int, start: int, end: int) -> None:
+        """Count the zero rows lying wholly in [start, end) of the piece, which begins and ends with a nonzero
+        element (or at the piece's edge): only rows whose first element is zero are compared, found in a strided
+        slice."""
+        width = self.size
+        r0, r1 = -(-(base + start) // width), (base + end) // width
+        if r1 <= r0:
+            return
+        o0 = r0 * width - base
+        starts = data[o0 : o0 + (r1 - r0) * width : width]  # each row's first element
+        if table is not None:
+            starts = starts.translate(table)
+        if width == 1:
+            zeros = starts.count(b"\x00")
+            if zeros:
+                self._found(zeros, r0 + starts.find(b"\x00"))
+            return
+        needle = _zero_run(width)
+        k = starts.find(b"\x00")
+        while k >= 0:
+            off = o0 + k * width
+            row = data[off : off + width]
+            if (row.translate(table) if table is not None else row) == needle:
+                self._found(1, r0 + k)
+            k = starts.find(b"\x00", k + 1)
+
+    def _found(self, rows: int, first: int) -> None:
+        self.rows += rows
+        if self.first is None:
+            self.first = first
 
     def _close(self, a: int, b: int) -> None:
         """Elements [a, b) are zero: count the rows inside."""
         first, last = -(-a // self.size), b // self.size
         if last > first:
-            self.rows += last - first
-            if self.first is None:
-                self.first = first
+            self._found(last - first, first)
 
     def _columns(self, mask: bytes, base: int) -> None:
         width = self.size
@@ -388,7 +424,7 @@ class Accumulator:
                 self._add_class(cls, n)
         if channels is not None:
             if counts[ZERO]:
-                channels.zeros(piece.translate(table.zero_mask), base)
+                channels.zeros(piece, base, counts[ZERO], table.zero_mask)
             else:
                 channels.clean(base)
 
@@ -443,7 +479,7 @@ class Accumulator:
             self._extend(min(finite), max(finite))
         if channels is not None:
             if zero:
-                channels.zeros(bytes(map(bool, values)), base)  # 0.0 and -0.0 -> 0x00, any other value -> 0x01
+                channels.zeros(bytes(map(bool, values)), base, zero)  # 0.0 and -0.0 -> 0x00, any other -> 0x01
             else:
                 channels.clean(base)
 
