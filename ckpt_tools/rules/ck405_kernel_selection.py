@@ -31,7 +31,7 @@ class KernelSelection(Rule):
     from rules/kernels.toml: NVFP4 (CUTLASS / FlashInfer on capability 10.0 and up, Marlin / Humming weight-only
     below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), MXFP4
     (gpt-oss MoE backends, FlashInfer / Marlin linears), MXFP8, W8A8 int8, GPTQ / AWQ / compressed-tensors W4A16
-    (Machete on SM90, Marlin, Triton when the group size does not fit Marlin). A family is a slow fallback when it
+    (Machete on SM90, Marlin, Humming when the group size does not fit Marlin). A family is a slow fallback when it
     drops what the checkpoint was made for: a W4A4 or W8A8 checkpoint on a weight-only kernel, or a generic kernel
     because the group size does not fit the fast one.
     - info: the kernel per profile (always, for a checkpoint vLLM loads).
