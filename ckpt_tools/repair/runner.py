@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import TargetError, UsageError
 from ..pipeline import Analysis, analyze, rejudge
 from ..report.model import Report
-from ..rules.base import Context, Finding
+from ..rules.base import Finding
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, recover, run_journaled
@@ -97,11 +97,6 @@ def step_summary(step: Step) -> dict[str, Any]:
 
 def report_summary(report: Report) -> dict[str, Any]:
     return {"summary": report.summary, "findings": [f"{f.code} {f.slug}" for f in report.sorted_findings()]}
-
-
-def context(analysis: Analysis, target: str) -> Context:
-    """The rule context of an analysis, for jobs that reuse a rule's own computation."""
-    return Context(ckpt=analysis.checkpoint, det=analysis.detection, hardware=(), target=target)
 
 
 def fixable_findings(analysis: Analysis, slug: str) -> list[Finding]:
