@@ -33,23 +33,31 @@ class Job:
     build: Callable[[Analysis, str], Plan]  # (analysis, target) -> plan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RepairResult:
+    """What one repair job did (or, on a dry run, would do) to one checkpoint, with doctor's verdicts around it."""
+
     job: str
     target: str
     plan: Plan
     steps: tuple[Step, ...]
-    dry_run: bool
-    applied: bool
-    bytes_written: int
-    seconds: float
-    copy_methods: tuple[str, ...]
-    recovered: str | None  # an interrupted repair completed before this one
-    before: Report
-    after: Report | None
+    before: Report  # doctor on the checkpoint as the job found it
+    dry_run: bool = False
+    applied: bool = False
+    bytes_written: int = 0
+    seconds: float = 0.0
+    copy_methods: tuple[str, ...] = ()
+    recovered: str | None = None  # an interrupted repair completed before this one
+    after: Report | None = None  # doctor after the job wrote (None: nothing was written)
     predicted: Report | None = None  # doctor on the planned headers, before anything is written
     forced: bool = False  # applied with --force although the prediction has more errors than before
     blocked: str | None = None  # dry run: why the repair itself could not run here (read-only files)
+
+    @property
+    def verdict(self) -> Report:
+        """Doctor's verdict on the checkpoint as this job leaves it: the after-check once written, the prediction on
+        a dry run, the verdict before when there was nothing to do."""
+        return self.after or self.predicted or self.before
 
     @property
     def worse(self) -> bool:
@@ -147,19 +155,13 @@ def run(
             except TargetError as exc:
                 blocked = str(exc)
         return RepairResult(
-            job.name,
-            target,
-            plan,
-            steps,
-            True,
-            False,
-            0,
-            0.0,
-            (),
-            None,
-            analysis.report,
-            None,
-            predicted,
+            job=job.name,
+            target=target,
+            plan=plan,
+            steps=steps,
+            before=analysis.report,
+            dry_run=True,
+            predicted=predicted,
             blocked=blocked,
         )
 
@@ -170,7 +172,7 @@ def run(
         plan, steps = _plan(analysis, job, target, local)
         if not steps:
             return RepairResult(
-                job.name, target, plan, steps, False, False, 0, 0.0, (), recovered, analysis.report, None
+                job=job.name, target=target, plan=plan, steps=steps, before=analysis.report, recovered=recovered
             )
         predicted = predict(analysis, plan, steps)
         if not force:
@@ -188,19 +190,18 @@ def run(
     )
     worse = predicted.summary["error"] > analysis.report.summary["error"]
     return RepairResult(
-        job.name,
-        target,
-        plan,
-        steps,
-        False,
-        True,
-        writer.written,
-        seconds,
-        tuple(sorted(writer.copied_with)),
-        recovered,
-        analysis.report,
-        after,
-        predicted,
+        job=job.name,
+        target=target,
+        plan=plan,
+        steps=steps,
+        before=analysis.report,
+        applied=True,
+        bytes_written=writer.written,
+        seconds=seconds,
+        copy_methods=tuple(sorted(writer.copied_with)),
+        recovered=recovered,
+        after=after,
+        predicted=predicted,
         forced=force and worse,
     )
 
