@@ -37,6 +37,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from .errors import UsageError
 from .read.source import Source
+from .report.model import SuppressedFinding
 from .rules.base import MAX_LISTED_TENSORS, Finding, find_rule
 
 CONFIG_LIMIT = 1024 * 1024
@@ -139,8 +140,8 @@ def load_suppressions(source: Source, cwd: Path | None = None) -> tuple[Suppress
 # ---- applying -----------------------------------------------------------------------------------------------------
 
 
-def _record(finding: Finding, s: Suppression, tensors: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _record(finding: Finding, s: Suppression, tensors: int) -> SuppressedFinding:
+    out: SuppressedFinding = {
         "code": finding.code,
         "slug": finding.slug,
         "severity": finding.severity,
@@ -176,10 +177,10 @@ def _narrow(finding: Finding, keep: Sequence[str], dropped: int, reason: str) ->
 
 def apply_suppressions(
     findings: Iterable[Finding], suppressions: Sequence[Suppression]
-) -> tuple[list[Finding], list[dict[str, Any]]]:
+) -> tuple[list[Finding], list[SuppressedFinding]]:
     """(findings that remain, records of what was suppressed and why)."""
     kept: list[Finding] = []
-    records: list[dict[str, Any]] = []
+    records: list[SuppressedFinding] = []
     for finding in findings:
         current: Finding | None = finding
         for s in suppressions:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..model.checkpoint import Checkpoint
 from ..pipeline import analyze
-from ..report.model import Report
+from ..report.model import Report, SkippedRule
 from ..rules.base import Finding, Rule, all_rules
 from ..rules.ck101_lfs_pointer import LfsPointer
 from ..rules.ck102_index_missing_shard import IndexMissingShard
@@ -88,7 +88,7 @@ def pointer_verdict(report: Report, ckpt: Checkpoint, folder: str) -> Report:
         kept.append(_pointer_finding(rule, state, group, len(ckpt.shard_files), hub_repo, generic, ckpt))
 
     reason = f"{len(names)} .safetensors file(s) are Git LFS pointers: the tensors they hold cannot be judged"
-    skipped = list(report.skipped)
+    skipped: list[SkippedRule] = list(report.skipped)
     already = {s["code"] for s in skipped}
     skipped += [
         {"code": r.code, "slug": r.slug, "reason": reason}

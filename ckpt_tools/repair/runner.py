@@ -188,7 +188,7 @@ def run(
     after = (
         analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
     )
-    worse = predicted.summary["error"] > analysis.report.summary["error"]
+    worse = predicted is not None and predicted.summary["error"] > analysis.report.summary["error"]
     return RepairResult(
         job=job.name,
         target=target,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
@@ -13,13 +13,38 @@ from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
 SCHEMA_VERSION = 1
 
 
+class SkippedRule(TypedDict):
+    """A rule that did not run, and why: an entry of `skipped_rules` in the JSON report."""
+
+    code: str
+    slug: str
+    reason: str
+
+
+class _Suppressed(TypedDict):
+    code: str
+    slug: str
+    severity: str
+    reason: str  # the suppression entry's reason
+    source: str  # the file the entry came from
+    message: str  # the finding's message
+
+
+class SuppressedFinding(_Suppressed, total=False):
+    """A finding (or some of its tensors) silenced by configuration: an entry of `suppressed` in the JSON report.
+    A `tensors` entry adds its globs and how many tensors they silenced."""
+
+    tensors_glob: list[str]
+    tensors: int
+
+
 @dataclass(frozen=True)
 class Report:
     target: str
     checkpoint: Mapping[str, Any]
     findings: tuple[Finding, ...]
-    skipped: tuple[Mapping[str, str], ...] = ()  # rules that did not run, and why
-    suppressed: tuple[Mapping[str, Any], ...] = ()  # findings silenced by configuration, with the reason
+    skipped: tuple[SkippedRule, ...] = ()  # rules that did not run, and why
+    suppressed: tuple[SuppressedFinding, ...] = ()  # findings silenced by configuration, with the reason
     extra: Mapping[str, Any] = field(default_factory=dict)
     command: str = "doctor"  # the ckpt subcommand that produced it, for headings
 
