@@ -22,6 +22,8 @@ _EXPORTS = {
     "analyze": ".pipeline",
     "doctor": ".pipeline",
     "Report": ".report.model",
+    "Inspection": ".report.inspection",
+    "inspect": ".report.inspection",
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -34,6 +36,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .errors import CkptError, TargetError, UsageError
     from .pipeline import Analysis, analyze, doctor
+    from .report.inspection import Inspection, inspect
     from .report.model import Report
     from .serve import CheckServeResult, ServePlan, check_serve, serve_flags
 
