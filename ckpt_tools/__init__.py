@@ -22,8 +22,8 @@ _EXPORTS = {
     "analyze": ".pipeline",
     "doctor": ".pipeline",
     "Report": ".report.model",
-    "Inspection": ".report.inspection",
-    "inspect": ".report.inspection",
+    "Inspection": ".census",
+    "inspect": ".census",
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -36,7 +36,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .errors import CkptError, TargetError, UsageError
     from .pipeline import Analysis, analyze, doctor
-    from .report.inspection import Inspection, inspect
+    from .census import Inspection, inspect
     from .report.model import Report
     from .serve import CheckServeResult, ServePlan, check_serve, serve_flags
 

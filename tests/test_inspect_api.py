@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 import ckpt_tools
+from ckpt_tools.census import CensusRow, Inspection, LayerRow
 from ckpt_tools.cli.main import app
 from ckpt_tools.errors import TargetError, UsageError
-from ckpt_tools.report.inspection import CensusRow, Inspection, LayerRow
 from tests.corrupt import GENUINE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ def inspect_command(
     ),
 ) -> None:
     """Census of a checkpoint: dtypes per component, the per-layer scheme table, and tensor listings."""
+    from ..census import inspection
     from ..pipeline import analyze
-    from ..report.inspection import inspection
 
     # A census of one shard is a fair question; its verdict lines describe that shard only.
     result = inspection(

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..detect.resolve import Detection, ModuleRow, component_lookup
-from ..model.checkpoint import Checkpoint
-from ..model.tensors import TensorInfo
-from .model import SCHEMA_VERSION
-from .text import checkpoint_lines, hub_lines, human_size
+from .detect.resolve import Detection, ModuleRow, component_lookup
+from .model.checkpoint import Checkpoint
+from .model.tensors import TensorInfo
+from .report.model import SCHEMA_VERSION
+from .report.text import checkpoint_lines, hub_lines, human_size
 
 if TYPE_CHECKING:
-    from ..pipeline import Analysis
+    from .pipeline import Analysis
 
 LAYER = re.compile(r"^(.*?\.(?:layers|blocks|h)\.\d+)\.")  # a layer prefix, up to and including the layer index
 
@@ -60,7 +60,7 @@ class Inspection:
 
     def to_dict(self) -> dict[str, Any]:
         """The `ckpt inspect --format json` object."""
-        from .. import __version__
+        from . import __version__
 
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -121,7 +121,7 @@ class Inspection:
 
 def inspection(analysis: Analysis, pattern: str | None = None) -> Inspection:
     """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing."""
-    from ..plan import memory_figures
+    from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
     hub = report.extra.get("hub")
@@ -149,8 +149,8 @@ def inspect(
     accepted (its census describes that shard). `tensors` is a glob over tensor names to list.
 
     Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect, as `doctor` does."""
-    from .. import _inputs
-    from ..pipeline import analyze
+    from . import _inputs
+    from .pipeline import analyze
 
     result = analyze(
         _inputs.target(path_or_repo, "path_or_repo"),
