@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypedDict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,11 +37,27 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from .errors import UsageError
 from .read.source import Source
-from .report.model import SuppressedFinding
 from .rules.base import MAX_LISTED_TENSORS, Finding, find_rule
 
 CONFIG_LIMIT = 1024 * 1024
 ENTRY_KEYS = frozenset({"rule", "tensors", "reason"})
+
+
+class _Suppressed(TypedDict):
+    code: str
+    slug: str
+    severity: str
+    reason: str  # the suppression entry's reason
+    source: str  # the file the entry came from
+    message: str  # the finding's message
+
+
+class SuppressedFinding(_Suppressed, total=False):
+    """A finding (or some of its tensors) silenced by configuration: an entry of `suppressed` in the JSON report.
+    A `tensors` entry adds its globs and how many tensors they silenced."""
+
+    tensors_glob: list[str]
+    tensors: int
 
 
 @dataclass(frozen=True)
@@ -132,8 +148,7 @@ def load_suppressions(source: Source, cwd: Path | None = None) -> tuple[Suppress
         found.append((here.read_bytes(), str(here), False))
     out: list[Suppression] = []
     for raw, label, top_level in found:
-        for entry in _entries(_parse(raw, label), label, top_level=top_level):
-            out.append(_entry(entry, label))
+        out.extend(_entry(entry, label) for entry in _entries(_parse(raw, label), label, top_level=top_level))
     return tuple(out)
 
 

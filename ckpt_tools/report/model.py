@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
+
+if TYPE_CHECKING:
+    from ..suppress import SuppressedFinding
 
 SCHEMA_VERSION = 1
 
@@ -19,23 +22,6 @@ class SkippedRule(TypedDict):
     code: str
     slug: str
     reason: str
-
-
-class _Suppressed(TypedDict):
-    code: str
-    slug: str
-    severity: str
-    reason: str  # the suppression entry's reason
-    source: str  # the file the entry came from
-    message: str  # the finding's message
-
-
-class SuppressedFinding(_Suppressed, total=False):
-    """A finding (or some of its tensors) silenced by configuration: an entry of `suppressed` in the JSON report.
-    A `tensors` entry adds its globs and how many tensors they silenced."""
-
-    tensors_glob: list[str]
-    tensors: int
 
 
 @dataclass(frozen=True)

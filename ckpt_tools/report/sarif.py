@@ -21,7 +21,8 @@ import orjson
 from .. import __version__
 from ..model.modules import ROLES
 from ..rules.base import Finding, Rule, all_rules
-from .model import Report, SuppressedFinding
+from ..suppress import SuppressedFinding
+from .model import Report
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFO_URI = "https://github.com/ckpt-tools/ckpt-tools"
