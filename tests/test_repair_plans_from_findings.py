@@ -77,6 +77,10 @@ def test_scrub_nan_refuses_a_plan_the_headers_do_not_match(tmp_path):
     edited = with_details(analysis, NanFp8Scale.slug, scales={SCALE: where})
     with pytest.raises(TargetError, match="where the header does not hold it"):
         scrub_nan.job().build(edited, str(folder))
+    # An encoding without NaN codes is refused, not guessed.
+    where = {**finding.details["scales"][SCALE], "encoding": "BF16"}
+    with pytest.raises(TargetError, match="BF16, which has no NaN byte"):
+        scrub_nan.job().build(with_details(analysis, NanFp8Scale.slug, scales={SCALE: where}), str(folder))
     # A count the bytes do not bear out is refused too (the file changed between the scan and the plan).
     recount = with_details(analysis, NanFp8Scale.slug, nan_bytes={SCALE: 3})
     with pytest.raises(TargetError, match="3 NaN byte"):

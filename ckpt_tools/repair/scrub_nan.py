@@ -83,7 +83,10 @@ def flagged_scales(ckpt: Checkpoint, findings: Sequence[Finding], target: str) -
                     f"{target}: the nan-fp8-scale finding names `{name}` where the header does not hold it; "
                     f"nothing was changed (run the command again)"
                 )
-            out[name] = Flagged(t, str(where["encoding"]), int(count))
+            encoding = str(where.get("encoding"))
+            if encoding not in NAN_BYTES:
+                raise TargetError(f"{target}: `{name}` is {encoding}, which has no NaN byte scrub-nan knows")
+            out[name] = Flagged(t, encoding, int(count))
     return [out[name] for name in sorted(out)]
 
 
