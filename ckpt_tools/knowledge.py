@@ -242,13 +242,13 @@ def markers() -> Mapping[str, tuple[str, ...]]:
 
 def family_for(architecture: str | None, model_type: str | None) -> Family:
     data = load_toml("architectures.toml")["family"]
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if architecture and architecture in raw.get("architectures", []):
             return fam
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if model_type and model_type in raw.get("model_types", []):
             return fam
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if raw.get("fallback"):
             return fam
     raise LookupError("rules/architectures.toml has no fallback family")

@@ -336,7 +336,7 @@ def _scheme_counts(det: Detection) -> dict[str, int]:
     # scheme's detail), then label each distinct one once.
     declared = list(map(attrgetter("declared"), det.rows))
     by_id = Counter(map(id, declared))
-    scheme_of = dict(zip(map(id, declared), declared))
+    scheme_of = dict(zip(map(id, declared), declared, strict=True))
     counts: Counter[str] = Counter()
     for key, n in by_id.items():
         counts[scheme_of[key].label] += n

@@ -84,7 +84,7 @@ def scale_moe_fixture(src: Path, dest: Path, layers_per_shard: Sequence[int], ex
     names = [f"model-{i + 1:05d}-of-{len(layers_per_shard):05d}.safetensors" for i in range(len(layers_per_shard))]
     weight_map: dict[str, str] = {}
     total, next_layer = 0, 0
-    for i, (name, count) in enumerate(zip(names, layers_per_shard)):
+    for i, (name, count) in enumerate(zip(names, layers_per_shard, strict=True)):
         items = [t for l in range(next_layer, next_layer + count) for t in layer(l)]
         next_layer += count
         if i == 0:

@@ -84,7 +84,7 @@ def compare(name: str, folder: Path, kv: str) -> PlanRow:
     v_layers, c_layers = build.layers or [], list(cache.layers)
     if len(v_layers) != len(c_layers):
         diffs.append(f"layers: vLLM {len(v_layers)}, ckpt {len(c_layers)}")
-    for v, c in zip(v_layers, c_layers):
+    for v, c in zip(v_layers, c_layers, strict=False):
         kind = KIND_OF_SPEC.get(v.spec_class, v.spec_class)
         got = (
             c.kind,

@@ -167,7 +167,7 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
     ssm_dtype = ssm if isinstance(ssm, str) and facts.dtype_bytes(ssm) is not None else conv_dtype
     shapes = ((kernel - 1, conv_dim // tp), (nv // tp, dv, dk))
     dtypes = (conv_dtype, ssm_dtype)
-    state = sum(_prod(s) * int(facts.dtype_bytes(d) or 0) for s, d in zip(shapes, dtypes))
+    state = sum(_prod(s) * int(facts.dtype_bytes(d) or 0) for s, d in zip(shapes, dtypes, strict=True))
     return LayerCache(index=i, kind=GDN, state_bytes=state, state_shapes=shapes, state_dtypes=dtypes)
 
 

@@ -32,7 +32,7 @@ def load_checkpoint(source: Source) -> Checkpoint:
     # The index and the configs are independent small files: a remote source fetches them together.
     readers = {INDEX_NAME: read_index, **dict.fromkeys(CONFIG_NAMES, read_config)}
     present = [name for name in readers if name in sizes]
-    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
+    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present), strict=True))
     problems: list[Problem] = [problem for _, problem in loaded.values() if problem]
     index = loaded.get(INDEX_NAME, (None, None))[0]
     if not shard_files and index is None:

@@ -109,7 +109,7 @@ def _pending(fd: int, runs: tuple[Run, ...], file: str) -> list[Run]:
         cur = os.pread(fd, len(run.new), run.offset)
         if cur == run.new:
             continue
-        if len(cur) != len(run.new) or any(c != o and c != n for c, o, n in zip(cur, run.old, run.new)):
+        if len(cur) != len(run.new) or any(c != o and c != n for c, o, n in zip(cur, run.old, run.new, strict=True)):
             raise _changed(file, f"data at byte {run.offset:,}")
         todo.append(run)
     return todo

@@ -48,6 +48,12 @@ class Run:
     old: bytes
     new: bytes
 
+    def __post_init__(self) -> None:
+        # The executor compares the bytes on disk against old and new position by position; a run read back from a
+        # journal whose two sides differ in length is damaged (decode_journal reports the ValueError as such).
+        if len(self.old) != len(self.new):
+            raise ValueError(f"run at byte {self.offset}: {len(self.old)} old bytes but {len(self.new)} new ones")
+
 
 @dataclass(frozen=True)
 class HeaderStep:

@@ -122,7 +122,7 @@ def scan_add_arguments(path, kwargs_map_cls):
             expanded = []
             for s in star:
                 if isinstance(s, ast.Dict):
-                    expanded += [v for k, v in zip(s.keys, s.values) if k is None]
+                    expanded += [v for k, v in zip(s.keys, s.values, strict=True) if k is None]
                 elif isinstance(s, ast.Name) and s.id in var2sub:
                     expanded.append(var2sub[s.id])
                 else:
