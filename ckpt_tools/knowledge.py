@@ -217,22 +217,20 @@ class Family:
 @cache
 def families() -> tuple[Family, ...]:
     data = load_toml("architectures.toml")
-    out = []
-    for f in data["family"]:
-        out.append(
-            Family(
-                id=f["id"],
-                name=f["name"],
-                roots=tuple(
-                    Root(r["component"], tuple(r["prefixes"]), frozenset(r["children"]) if "children" in r else None)
-                    for r in f["roots"]
-                ),
-                vllm_prefix_map=tuple((a, b) for a, b in f.get("vllm_prefix_map", [])),
-                dropped_prefixes=tuple(f.get("dropped_prefixes", [])),
-                source=f["source"],
-            )
+    return tuple(
+        Family(
+            id=f["id"],
+            name=f["name"],
+            roots=tuple(
+                Root(r["component"], tuple(r["prefixes"]), frozenset(r["children"]) if "children" in r else None)
+                for r in f["roots"]
+            ),
+            vllm_prefix_map=tuple((a, b) for a, b in f.get("vllm_prefix_map", [])),
+            dropped_prefixes=tuple(f.get("dropped_prefixes", [])),
+            source=f["source"],
         )
-    return tuple(out)
+        for f in data["family"]
+    )
 
 
 @cache

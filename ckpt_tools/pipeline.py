@@ -65,10 +65,7 @@ def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
     def wanted(t: TensorInfo) -> bool:
         if value_dtype(t) not in STATS_DTYPES:
             return False
-        for ask in asks:
-            if ask(t):
-                return True
-        return False
+        return any(ask(t) for ask in asks)
 
     return wanted
 

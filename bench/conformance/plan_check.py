@@ -197,7 +197,7 @@ def section(rows: list[PlanRow]) -> list[str]:
     ]
     out += [f"| {r.case} | {r.kv_cache_dtype} | {r.status} | {r.text} |" for r in rows]
     diffs = [f"- **{r.case}** ({r.kv_cache_dtype}): {d}" for r in rows if r.status == "DIFF" for d in r.details]
-    return out + ["", *(diffs or ["No disagreement."]), ""]
+    return [*out, "", *(diffs or ["No disagreement."]), ""]
 
 
 def main() -> int:

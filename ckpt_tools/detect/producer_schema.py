@@ -67,12 +67,13 @@ def _modelopt(ckpt: Checkpoint) -> SchemaCheck | None:
             _version("nvidia-modelopt"),
             (f"hf_quant_config.json: ModelOpt cannot convert it: {type(exc).__name__}: {exc}",),
         )
-    errors = []
-    if isinstance(flat, dict):
-        for key in sorted(set(expected) | set(flat)):
-            if expected.get(key) != flat.get(key):
-                errors.append(
-                    f"config.json quantization_config.{key} differs from what ModelOpt derives from "
-                    f"hf_quant_config.json"
-                )
+    errors = (
+        [
+            f"config.json quantization_config.{key} differs from what ModelOpt derives from hf_quant_config.json"
+            for key in sorted(set(expected) | set(flat))
+            if expected.get(key) != flat.get(key)
+        ]
+        if isinstance(flat, dict)
+        else []
+    )
     return SchemaCheck("modelopt", _version("nvidia-modelopt"), tuple(errors))

@@ -10,6 +10,7 @@ original, fsynced, renamed over it, and the folder is fsynced.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
@@ -141,19 +142,20 @@ def prepare_rewrite(root: Folder, step: RewriteStep, writer: Writer, tag: str) -
     fd = root.open_file(step.file, os.O_RDONLY)
     try:
         st = os.fstat(fd)
-        if st.st_size == step.new_size and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix:
-            if not _pending(fd, step.runs, step.file):
-                root.remove_stale(step.tmp)  # renamed already; a leftover can only be a stale copy
-                return False
+        if (
+            st.st_size == step.new_size
+            and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix
+            and not _pending(fd, step.runs, step.file)
+        ):
+            root.remove_stale(step.tmp)  # renamed already; a leftover can only be a stale copy
+            return False
         if st.st_size != step.old_size or sha256(os.pread(fd, step.old_prefix_len, 0)) != step.old_prefix_sha256:
             raise _changed(step.file, "its header")
         out = root.create(step.tmp, st.st_mode & 0o7777)
         try:
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                try:
+                with contextlib.suppress(PermissionError):  # only root may give a file away; the copy is then ours
                     os.fchown(out, st.st_uid, st.st_gid)
-                except PermissionError:
-                    pass  # only root may give a file away; the copy is then ours
             writer.pwrite(out, step.new_prefix, 0)
             for k, (src, dst, length) in enumerate(step.copies):
                 writer.copy(fd, out, src, dst, length, crash=f"{tag}:copy" if k == 0 else None)

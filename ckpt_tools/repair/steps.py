@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import orjson
 
@@ -127,7 +127,7 @@ class IndexStep:
         return len(self.new)
 
 
-Step = Union[HeaderStep, PatchStep, RewriteStep, IndexStep]
+Step = HeaderStep | PatchStep | RewriteStep | IndexStep
 STEP_TYPES: dict[str, type] = {c.kind: c for c in (HeaderStep, PatchStep, RewriteStep, IndexStep)}
 
 

@@ -88,8 +88,7 @@ def render(report: Report, *, color: bool = False) -> str:
         by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
     for reason, rules in by_reason.items():
         out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
-    for s in report.suppressed:
-        out.append(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+    out.extend(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color) for s in report.suppressed)
     summary = data["summary"]
     if not findings:
         out.append(_paint("No findings.", "bold", color))

@@ -188,8 +188,7 @@ def _problems(
             )
         )
     extra = sorted(s for s in module.suffixes - known if s not in ("bias",))
-    for s in extra:
-        out.append((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`"))
+    out.extend((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`") for s in extra)
     return out
 
 

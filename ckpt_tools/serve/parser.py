@@ -142,7 +142,7 @@ def _options(args: list[str], rt: ServeRuntime) -> tuple[list[ParsedFlag], str |
                 value = word[3:] if word[2:3] == "=" else word[2:]
             flags.append(ParsedFlag(word, "--optimization-level", value, True))
             continue
-        spelled, value = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        spelled, value = [*word.split("=", 1), None][:2] if "=" in word else (word, None)
         base, _, path = spelled.partition(".") if spelled.startswith("-") and "." in spelled else (spelled, "", "")
         info, negated = rt.lookup(base)
         if info is None:
