@@ -20,6 +20,7 @@ from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
 from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
+from .read.local import LocalSource
 from .read.repair_state import pending_repair
 from .report.model import Report
 from .rules.base import Context, Finding, Rule, all_rules
@@ -133,7 +134,7 @@ def _analyze(
         _refuse_lone_shard(source)
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
-    if not source.is_remote:
+    if isinstance(source, LocalSource):
         # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
         ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
     run_values, silenced = value_rules(suppressions)

@@ -138,17 +138,11 @@ def _many(targets: list[str], **options) -> list:
             raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
 
     remote = [t for t in targets if not os.path.exists(t)]
-    with ThreadPoolExecutor(max_workers=min(8, len(remote))) if remote else _NoPool() as pool:
-        futures = {t: pool.submit(one, t) for t in remote} if remote else {}
+    if not remote:
+        return [one(t) for t in targets]
+    with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
+        futures = {t: pool.submit(one, t) for t in remote}
         return [futures[t].result() if t in futures else one(t) for t in targets]
-
-
-class _NoPool:
-    def __enter__(self) -> _NoPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
 
 from ..errors import TargetError
 from .fsio import Folder, Writer, crashpoint, temp_name, write_temp
@@ -30,7 +29,7 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
     if not copies_first:
         for i, step in enumerate(steps):
             crashpoint(f"step{i}:before")
-            APPLY[step.kind](root, step, writer, f"step{i}")
+            apply_step(root, step, writer, f"step{i}")
             crashpoint(f"step{i}:after")
         return
     staged: dict[int, bool] = {}  # step -> whether a temporary file waits to be renamed
@@ -50,8 +49,10 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
         for i, step in enumerate(steps):
             tag = f"step{i}"
             crashpoint(f"{tag}:before")
-            if i not in staged:
-                APPLY[step.kind](root, step, writer, tag, sync=False)
+            if isinstance(step, HeaderStep):  # the steps written in place: everything not staged above
+                apply_header(root, step, writer, tag, sync=False)
+            elif isinstance(step, PatchStep):
+                apply_patch(root, step, writer, tag, sync=False)
             elif staged[i]:
                 root.replace(temp_name(step.file), step.file)
                 writer.visible()
@@ -210,9 +211,13 @@ def prepare_index(root: Folder, step: IndexStep, writer: Writer, tag: str) -> bo
     return True
 
 
-APPLY: dict[str, Callable[[Folder, Step, Writer, str], None]] = {
-    "header": apply_header,  # type: ignore[dict-item]
-    "patch": apply_patch,  # type: ignore[dict-item]
-    "rewrite": apply_rewrite,  # type: ignore[dict-item]
-    "index": apply_index,  # type: ignore[dict-item]
-}
+def apply_step(root: Folder, step: Step, writer: Writer, tag: str) -> None:
+    """Carry out one step whole (written, fsynced, renamed into place)."""
+    if isinstance(step, HeaderStep):
+        apply_header(root, step, writer, tag)
+    elif isinstance(step, PatchStep):
+        apply_patch(root, step, writer, tag)
+    elif isinstance(step, RewriteStep):
+        apply_rewrite(root, step, writer, tag)
+    else:
+        apply_index(root, step, writer, tag)

@@ -13,7 +13,7 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"{COLORS[style]}{text}{RESET}" if color else text
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
