@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -180,7 +181,7 @@ def drive(srv: HubServer, home: Path, jobs: list[dict], **env: str) -> dict[str,
     log = srv.log[start:]
     marks = [i for i, r in enumerate(log) if r.path.startswith("/__mark/")] + [len(log)]
     out = {}
-    for i, j in zip(marks, marks[1:]):
+    for i, j in pairwise(marks):
         job_id = log[i].path.removeprefix("/__mark/")
         out[job_id] = (reports[job_id]["report"], log[i + 1 : j])
         assert reports[job_id]["remote"] is True
