@@ -73,7 +73,7 @@ def check_files(
 
 def pointer_verdict(report: Report, ckpt: Checkpoint, folder: str) -> Report:
     """The report of a folder holding LFS pointers: file-level findings only, the pointer finding made specific."""
-    rule: type[Rule] = LfsPointer
+    rule = LfsPointer
     names = [p.name for p in ckpt.lfs_pointers]
     tracked = lfs_tracked(folder, names)
     groups: dict[str, list[str]] = {}

@@ -13,7 +13,7 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"{COLORS[style]}{text}{RESET}" if color else text
 
 
-def human_size(n: int) -> str:
+def human_size(n: float) -> str:
     """`1.5 GB`: decimal units, as file browsers and the Hub show sizes."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
@@ -89,7 +89,7 @@ def render(report: Report, *, color: bool = False) -> str:
         by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
     for reason, rules in by_reason.items():
         out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
-    out += [_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color) for s in report.suppressed]
+    out.extend(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color) for s in report.suppressed)
     summary = data["summary"]
     if not findings:
         out.append(_paint("No findings.", "bold", color))
