@@ -94,3 +94,22 @@ def test_fallback_is_a_warning_only_when_the_gpu_was_asked_for() -> None:
     native = Context(ckpt=result.checkpoint, det=result.detection, hardware=(hardware("gb10"),), target="x")
     (quiet,) = KernelSelection().check(native)
     assert quiet.severity == "info" and "fallback" not in quiet.message
+
+
+def test_inspect_names_the_kernel_per_layer() -> None:
+    import ckpt_tools
+
+    moe = ckpt_tools.inspect(GENUINE / "llmc-qwen3moe-nvfp4", hardware=["gb10", "h100"])
+    layer = next(r for r in moe.layers if r.layer == "model.layers.1")
+    assert dict(layer.kernel) == {
+        "gb10": "linear: FlashInfer-CUTLASS / CUTLASS (native FP4); experts: FlashInfer-CUTLASS (native FP4)",
+        "h100": "linear: Humming / Marlin weight-only (no FP4 tensor cores) (slow fallback); "
+        "experts: Humming / Marlin weight-only (slow fallback)",
+    }
+    assert next(r for r in moe.layers if r.layer == "lm_head").kernel == {}  # unquantized
+    assert moe.to_dict()["layers"][1]["kernel"] == dict(moe.layers[1].kernel)
+    assert "kernel: gb10 linear: FlashInfer-CUTLASS" in moe.render_text()
+    one = ckpt_tools.inspect(GENUINE / "autoround-llama-gptq", hardware="h100").render_text()
+    assert "[kernel: Machete]" in one
+    refused = ckpt_tools.inspect(GENUINE / "autoround-llama-nvfp4")  # vLLM refuses nv_fp: no kernel column
+    assert all(not r.kernel for r in refused.layers)

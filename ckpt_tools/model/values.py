@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
@@ -340,11 +340,10 @@ class ZeroChannels:
         for m in _ZERO_RUN.finditer(mask):
             a, b = base + m.start(), base + m.end()
             r0, r1 = -(-a // width), b // width
+            spans: tuple[tuple[int, int], ...] = ((a, b),)
             if r1 > r0:  # whole rows inside the run: one counter, not one per element
                 self.full += r1 - r0
                 spans = ((a, r0 * width), (r1 * width, b))
-            else:
-                spans = ((a, b),)
             for lo, hi in spans:
                 for i in range(lo, hi):
                     counts[i % width] += 1
@@ -537,7 +536,7 @@ _EDGE_TOP: Mapping[str, bytes] = MappingProxyType(
 _SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
 
 
-def _decode_wide(dtype: str, blob: bytes) -> memoryview | list[float]:
+def _decode_wide(dtype: str, blob: bytes) -> Sequence[float]:
     """Values of little-endian F32 / BF16 / F16 bytes (whole elements): a float view where the platform has one."""
     if dtype == "F32":
         if struct.pack("=f", 1.0) == struct.pack("<f", 1.0):

@@ -89,8 +89,7 @@ class KernelSelection(Rule):
             where = ", ".join(sorted({s.hardware for s in slow}))
             notes.append(f"slow fallback on {where}: {u.kernel.fallback}")
         yield self.finding(
-            f"Kernels vLLM {table_version()} picks: {text}."
-            + (" " + _sentence("; ".join(notes)) if notes else ""),
+            f"Kernels vLLM {table_version()} picks: {text}." + (" " + _sentence("; ".join(notes)) if notes else ""),
             files=module_files(ctx.ckpt, [r.name for r in det.rows if r.declared.quantized]),
             count=sum(u.modules for u in uses if u.hardware == uses[0].hardware),
             severity=severity,
