@@ -8,7 +8,7 @@ they cannot disagree. Schema: rules/README.md ("kernels.toml").
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -46,14 +46,16 @@ class Selection:
     layer: str
     activations: frozenset[str] | None
     details: frozenset[str] | None
+    methods: frozenset[str] | None
     hardware_key: str | None
     no_kernel: str
     source: str
     picks: tuple[Pick, ...]
 
-    def covers(self, scheme: Scheme, layer: str) -> bool:
+    def covers(self, scheme: Scheme, layer: str, method: str | None = None) -> bool:
         return (
             scheme.kind == self.scheme
+            and (self.methods is None or method in self.methods)
             and layer == self.layer
             and (self.activations is None or scheme.activation in self.activations)
             # A hostile config can put any JSON value in a scheme's detail: only strings match.
@@ -105,6 +107,7 @@ def selections() -> tuple[Selection, ...]:
                 layer=s["layer"],
                 activations=frozenset(s["activations"]) if "activations" in s else None,
                 details=frozenset(s["details"]) if "details" in s else None,
+                methods=frozenset(s["methods"]) if "methods" in s else None,
                 hardware_key=s.get("hardware_key"),
                 no_kernel=s["no_kernel"],
                 source=s["source"],
@@ -137,12 +140,15 @@ def layer_kind(module: str) -> str:
     return "moe" if ".experts." in module or module.endswith(".experts") else "linear"
 
 
-def select(scheme: Scheme, layer: str, hw: Hardware, group_size: int | None = None) -> Kernel | None:
-    """The kernel family for one scheme and layer kind on one GPU; None when the table does not model the scheme."""
+def select(
+    scheme: Scheme, layer: str, hw: Hardware, group_size: int | None = None, method: str | None = None
+) -> Kernel | None:
+    """The kernel family for one scheme and layer kind on one GPU, under the `--quantization` method vLLM resolved;
+    None when the table does not model the scheme."""
     if not scheme.quantized:
         return None
     for sel in selections():
-        if not sel.covers(scheme, layer):
+        if not sel.covers(scheme, layer, method):
             continue
         cc = capability(hw)
         for pick in sel.picks:
@@ -196,8 +202,10 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     out = []
     for hw in profiles:
         for (label, layer, gs), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            k = select(scheme, layer, hw, gs)
+            k = select(scheme, layer, hw, gs, det.vllm_quantization)
             if k is not None:
+                if k.family is None and gs is not None:
+                    k = replace(k, no_kernel=k.no_kernel.replace("group_size = N", f"group_size = {gs}"))
                 out.append(KernelUse(hw.id, label, layer, n, k))
     return out
 
@@ -212,7 +220,7 @@ def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Ha
         by_kind: dict[str, list[str]] = {}
         for r in rows:
             kind = layer_kind(r.name)
-            k = select(r.declared, kind, hw, group_size(det, r))
+            k = select(r.declared, kind, hw, group_size(det, r), det.vllm_quantization)
             if k is not None and k.label not in by_kind.get(kind, []):
                 by_kind.setdefault(kind, []).append(k.label)
         if len(by_kind) == 1:

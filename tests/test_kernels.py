@@ -57,6 +57,16 @@ def test_group_size_decides_marlin_machete_or_triton() -> None:
     assert moe.family == "MoE WNA16 (Triton)" and moe.fallback
 
 
+def test_gptq_and_awq_are_marlin_only() -> None:
+    int4 = Scheme("int4", "A16", "GPTQ")
+    for method in ("auto_gptq", "auto_awq"):
+        assert select(int4, "linear", hardware("gb10"), 128, method).family == "Marlin"
+        assert select(int4, "linear", hardware("h100"), 32, method).family == "Humming"
+        refused = select(int4, "linear", hardware("gb10"), 16, method)
+        assert refused.family is None and "Marlin does not support group_size" in refused.no_kernel
+    assert select(int4, "linear", hardware("gb10"), 16, "compressed-tensors").family == "Humming"
+
+
 def test_unmodelled_and_unquantized_schemes_get_no_line() -> None:
     assert select(Scheme("unquantized"), "linear", hardware("gb10")) is None
     assert select(Scheme("int4", "A8", "group"), "linear", hardware("gb10")) is None

@@ -36,7 +36,8 @@ class KernelSelection(Rule):
     because the group size does not fit the fast one.
     - info: the kernel per profile (always, for a checkpoint vLLM loads).
     - warning: `--hardware` was given and a chosen profile runs a slow fallback.
-    - error: `--hardware` was given and vLLM has no kernel for a layer on a chosen profile.
+    - error: vLLM has no kernel for a layer on a chosen profile (`--hardware`) or on every profile: e.g. GPTQ / AWQ
+      (`auto_gptq` / `auto_awq`, Marlin-only in vLLM 0.33) with a group size Marlin does not run.
     Weight-only NVFP4 by design is nvfp4-weight-only's (CK401) and is listed here without a warning; a checkpoint
     vLLM refuses (unsupported-quant-algo and the like) or cannot read (a shard that is an LFS pointer or missing) gets
     no kernel line.
@@ -75,7 +76,8 @@ class KernelSelection(Rule):
         slow = [u for u in uses if u.kernel.fallback]
         missing = [u for u in uses if u.kernel.family is None]
         severity = "info"
-        if explicit and missing:
+        everywhere = {u.hardware for u in missing} == {u.hardware for u in uses}
+        if missing and (explicit or everywhere):  # a chosen GPU, or every GPU: vLLM fails to load the layer
             severity = "error"
         elif explicit and slow:
             severity = "warning"
@@ -83,7 +85,8 @@ class KernelSelection(Rule):
         notes = []
         if missing:
             u = missing[0]
-            notes.append(f"on {u.hardware} vLLM has no kernel for the {u.scheme} layers ('{u.kernel.no_kernel}')")
+            where = "every GPU listed" if everywhere and len(by_hw) > 1 else u.hardware
+            notes.append(f"on {where} vLLM has no kernel for the {u.scheme} layers ('{u.kernel.no_kernel}')")
         if slow:
             u = slow[0]
             where = ", ".join(sorted({s.hardware for s in slow}))
