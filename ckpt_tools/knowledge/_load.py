@@ -255,7 +255,7 @@ class Table:
         return tuple(out)
 
     def sub_tables(self, build: Callable[[str, Table], T], skip: tuple[str, ...] = ()) -> Mapping[str, T]:
-        """Free keys to tables (`[flags."--x"]`, `[runtime."vllm-0.33"]`), each built and checked."""
+        """Free keys to tables (`[flags."--x"]`, `[runtime."<id>"]`), each built and checked."""
         out = {}
         for k in self._data:
             if k in skip:
@@ -310,13 +310,11 @@ def build_table(root: Table, build: Callable[[Table], T], schema: str) -> T:
     return out
 
 
-@cache
-def top_level(relative: str) -> Mapping[str, Any]:
-    """The keys of a rules file that come before its first table, without parsing the tables (a runtime profile is
+def top_keys(name: str, text: str) -> Mapping[str, Any]:
+    """The keys of a TOML text that come before its first table, without parsing the tables (a runtime profile is
     40 KB of flag tables; a command needs one profile, not all of them, to learn the profiles' ids). When the text
     before the first line opening with `[` is not valid TOML by itself (that line was inside a multi-line value),
-    the whole file is parsed instead, so the answer is always the file's own."""
-    text = (rules_dir() / relative).read_text(encoding="utf-8")
+    the whole text is parsed instead, so the answer is always the file's own."""
     lines = text.splitlines(keepends=True)
     cut = next((i for i, line in enumerate(lines) if line.startswith("[")), None)
     if cut is not None:
@@ -327,4 +325,10 @@ def top_level(relative: str) -> Mapping[str, Any]:
     try:
         return MappingProxyType(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
-        raise KnowledgeError(f"rules/{relative}: not valid TOML: {exc}") from None
+        raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
+
+
+@cache
+def top_level(relative: str) -> Mapping[str, Any]:
+    """`top_keys` of `rules/<relative>`, once per process."""
+    return top_keys(f"rules/{relative}", (rules_dir() / relative).read_text(encoding="utf-8"))

@@ -89,6 +89,8 @@ class TensorParallel:
 class Memory:
     devices: tuple[DeviceMemory, ...]
     reserve: Reserve
+    utilization_default: float  # when no user, hardware or runtime value applies
+    utilization_source: str
     kv_dtypes: Mapping[str, KvDtype]
     kv_auto: KvAuto
     dtype_bytes: Mapping[str, int]
@@ -174,9 +176,12 @@ def _tensor_parallel(t: Table) -> TensorParallel:
 def parse(root: Table) -> Memory:
     dtype_bytes = root.table("dtype_bytes")
     state = root.table("state")
+    utilization = root.table("utilization")
     out = Memory(
         devices=root.each("device", _device),
         reserve=root.one("reserve", _reserve),
+        utilization_default=utilization.number("default"),
+        utilization_source=utilization.str("source"),
         kv_dtypes=MappingProxyType({k.id: k for k in root.each("kv_dtype", _kv_dtype, required=True)}),
         kv_auto=root.one("kv_auto", _kv_auto),
         dtype_bytes=dtype_bytes.values((int,), "integers", skip=("source",)),
@@ -186,8 +191,8 @@ def parse(root: Table) -> Memory:
         serve_defaults=root.each("serve_default", _serve_default, required=True),
         tensor_parallel=root.one("tensor_parallel", _tensor_parallel),
     )
-    dtype_bytes.done()
-    state.done()
+    for sub in (dtype_bytes, state, utilization):
+        sub.done()
     if not any(r.hardware is None and r.min_device_gib == 0 for r in out.serve_defaults):
         raise root.error("serve_default", "[[serve_default]] needs a catch-all row (min_device_gib = 0)")
     return out

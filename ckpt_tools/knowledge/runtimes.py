@@ -47,11 +47,14 @@ class Behaviour:
     source: str | None
 
 
+NO_BEHAVIOUR = Behaviour(None, None, None, False, False, None)
+
+
 @dataclass(frozen=True)
 class Serve:
     command: tuple[str, ...]
-    image: str | None
-    entrypoint: str | None
+    image: str  # pinned tag
+    entrypoint: str
     cache_dir: str | None
     hf_cache_dir: str | None
     hardware: tuple[str, ...]  # hardware the runtime runs on; empty: any profile
@@ -144,7 +147,7 @@ class Runtime:
     hints: Mapping[str, str]  # algo -> what to tell a user whose algo this runtime rejects
     architectures: frozenset[str] | None  # served natively; None when the profile does not list them
     previously_supported: Mapping[str, str]  # dropped architecture -> last vLLM release that served it
-    serve: Serve | None
+    serve: Serve
     dflash: DFlash | None
     flag_specs: Mapping[str, FlagSpec]
     cli: Cli
@@ -165,17 +168,17 @@ class Runtime:
         return self.choice_lists.get(key, ())
 
     @property
-    def image(self) -> str | None:
-        return self.serve.image if self.serve else None
+    def image(self) -> str:
+        return self.serve.image
 
     @property
     def hardware_ids(self) -> tuple[str, ...]:
         """Hardware the runtime runs on; empty means any profile in rules/hardware.toml."""
-        return self.serve.hardware if self.serve else ()
+        return self.serve.hardware
 
     @property
     def behaviour(self) -> Behaviour:
-        return self.serve.behaviour if self.serve else NO_BEHAVIOUR
+        return self.serve.behaviour
 
     def lookup(self, spelled: str) -> tuple[FlagInfo | None, bool]:
         """(flag, negated) for an option as typed; underscores become dashes like FlexibleArgumentParser does."""
@@ -206,32 +209,27 @@ class Runtime:
         )
 
 
-NO_BEHAVIOUR = Behaviour(None, None, None, False, False, None)
-
-
 # ---- parsing --------------------------------------------------------------------------------------------------
 
 
 def _modelopt(t: Table) -> ModelOptSupport:
     return ModelOptSupport(
-        t.strs("nvfp4_nested_required"), t.bool("loads_pre_quant_scale", False), t.strs("always_unquantized")
+        t.strs("nvfp4_nested_required"), t.bool("loads_pre_quant_scale"), t.strs("always_unquantized")
     )
 
 
 def _quantization(t: Table) -> Quantization:
     ct = t.opt_table("compressed_tensors")
-    modelopt = t.opt_table("modelopt")
     out = Quantization(
         methods=t.strs("methods", REQUIRED),
         deprecated_methods=t.strs("deprecated_methods"),
         modelopt_algos=t.mapping("modelopt_algos"),
         modelopt_nested_algos=t.mapping("modelopt_nested_algos"),
-        modelopt=_modelopt(modelopt) if modelopt else ModelOptSupport((), False, ()),
+        modelopt=t.one("modelopt", _modelopt),
         sparsity_rejection=ct.opt_str("sparsity_rejection") if ct else None,
     )
-    for sub in (ct, modelopt):
-        if sub is not None:
-            sub.done()
+    if ct is not None:
+        ct.done()
     return out
 
 
@@ -249,9 +247,9 @@ def _behaviour(t: Table) -> Behaviour:
 def _serve(t: Table) -> Serve:
     behaviour = t.opt_table("behaviour")
     out = Serve(
-        command=t.strs("command"),
-        image=t.opt_str("image"),
-        entrypoint=t.opt_str("entrypoint"),
+        command=t.strs("command", REQUIRED),
+        image=t.str("image"),
+        entrypoint=t.str("entrypoint"),
         cache_dir=t.opt_str("cache_dir"),
         hf_cache_dir=t.opt_str("hf_cache_dir"),
         hardware=t.strs("hardware"),
@@ -268,7 +266,7 @@ def _serve(t: Table) -> Serve:
 
 def _dflash(t: Table) -> DFlash:
     return DFlash(
-        t.strs("kv_cache_dtypes"),
+        t.strs("kv_cache_dtypes", REQUIRED),
         t.opt_str("drafter_attention_backend"),
         t.opt_str("target_attention_backend"),
         t.bool("drafter_kv_cache_dtype", False),
@@ -344,7 +342,7 @@ def parse(root: Table) -> Runtime:
         hints=root.mapping("hints"),
         architectures=frozenset(archs.strs("supported")) if archs and archs.has("supported") else None,
         previously_supported=archs.mapping("previously_supported") if archs else MappingProxyType({}),
-        serve=_optional(root, "serve", _serve),
+        serve=root.one("serve", _serve),
         dflash=_optional(speculative, "dflash", _dflash),
         flag_specs=flags.sub_tables(_flag) if flags else MappingProxyType({}),
         cli=root.one("cli", _cli),
@@ -402,6 +400,6 @@ def runtime_for_image(image: str) -> Runtime | None:
     """The profile whose image reference matches a `docker run` image (same repository and tag)."""
     for rid in runtime_ids():
         rt = runtime(rid)
-        if rt.image is not None and rt.image == image:
+        if rt.image == image:
             return rt
     return None
