@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..knowledge.formats import NO_DEFAULT as _MISSING
@@ -80,7 +80,7 @@ def _inc_scheme_rejection(cfg: Mapping[str, Any]) -> str | None:
 
 
 def resolve_method(
-    method: str, cfg: Mapping[str, Any], known_methods: list[str], model_type: str | None = None
+    method: str, cfg: Mapping[str, Any], known_methods: Sequence[str], model_type: str | None = None
 ) -> tuple[str | None, str | None]:
     """(`--quantization` value, rejection) for a checkpoint of a formats.toml format."""
     fmt = format_for(method)

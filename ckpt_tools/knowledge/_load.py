@@ -1,7 +1,7 @@
 """The one reader every knowledge module parses its rules/ file through: typed getters that validate while they read.
 
 A module builds its frozen dataclasses from a `Table`, asking for each key with the type it expects
-(`t.str("id")`, `t.strs("prefixes")`, `t.each("family", build)`). Every getter marks its key as read; when a build
+(`t.string("id")`, `t.strs("prefixes")`, `t.each("family", build)`). Every getter marks its key as read; when a build
 function returns, any key it never asked for is an unknown key. Both mistakes, and a missing required key, raise
 `KnowledgeError` naming the file and the line: tomllib reports no positions, so the line is found in the text (the
 key's assignment or table header after the enclosing table's own line), which is exact for the layouts rules/ uses.
@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from ..errors import CkptError
 
 T = TypeVar("T")
-_STRINGS: tuple[type, ...] = (str,)  # a default argument: inside Table, `str` names the getter
+_BRACE = re.compile(r"\{")
 REQUIRED: Any = object()
 _TYPE_NAMES = {
     str: "a string",
@@ -51,10 +51,14 @@ def rules_dir() -> Path:
 
 @dataclass(frozen=True)
 class Source:
-    """A file's name as errors show it (`rules/hardware.toml`) and its lines, to place errors."""
+    """A file's name as errors show it (`rules/hardware.toml`) and its text, to place errors."""
 
     name: str
-    lines: tuple[str, ...]
+    text: str
+
+    @cached_property
+    def lines(self) -> list[str]:  # split only when an error is placed
+        return self.text.splitlines()
 
     def find(self, pattern: re.Pattern[str], start: int, nth: int = 0) -> int | None:
         """The 1-based line of the `nth` match at or after line `start`."""
@@ -88,13 +92,22 @@ def _type_name(value: Any) -> str:
 class Table:
     """One TOML table of a rules file, read key by key (see the module docstring)."""
 
-    def __init__(self, source: Source, data: Mapping[str, Any], path: tuple[str, ...], line: int, label: str) -> None:
+    def __init__(
+        self, source: Source, data: Mapping[str, Any], path: tuple[str, ...], locate: Callable[[], int], label: str
+    ) -> None:
         self.source = source
         self._data = data
         self._path = path  # the TOML header path of this table (`family.roots`), to find nested headers
-        self._line = line
+        self._locate = locate  # finds the table's first line: searched only when an error needs it
+        self._line_found: int | None = None
         self._label = label  # how errors name the table: `[[family]] #2`, `[serve.behaviour]`
         self._read: set[str] = set()
+
+    @property
+    def _line(self) -> int:
+        if self._line_found is None:
+            self._line_found = self._locate()
+        return self._line_found
 
     # ---- errors and positions ----------------------------------------------------------------------------------
 
@@ -138,26 +151,26 @@ class Table:
         """A config value to compare with: a string, number or boolean."""
         return self._get(key, (str, int, float, bool), "a string, number or boolean", default)
 
-    def str(self, key: str, default: Any = REQUIRED) -> Any:
+    def string(self, key: str, default: Any = REQUIRED) -> Any:
         return self._get(key, (str,), "a string", default)
 
-    def opt_str(self, key: str) -> str | None:
-        return self.str(key, None)  # type: ignore[no-any-return]
+    def opt_string(self, key: str) -> str | None:
+        return self.string(key, None)  # type: ignore[no-any-return]
 
     def choice(self, key: str, allowed: tuple[str, ...], default: Any = REQUIRED) -> Any:
-        value = self.str(key, default)
+        value = self.string(key, default)
         if value is not None and value not in allowed and key in self._data:
             raise self.error(key, f"{key!r} in {self._label} must be one of {', '.join(allowed)}, not {value!r}")
         return value
 
-    def bool(self, key: str, default: Any = REQUIRED) -> Any:
+    def boolean(self, key: str, default: Any = REQUIRED) -> Any:
         return self._get(key, (bool,), "a boolean", default)
 
-    def int(self, key: str, default: Any = REQUIRED) -> Any:
+    def integer(self, key: str, default: Any = REQUIRED) -> Any:
         return self._get(key, (int,), "an integer", default)
 
-    def opt_int(self, key: str) -> int | None:
-        return self.int(key, None)  # type: ignore[no-any-return]
+    def opt_integer(self, key: str) -> int | None:
+        return self.integer(key, None)  # type: ignore[no-any-return]
 
     def number(self, key: str, default: Any = REQUIRED) -> Any:
         value = self._get(key, (int, float), "a number", default)
@@ -193,14 +206,14 @@ class Table:
                 raise self.error(key, f"{key!r} in {self._label} must be a list of [string, string] pairs")
         return tuple((a, b) for a, b in value)
 
-    def mapping(self, key: str, kinds: tuple[type, ...] = _STRINGS, what: str = "strings") -> Mapping[str, Any]:
+    def mapping(self, key: str, kinds: tuple[type, ...] = (str,), what: str = "strings") -> Mapping[str, Any]:
         """A table of free keys (architecture names, model types) to values of one type; empty when absent."""
         sub = self.opt_table(key)
         if sub is None:
             return MappingProxyType({})
         return sub.values(kinds, what)
 
-    def values(self, kinds: tuple[type, ...] = _STRINGS, what: str = "strings", skip: tuple[str, ...] = ()) -> Any:
+    def values(self, kinds: tuple[type, ...] = (str,), what: str = "strings", skip: tuple[str, ...] = ()) -> Any:
         """This whole table as free keys to values of one type (`skip`: keys read otherwise, e.g. `source`)."""
         out = {}
         for k in self._data:
@@ -224,8 +237,13 @@ class Table:
         if value is None:
             return None
         path = (*self._path, key)
-        line = self.source.find(_header(path, array=False), self._line) or self.line_of(key)
-        return Table(self.source, value, path, line, "[" + ".".join(path) + "]")
+        return Table(
+            self.source,
+            value,
+            path,
+            lambda: self.source.find(_header(path, array=False), self._line) or self.line_of(key),
+            "[" + ".".join(path) + "]",
+        )
 
     def one(self, key: str, build: Callable[[Table], T]) -> T:
         """Build a required sub-table, checked for unknown keys once `build` returns."""
@@ -239,20 +257,26 @@ class Table:
         unknown keys once `build` returns."""
         value = self._get(key, (list,), "a list of tables", REQUIRED if required else [])
         path = (*self._path, key)
-        header = _header(path, array=True)
-        inline_from = self.line_of(key)
         out = []
         for i, item in enumerate(value):
             label = f"[[{'.'.join(path)}]] #{i + 1}"
             if not isinstance(item, dict):
                 raise self.error(key, f"{label} must be a table, not {_type_name(item)}")
-            line = self.source.find(header, self._line, nth=i) or self.source.find(
-                re.compile(r"\{"), inline_from, nth=i
-            )
-            sub = Table(self.source, item, path, line or inline_from, label)
+            sub = Table(self.source, item, path, self._element_locator(key, i), label)
             out.append(build(sub))
             sub.done()
         return tuple(out)
+
+    def _element_locator(self, key: str, i: int) -> Callable[[], int]:
+        """Where the i-th table of the array `key` starts: its `[[...]]` header, else its `{` in an inline list."""
+
+        def locate() -> int:
+            header = _header((*self._path, key), array=True)
+            inline_from = self.line_of(key)
+            found = self.source.find(header, self._line, nth=i) or self.source.find(_BRACE, inline_from, nth=i)
+            return found or inline_from
+
+        return locate
 
     def sub_tables(self, build: Callable[[str, Table], T], skip: tuple[str, ...] = ()) -> Mapping[str, T]:
         """Free keys to tables (`[flags."--x"]`, `[runtime."<id>"]`), each built and checked."""
@@ -266,7 +290,7 @@ class Table:
         return MappingProxyType(out)
 
     def regex(self, key: str, default: Any = REQUIRED) -> Any:
-        text = self.str(key, default)
+        text = self.string(key, default)
         if not isinstance(text, str):  # the default of an optional pattern
             return text
         try:
@@ -277,12 +301,12 @@ class Table:
 
 def parse(name: str, text: str) -> Table:
     """The root table of a rules file's text (`name` is how errors show the file)."""
-    source = Source(name, tuple(text.splitlines()))
+    source = Source(name, text)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
-    return Table(source, data, (), 1, "the file")
+    return Table(source, data, (), lambda: 1, "the file")
 
 
 def read(relative: str) -> Table:
@@ -302,7 +326,7 @@ def build_file(relative: str, build: Callable[[Table], T], schema: str) -> T:
 
 
 def build_table(root: Table, build: Callable[[Table], T], schema: str) -> T:
-    declared = root.str("schema")
+    declared = root.string("schema")
     if declared != schema:
         raise root.error("schema", f"schema is {declared!r}; this release reads {schema!r}")
     out = build(root)

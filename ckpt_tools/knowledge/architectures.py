@@ -79,20 +79,20 @@ class Architectures:
 
 def _root(t: Table) -> Root:
     children = frozenset(t.strs("children")) if t.has("children") else None
-    return Root(t.str("component"), t.strs("prefixes", REQUIRED), children)
+    return Root(t.string("component"), t.strs("prefixes", REQUIRED), children)
 
 
 def _family(t: Table) -> Family:
     return Family(
-        id=t.str("id"),
-        name=t.str("name"),
+        id=t.string("id"),
+        name=t.string("name"),
         architectures=t.strs("architectures"),
         model_types=t.strs("model_types"),
-        fallback=t.bool("fallback", False),
+        fallback=t.boolean("fallback", False),
         roots=t.each("roots", _root, required=True),
         vllm_prefix_map=t.pairs("vllm_prefix_map"),
         dropped_prefixes=t.strs("dropped_prefixes"),
-        source=t.str("source"),
+        source=t.string("source"),
     )
 
 

@@ -29,11 +29,13 @@ class DtypeSupport:
 
 
 def _reader(t: Table) -> ReaderSupport:
-    return ReaderSupport(t.str("name"), t.choice("status", READER_STATUSES), t.str("note"), t.str("source"))
+    return ReaderSupport(t.string("name"), t.choice("status", READER_STATUSES), t.string("note"), t.string("source"))
 
 
 def _dtype(t: Table) -> DtypeSupport:
-    return DtypeSupport(t.str("id"), t.str("what"), t.bool("report"), t.each("readers", _reader, required=True))
+    return DtypeSupport(
+        t.string("id"), t.string("what"), t.boolean("report"), t.each("readers", _reader, required=True)
+    )
 
 
 def parse(root: Table) -> Mapping[str, DtypeSupport]:

@@ -71,41 +71,41 @@ class Formats:
 def _accept(t: Table) -> Accept:
     default = t.scalar("default", NO_DEFAULT)
     return Accept(
-        key=t.str("key"),
+        key=t.string("key"),
         aliases=t.strs("aliases"),
         values=t.scalars("values"),
         default=default,
         contains=t.strs("contains"),
-        with_key=t.opt_str("with_key"),
+        with_key=t.opt_string("with_key"),
         with_values=t.scalars("with_values"),
-        unless_key=t.opt_str("unless_key"),
+        unless_key=t.opt_string("unless_key"),
         unless_values=t.scalars("unless_values"),
-        reject=t.str("reject"),
+        reject=t.string("reject"),
     )
 
 
 def _format(t: Table) -> Format:
-    fid = t.str("id")
+    fid = t.string("id")
     return Format(
         id=fid,
-        name=t.str("name"),
-        vllm_method=t.str("vllm_method"),
+        name=t.string("name"),
+        vllm_method=t.string("vllm_method"),
         override_from=t.strs("override_from"),
-        config_class=t.str("config_class"),
-        deprecated=t.bool("deprecated", False),
-        layout=t.str("layout", fid),
+        config_class=t.string("config_class"),
+        deprecated=t.boolean("deprecated", False),
+        layout=t.string("layout", fid),
         accepts=t.each("accept", _accept),
-        source=t.str("source"),
+        source=t.string("source"),
         model_type_methods=t.mapping("model_type_methods"),
     )
 
 
 def _unsupported(t: Table) -> Unsupported:
-    return Unsupported(t.str("id"), t.str("name"), t.str("hint"), t.str("source"))
+    return Unsupported(t.string("id"), t.string("name"), t.string("hint"), t.string("source"))
 
 
 def _made_by(t: Table) -> MadeBy:
-    return MadeBy(t.str("name"), t.str("when_key"), t.opt_str("version_key"), t.str("source"))
+    return MadeBy(t.string("name"), t.string("when_key"), t.opt_string("version_key"), t.string("source"))
 
 
 def parse(root: Table) -> Formats:

@@ -26,12 +26,12 @@ class EnvTrap:
 
 def env_trap(t: Table) -> EnvTrap:
     return EnvTrap(
-        t.str("name"),
-        t.opt_str("value"),
+        t.string("name"),
+        t.opt_string("value"),
         t.choice("severity", SEVERITIES),
-        t.str("message"),
-        t.str("fix"),
-        t.str("source"),
+        t.string("message"),
+        t.string("fix"),
+        t.string("source"),
     )
 
 
@@ -63,22 +63,22 @@ class Hardware:
 
 def _profile(t: Table) -> Hardware:
     return Hardware(
-        id=t.str("id"),
-        name=t.str("name"),
+        id=t.string("id"),
+        name=t.string("name"),
         family=t.choice("family", GPU_FAMILIES),
-        compute_capability=t.str("compute_capability"),
+        compute_capability=t.string("compute_capability"),
         memory=t.choice("memory", ("unified", "dedicated")),
-        memory_gb=t.opt_int("memory_gb"),
-        native_fp4=t.bool("native_fp4"),
-        nvfp4_w4a4=t.str("nvfp4_w4a4"),
-        nvfp4_w4a16=t.str("nvfp4_w4a16"),
-        source=t.str("source"),
+        memory_gb=t.opt_integer("memory_gb"),
+        native_fp4=t.boolean("native_fp4"),
+        nvfp4_w4a4=t.string("nvfp4_w4a4"),
+        nvfp4_w4a16=t.string("nvfp4_w4a16"),
+        source=t.string("source"),
         gpu_memory_utilization_max=t.opt_number("gpu_memory_utilization_max"),
         gpu_memory_utilization=t.opt_number("gpu_memory_utilization"),
         gpu_memory_utilization_colocated=t.opt_number("gpu_memory_utilization_colocated"),
-        max_num_batched_tokens=t.opt_int("max_num_batched_tokens"),
-        max_num_batched_tokens_max=t.opt_int("max_num_batched_tokens_max"),
-        serving_source=t.opt_str("serving_source"),
+        max_num_batched_tokens=t.opt_integer("max_num_batched_tokens"),
+        max_num_batched_tokens_max=t.opt_integer("max_num_batched_tokens_max"),
+        serving_source=t.opt_string("serving_source"),
         env_traps=t.each("env_trap", env_trap),
     )
 

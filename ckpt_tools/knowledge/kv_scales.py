@@ -54,23 +54,23 @@ class KvScales:
 
 def _spelling(t: Table) -> KvSpelling:
     return KvSpelling(
-        t.str("id"),
+        t.string("id"),
         t.regex("pattern"),
-        t.str("writer"),
+        t.string("writer"),
         t.choice("status", STATUSES),
         t.strs("methods"),
-        t.opt_str("consequence"),
-        t.str("source"),
+        t.opt_string("consequence"),
+        t.string("source"),
     )
 
 
 def _runtime(_: str, t: Table) -> KvRuntime:
     return KvRuntime(
         t.strs("modelopt_kv_algos", REQUIRED),
-        t.str("ct_kv_type"),
-        t.int("ct_kv_num_bits"),
+        t.string("ct_kv_type"),
+        t.integer("ct_kv_num_bits"),
         t.strs("ct_kv_strategies", REQUIRED),
-        t.str("source"),
+        t.string("source"),
     )
 
 
@@ -82,7 +82,7 @@ def parse(root: Table) -> KvScales:
             attention.strs("scale_suffixes", REQUIRED),
             attention.strs("projections", REQUIRED),
             attention.strs("blocks", REQUIRED),
-            attention.str("source"),
+            attention.string("source"),
         ),
         runtimes=root.table("runtime").sub_tables(_runtime),
     )

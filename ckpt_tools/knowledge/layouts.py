@@ -53,28 +53,28 @@ class Layouts:
 
 def _foreign(t: Table) -> ForeignLayout:
     return ForeignLayout(
-        t.str("id"),
-        t.str("name"),
+        t.string("id"),
+        t.string("name"),
         t.strs("prefixes", REQUIRED),
-        t.opt_str("architecture_suffix"),
-        t.str("fix"),
-        t.str("source"),
+        t.opt_string("architecture_suffix"),
+        t.string("fix"),
+        t.string("source"),
     )
 
 
 def _component(t: Table) -> ComponentExpectation:
     out = ComponentExpectation(
-        id=t.str("id"),
-        component=t.str("component"),
+        id=t.string("id"),
+        component=t.string("component"),
         config_keys=t.strs("config_keys", REQUIRED),
-        min_value=t.opt_int("min_value"),
+        min_value=t.opt_integer("min_value"),
         expect_prefixes=t.strs("expect_prefixes"),
-        expect_component=t.opt_str("expect_component"),
+        expect_component=t.opt_string("expect_component"),
         expect_pattern=t.regex("expect_pattern", None),
-        known_family_only=t.bool("known_family_only", False),
+        known_family_only=t.boolean("known_family_only", False),
         severity=t.choice("severity", SEVERITIES),
-        consequence=t.str("consequence"),
-        source=t.str("source"),
+        consequence=t.string("consequence"),
+        source=t.string("source"),
     )
     if sum(bool(x) for x in (out.expect_prefixes, out.expect_component, out.expect_pattern)) != 1:
         raise t.error(None, "a [[component]] needs exactly one of expect_prefixes, expect_component, expect_pattern")
@@ -82,7 +82,7 @@ def _component(t: Table) -> ComponentExpectation:
 
 
 def _alternate(t: Table) -> AlternateWeights:
-    return AlternateWeights(t.str("pattern"), t.str("reason"), t.str("source"))
+    return AlternateWeights(t.string("pattern"), t.string("reason"), t.string("source"))
 
 
 def parse(root: Table) -> Layouts:

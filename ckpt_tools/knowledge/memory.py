@@ -103,29 +103,33 @@ class Memory:
 
 def _device(t: Table) -> DeviceMemory:
     return DeviceMemory(
-        t.str("hardware"), t.number("memory_gib"), t.str("kind", "measured"), t.str("note", ""), t.str("source")
+        t.string("hardware"),
+        t.number("memory_gib"),
+        t.string("kind", "measured"),
+        t.string("note", ""),
+        t.string("source"),
     )
 
 
 def _kv_dtype(t: Table) -> KvDtype:
     return KvDtype(
-        id=t.str("id"),
+        id=t.string("id"),
         layout=t.choice("layout", KV_LAYOUTS),
-        element_bytes=t.int("element_bytes", 0),
-        token_bytes=t.int("token_bytes", 0),
-        mla_only=t.bool("mla_only", False),
-        scales=t.str("scales", ""),
-        source=t.str("source"),
+        element_bytes=t.integer("element_bytes", 0),
+        token_bytes=t.integer("token_bytes", 0),
+        mla_only=t.boolean("mla_only", False),
+        scales=t.string("scales", ""),
+        source=t.string("source"),
     )
 
 
 def _serve_default(t: Table) -> ServeDefault:
     return ServeDefault(
-        t.opt_str("hardware"),
-        t.opt_int("min_device_gib"),
-        t.int("max_num_batched_tokens"),
-        t.int("max_num_seqs"),
-        t.str("source"),
+        t.opt_string("hardware"),
+        t.opt_integer("min_device_gib"),
+        t.integer("max_num_batched_tokens"),
+        t.integer("max_num_seqs"),
+        t.string("source"),
     )
 
 
@@ -135,32 +139,32 @@ def _reserve(t: Table) -> Reserve:
         t.mapping("non_torch_gib", (int, float), "numbers"),
         t.number("cuda_graph_gib"),
         t.number("sampler_gib"),
-        t.str("source"),
+        t.string("source"),
     )
 
 
 def _kv_auto(t: Table) -> KvAuto:
-    return KvAuto(t.mapping("modelopt"), t.str("compressed_tensors"), t.str("source"))
+    return KvAuto(t.mapping("modelopt"), t.string("compressed_tensors"), t.string("source"))
 
 
 def _gdn(t: Table) -> GdnState:
     return GdnState(
-        t.str("layer_type"),
-        t.str("conv_dtype"),
-        t.str("ssm_dtype_config_key"),
-        t.str("ssm_dtype_default"),
-        t.str("source"),
+        t.string("layer_type"),
+        t.string("conv_dtype"),
+        t.string("ssm_dtype_config_key"),
+        t.string("ssm_dtype_default"),
+        t.string("source"),
     )
 
 
 def _allocator(t: Table) -> Allocator:
     return Allocator(
-        t.int("block_size"),
-        t.int("hybrid_kernel_alignment"),
-        t.int("concurrent_batches"),
-        t.int("mamba_pages_per_sequence"),
-        t.int("mamba_pages_per_sequence_prefix_caching"),
-        t.str("source"),
+        t.integer("block_size"),
+        t.integer("hybrid_kernel_alignment"),
+        t.integer("concurrent_batches"),
+        t.integer("mamba_pages_per_sequence"),
+        t.integer("mamba_pages_per_sequence_prefix_caching"),
+        t.string("source"),
     )
 
 
@@ -170,7 +174,7 @@ def _tensor_parallel(t: Table) -> TensorParallel:
         compiled = tuple(re.compile(p) for p in patterns)
     except re.error as exc:
         raise t.error("replicated", f"'replicated' holds an invalid regex: {exc}") from None
-    return TensorParallel(t.int("split_min_ndim"), compiled, t.str("source"))
+    return TensorParallel(t.integer("split_min_ndim"), compiled, t.string("source"))
 
 
 def parse(root: Table) -> Memory:
@@ -181,11 +185,11 @@ def parse(root: Table) -> Memory:
         devices=root.each("device", _device),
         reserve=root.one("reserve", _reserve),
         utilization_default=utilization.number("default"),
-        utilization_source=utilization.str("source"),
+        utilization_source=utilization.string("source"),
         kv_dtypes=MappingProxyType({k.id: k for k in root.each("kv_dtype", _kv_dtype, required=True)}),
         kv_auto=root.one("kv_auto", _kv_auto),
         dtype_bytes=dtype_bytes.values((int,), "integers", skip=("source",)),
-        dtype_bytes_source=dtype_bytes.str("source"),
+        dtype_bytes_source=dtype_bytes.string("source"),
         gated_delta_net=state.one("gated_delta_net", _gdn),
         allocator=root.one("allocator", _allocator),
         serve_defaults=root.each("serve_default", _serve_default, required=True),

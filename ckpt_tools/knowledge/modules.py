@@ -62,18 +62,20 @@ class Modules:
 
 
 def _fused(t: Table) -> FusedGroup:
-    return FusedGroup(t.str("id"), t.str("fused"), t.strs("shards", REQUIRED), t.strs("families"), t.str("source"))
+    return FusedGroup(
+        t.string("id"), t.string("fused"), t.strs("shards", REQUIRED), t.strs("families"), t.string("source")
+    )
 
 
 def _unquantized(t: Table) -> ModelUnquantized:
     return ModelUnquantized(
-        id=t.str("id"),
+        id=t.string("id"),
         pattern=t.regex("pattern"),
         families=t.strs("families"),
         producers=t.strs("producers"),
         when_config=t.strs("when_config"),
-        reason=t.str("reason"),
-        source=t.str("source"),
+        reason=t.string("reason"),
+        source=t.string("source"),
         except_architectures=t.strs("except_architectures"),
     )
 
@@ -86,14 +88,14 @@ def parse(root: Table) -> Modules:
             frozenset(p.strs("column", REQUIRED)),
             frozenset(p.strs("row", REQUIRED)),
             p.ints("tp_candidates", REQUIRED),
-            p.str("source"),
+            p.string("source"),
         ),
         unquantized=root.each("unquantized", _unquantized),
         model_config=ModelConfig(
             m.strs("expert_count_keys", REQUIRED),
-            m.str("embedding_substring"),
+            m.string("embedding_substring"),
             frozenset(m.strs("embedding_names")),
-            m.str("source"),
+            m.string("source"),
         ),
     )
     p.done()

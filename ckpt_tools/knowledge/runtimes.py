@@ -214,7 +214,7 @@ class Runtime:
 
 def _modelopt(t: Table) -> ModelOptSupport:
     return ModelOptSupport(
-        t.strs("nvfp4_nested_required"), t.bool("loads_pre_quant_scale"), t.strs("always_unquantized")
+        t.strs("nvfp4_nested_required"), t.boolean("loads_pre_quant_scale"), t.strs("always_unquantized")
     )
 
 
@@ -226,7 +226,7 @@ def _quantization(t: Table) -> Quantization:
         modelopt_algos=t.mapping("modelopt_algos"),
         modelopt_nested_algos=t.mapping("modelopt_nested_algos"),
         modelopt=t.one("modelopt", _modelopt),
-        sparsity_rejection=ct.opt_str("sparsity_rejection") if ct else None,
+        sparsity_rejection=ct.opt_string("sparsity_rejection") if ct else None,
     )
     if ct is not None:
         ct.done()
@@ -237,10 +237,10 @@ def _behaviour(t: Table) -> Behaviour:
     return Behaviour(
         t.choice("linear_backend_w4a4_on_a16", ("fallback", "crash"), None),
         t.choice("moe_backend_w4a4_on_a16", ("error",), None),
-        t.opt_str("long_max_model_len_env"),
-        t.bool("mamba_block_size_requires_prefix_caching", False),
-        t.bool("auto_tool_choice_requires_parser", False),
-        t.opt_str("source"),
+        t.opt_string("long_max_model_len_env"),
+        t.boolean("mamba_block_size_requires_prefix_caching", False),
+        t.boolean("auto_tool_choice_requires_parser", False),
+        t.opt_string("source"),
     )
 
 
@@ -248,16 +248,16 @@ def _serve(t: Table) -> Serve:
     behaviour = t.opt_table("behaviour")
     out = Serve(
         command=t.strs("command", REQUIRED),
-        image=t.str("image"),
-        entrypoint=t.str("entrypoint"),
-        cache_dir=t.opt_str("cache_dir"),
-        hf_cache_dir=t.opt_str("hf_cache_dir"),
+        image=t.string("image"),
+        entrypoint=t.string("entrypoint"),
+        cache_dir=t.opt_string("cache_dir"),
+        hf_cache_dir=t.opt_string("hf_cache_dir"),
         hardware=t.strs("hardware"),
-        default_hardware=t.opt_str("default_hardware"),
+        default_hardware=t.opt_string("default_hardware"),
         gpu_memory_utilization_default=t.opt_number("gpu_memory_utilization_default"),
-        compile_range_max_batched_tokens=t.opt_int("compile_range_max_batched_tokens"),
+        compile_range_max_batched_tokens=t.opt_integer("compile_range_max_batched_tokens"),
         behaviour=_behaviour(behaviour) if behaviour else NO_BEHAVIOUR,
-        source=t.opt_str("source"),
+        source=t.opt_string("source"),
     )
     if behaviour is not None:
         behaviour.done()
@@ -267,10 +267,10 @@ def _serve(t: Table) -> Serve:
 def _dflash(t: Table) -> DFlash:
     return DFlash(
         t.strs("kv_cache_dtypes", REQUIRED),
-        t.opt_str("drafter_attention_backend"),
-        t.opt_str("target_attention_backend"),
-        t.bool("drafter_kv_cache_dtype", False),
-        t.str("source"),
+        t.opt_string("drafter_attention_backend"),
+        t.opt_string("target_attention_backend"),
+        t.boolean("drafter_kv_cache_dtype", False),
+        t.string("source"),
     )
 
 
@@ -279,17 +279,17 @@ def _flag(_: str, t: Table) -> FlagSpec:
         type=t.choice("type", FLAG_TYPES, None),
         gt=t.opt_number("gt"),
         le=t.opt_number("le"),
-        choices=t.opt_str("choices"),
+        choices=t.opt_string("choices"),
         also=t.strs("also"),
         normalize=t.choice("normalize", ("lower-dash", "upper"), None),
         modalities=t.strs("modalities"),
         keys=t.strs("keys"),
-        source=t.opt_str("source"),
+        source=t.opt_string("source"),
     )
 
 
 def _removed(t: Table) -> RemovedEnv:
-    return RemovedEnv(t.str("name"), t.str("replacement"), t.str("source"))
+    return RemovedEnv(t.string("name"), t.string("replacement"), t.string("source"))
 
 
 def _env(t: Table) -> Env:
@@ -298,12 +298,12 @@ def _env(t: Table) -> Env:
         removed=MappingProxyType({r.name: r for r in t.each("removed", _removed)}),
         traps=t.each("trap", env_trap),
         baked=t.mapping("baked"),
-        source=t.opt_str("source"),
+        source=t.opt_string("source"),
     )
 
 
 def _cli(t: Table) -> Cli:
-    return Cli(MappingProxyType({a: t.strs(a) for a in ARITIES}), t.mapping("aliases"), t.str("source"))
+    return Cli(MappingProxyType({a: t.strs(a) for a in ARITIES}), t.mapping("aliases"), t.string("source"))
 
 
 def _choices(root: Table) -> Mapping[str, tuple[str, ...]]:
@@ -314,7 +314,7 @@ def _choices(root: Table) -> Mapping[str, tuple[str, ...]]:
         lists[key] = lists.get(key, ()) + values
     for sub in (base, extra):
         if sub is not None:
-            sub.str("source", None)
+            sub.string("source", None)
             sub.done()
     return MappingProxyType(lists)
 
@@ -333,11 +333,11 @@ def parse(root: Table) -> Runtime:
     speculative = root.opt_table("speculative")
     flags = root.opt_table("flags")
     out = Runtime(
-        id=root.str("id"),
-        name=root.str("name"),
-        vllm_version=root.str("vllm_version"),
-        default=root.bool("default", False),
-        source=root.str("source"),
+        id=root.string("id"),
+        name=root.string("name"),
+        vllm_version=root.string("vllm_version"),
+        default=root.boolean("default", False),
+        source=root.string("source"),
         quantization=root.one("quantization", _quantization),
         hints=root.mapping("hints"),
         architectures=frozenset(archs.strs("supported")) if archs and archs.has("supported") else None,

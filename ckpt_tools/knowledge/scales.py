@@ -52,12 +52,12 @@ class Scales:
 
 def _tensor(t: Table) -> TensorSpec:
     return TensorSpec(
-        suffix=t.str("suffix"),
+        suffix=t.string("suffix"),
         role=t.choice("role", ("weight", "scale"), "scale"),
         dtypes=t.strs("dtypes", REQUIRED),
-        shape=t.str("shape"),
-        required=t.bool("required", False),
-        activation=t.opt_str("activation"),
+        shape=t.string("shape"),
+        required=t.boolean("required", False),
+        activation=t.opt_string("activation"),
         convention=t.choice("convention", ("direct", "reciprocal"), None),
     )
 
@@ -71,14 +71,14 @@ def _scheme(t: Table) -> ScaleScheme:
     if block and len(block) != 2:
         raise t.error("block_size", "'block_size' must be [rows, columns]")
     return ScaleScheme(
-        id=t.str("id"),
-        producer=t.str("producer"),
-        kind=t.str("kind"),
-        group_size=t.opt_int("group_size"),
+        id=t.string("id"),
+        producer=t.string("producer"),
+        kind=t.string("kind"),
+        group_size=t.opt_integer("group_size"),
         block_size=(block[0], block[1]) if block else None,
         tensors=tensors,
         weight=weights[0],
-        source=t.str("source"),
+        source=t.string("source"),
     )
 
 
@@ -86,7 +86,7 @@ def parse(root: Table) -> Scales:
     g = root.table("global_scales")
     out = Scales(
         root.strs("float_scale_dtypes", REQUIRED),
-        GlobalScales(g.strs("weight", REQUIRED), g.strs("input", REQUIRED), g.str("source")),
+        GlobalScales(g.strs("weight", REQUIRED), g.strs("input", REQUIRED), g.string("source")),
         root.each("scheme", _scheme, required=True),
     )
     g.done()

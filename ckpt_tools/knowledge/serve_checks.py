@@ -25,15 +25,15 @@ class Check:
 
 def _check(t: Table) -> Check:
     return Check(
-        code=t.str("code"),
-        slug=t.str("slug"),
+        code=t.string("code"),
+        slug=t.string("slug"),
         severity=t.choice("severity", SEVERITIES),
-        title=t.str("title"),
-        catches=t.str("catches"),
-        why=t.str("why"),
-        anti_pattern=t.str("anti_pattern"),
-        fix=t.str("fix"),
-        source=t.str("source"),
+        title=t.string("title"),
+        catches=t.string("catches"),
+        why=t.string("why"),
+        anti_pattern=t.string("anti_pattern"),
+        fix=t.string("fix"),
+        source=t.string("source"),
     )
 
 

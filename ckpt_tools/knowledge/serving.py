@@ -73,39 +73,39 @@ class Serving:
 
 def _family(t: Table) -> ServingFamily:
     return ServingFamily(
-        id=t.str("id"),
-        name=t.str("name"),
+        id=t.string("id"),
+        name=t.string("name"),
         architectures=t.strs("architectures"),
         model_types=t.strs("model_types"),
-        reasoning_parser=t.opt_str("reasoning_parser"),
-        tool_call_parser=t.opt_str("tool_call_parser"),
+        reasoning_parser=t.opt_string("reasoning_parser"),
+        tool_call_parser=t.opt_string("tool_call_parser"),
         tool_call_parsers_ok=t.strs("tool_call_parsers_ok"),
         reasoning_parsers_ok=t.strs("reasoning_parsers_ok"),
         mm_limits=t.mapping("mm_limits", (int,), "integers"),
-        prefix_caching=t.bool("prefix_caching", False),
-        dflash_drafter_attention_backend=t.opt_str("dflash_drafter_attention_backend"),
-        source=t.str("source"),
+        prefix_caching=t.boolean("prefix_caching", False),
+        dflash_drafter_attention_backend=t.opt_string("dflash_drafter_attention_backend"),
+        source=t.string("source"),
     )
 
 
 def _pairing(t: Table) -> Pairing:
     return Pairing(
-        t.str("method"),
+        t.string("method"),
         t.strs("architectures", REQUIRED),
-        t.int("num_speculative_tokens"),
-        t.str("drafter"),
-        t.str("source"),
+        t.integer("num_speculative_tokens"),
+        t.string("drafter"),
+        t.string("source"),
     )
 
 
 def _drafter(t: Table) -> DrafterKind:
     return DrafterKind(
-        t.str("method"),
+        t.string("method"),
         t.strs("config_keys"),
         t.strs("architectures_contain"),
         t.strs("name_contains"),
-        t.opt_str("model_types_in_choices"),
-        t.str("source"),
+        t.opt_string("model_types_in_choices"),
+        t.string("source"),
     )
 
 
@@ -116,11 +116,11 @@ def parse(root: Table) -> Serving:
         pairings=root.each("pairing", _pairing),
         drafters=root.each("drafter", _drafter),
         docker_value_options=frozenset(docker.strs("value_options", REQUIRED)),
-        docker_source=docker.str("source"),
+        docker_source=docker.string("source"),
         context=Context(
             context.strs("max_len_keys", REQUIRED),
             frozenset(context.strs("rope_types_prescaled")),
-            context.str("source"),
+            context.string("source"),
         ),
     )
     docker.done()

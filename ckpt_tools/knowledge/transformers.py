@@ -20,8 +20,8 @@ class TransformersClasses:
 
 def parse(root: Table) -> TransformersClasses:
     return TransformersClasses(
-        root.str("version"),
-        root.str("source"),
+        root.string("version"),
+        root.string("source"),
         frozenset(root.strs("classes")),
         root.mapping("base_model"),
         root.mapping("causal_lm"),
