@@ -155,7 +155,7 @@ class Table:
         return self._get(key, (str,), "a string", default)
 
     def opt_string(self, key: str) -> str | None:
-        return self.string(key, None)  # type: ignore[no-any-return]
+        return self.string(key, None)
 
     def choice(self, key: str, allowed: tuple[str, ...], default: Any = REQUIRED) -> Any:
         value = self.string(key, default)
@@ -170,14 +170,14 @@ class Table:
         return self._get(key, (int,), "an integer", default)
 
     def opt_integer(self, key: str) -> int | None:
-        return self.integer(key, None)  # type: ignore[no-any-return]
+        return self.integer(key, None)
 
     def number(self, key: str, default: Any = REQUIRED) -> Any:
         value = self._get(key, (int, float), "a number", default)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
     def opt_number(self, key: str) -> float | None:
-        return self.number(key, None)  # type: ignore[no-any-return]
+        return self.number(key, None)
 
     def _list(self, key: str, kinds: tuple[type, ...], what: str, default: Any) -> tuple[Any, ...]:
         value = self._get(key, (list,), f"a list of {what}", default)

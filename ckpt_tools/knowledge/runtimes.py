@@ -7,15 +7,17 @@ each file's first table.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
+from typing import TypeVar
 
 from ..errors import UsageError
 from ._load import REQUIRED, KnowledgeError, Table, build_file, rules_dir, top_level
 from .hardware import EnvTrap, Hardware, env_trap
 
+T = TypeVar("T")
 ARITIES = ("value", "boolean", "switch", "optional_value")  # how `vllm serve` options take a value
 FLAG_TYPES = ("int", "float", "human_int", "human_int_or_auto", "json", "str")
 
@@ -319,7 +321,7 @@ def _choices(root: Table) -> Mapping[str, tuple[str, ...]]:
     return MappingProxyType(lists)
 
 
-def _optional(root: Table | None, key: str, build):  # type: ignore[no-untyped-def]
+def _optional(root: Table | None, key: str, build: Callable[[Table], T]) -> T | None:
     sub = root.opt_table(key) if root is not None else None
     if sub is None:
         return None

@@ -44,13 +44,13 @@ def dtype_bytes(name: str) -> int | None:
 def device(hw: Hardware) -> Device:
     for e in memory().devices:
         if e.hardware == hw.id:
-            return Device(hw.id, int(round(e.memory_gib * GIB)), e.kind, e.note, e.source)
+            return Device(hw.id, round(e.memory_gib * GIB), e.kind, e.note, e.source)
     gb = hw.memory_gb
     if gb is None:
         raise UsageError(f"hardware profile {hw.id!r} records no memory size")
     return Device(
         hw.id,
-        int(round(float(gb) * GIB)),
+        round(float(gb) * GIB),
         "nominal",
         f"nominal {gb} GB read as GiB; the runtime sees slightly less",
         f"rules/hardware.toml memory_gb of {hw.id} (nominal)",
