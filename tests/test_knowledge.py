@@ -287,3 +287,33 @@ def test_option_help_shows_the_default_runtime_from_the_data() -> None:
     serve = _run(["serve-flags", "--help"])
     others = [r for r in runtimes.runtime_ids() if r != runtimes.default_runtime_id()]
     assert all(r in serve.stdout for r in others), serve.stdout
+
+
+@pytest.fixture
+def runtime_folder(tmp_path, monkeypatch):
+    """A rules folder of our own for the runtime-profile index (the caches are emptied before and after)."""
+    from ckpt_tools.knowledge import _load
+
+    (tmp_path / "runtimes").mkdir()
+    monkeypatch.setattr(_load, "rules_dir", lambda: tmp_path)
+    monkeypatch.setattr(runtimes, "rules_dir", lambda: tmp_path)
+    caches = (_load.top_level, runtimes._files, runtimes.default_runtime_id, runtimes._runtime)
+    for c in caches:
+        c.cache_clear()
+    yield tmp_path / "runtimes"
+    for c in caches:
+        c.cache_clear()
+
+
+def test_exactly_one_runtime_profile_is_the_default(runtime_folder) -> None:
+    (runtime_folder / "a.toml").write_text('schema = "runtime/1"\nid = "a"\ndefault = true\n')
+    (runtime_folder / "b.toml").write_text('schema = "runtime/1"\nid = "b"\ndefault = true\n')
+    with pytest.raises(KnowledgeError, match=r"^rules/runtimes: exactly one profile must set `default = true`"):
+        runtimes.default_runtime_id()
+
+
+def test_runtime_profile_ids_are_unique(runtime_folder) -> None:
+    (runtime_folder / "a.toml").write_text('schema = "runtime/1"\nid = "same"\n')
+    (runtime_folder / "b.toml").write_text('schema = "runtime/1"\nid = "same"\n')
+    with pytest.raises(KnowledgeError, match=r"^rules/runtimes/b.toml: runtime profile id 'same' is also declared"):
+        runtimes.runtime_ids()
