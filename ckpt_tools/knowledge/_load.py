@@ -133,9 +133,6 @@ class Table:
     def has(self, key: str) -> bool:
         return key in self._data
 
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self._data)
-
     def _get(self, key: str, kinds: tuple[type, ...], what: str, default: Any) -> Any:
         self._read.add(key)
         if key not in self._data:
