@@ -23,7 +23,7 @@ from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
 from .read.local import LocalSource
 from .read.repair_state import pending_repair
-from .report.model import Report
+from .report.model import Report, SkippedRule
 from .rules.base import Context, Finding, Rule, all_rules
 from .suppress import Suppression, apply_suppressions, load_suppressions
 
@@ -183,7 +183,7 @@ def judge(
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     schema = None
-    skipped = []
+    skipped: list[SkippedRule] = []
     if producer_schema:
         from .detect.producer_schema import check_producer_schema
 

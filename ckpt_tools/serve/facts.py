@@ -12,6 +12,7 @@ from ..knowledge.runtimes import Runtime
 from ..knowledge.serving import serving
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def config_refusal(ckpt: Checkpoint) -> str | None:
 
 def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
-    misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
+    misnested = [f for f in report.findings if f.slug == MisnestedPrefix.slug]
     vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
     vision_bad = any(
         any(

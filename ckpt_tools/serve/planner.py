@@ -16,6 +16,7 @@ from ..knowledge.runtimes import Runtime, runtime_ids
 from ..knowledge.serving import ServingFamily, serving
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
+from ..rules.ck312_unsupported_architecture import UnsupportedArchitecture
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
 
 SPEC_METHODS_NEEDING_DRAFTER = ("dflash", "dspark", "eagle", "eagle3", "draft_model")
@@ -185,7 +186,7 @@ def plan(
         (
             f
             for f in analysis.report.findings
-            if f.slug == "unsupported-architecture" and f.severity == "error" and f.details.get("architecture")
+            if f.slug == UnsupportedArchitecture.slug and f.severity == "error" and f.details.get("architecture")
         ),
         None,
     )
@@ -197,7 +198,7 @@ def plan(
         )
 
     for finding in analysis.report.findings:
-        if finding.slug == "unsupported-architecture" and finding is not refused_arch:
+        if finding.slug == UnsupportedArchitecture.slug and finding is not refused_arch:
             b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)
