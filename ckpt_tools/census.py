@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .detect.resolve import Detection, ModuleRow, component_lookup
-from .knowledge import Hardware
+from .knowledge.hardware import Hardware
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
@@ -134,7 +134,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing; the kernel
     column names `hardware` (profile ids), else the runtime's default GPU, else every profile."""
     from .kernels import default_profiles
-    from .knowledge import hardware as profile
+    from .knowledge.hardware import hardware as profile
     from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report

@@ -14,7 +14,10 @@ from typing import Any
 
 from .detect.resolve import Detection, ModuleRow
 from .detect.schemes import Scheme
-from .knowledge import Hardware, Runtime, hardware, hardware_profiles, load_toml
+from .knowledge._load import Table, build_file
+from .knowledge.hardware import Hardware, hardware
+from .knowledge.hardware import profiles as hardware_profiles
+from .knowledge.runtimes import Runtime
 
 
 @dataclass(frozen=True)
@@ -81,57 +84,63 @@ class Kernel:
         return f"{self.family} (slow fallback)" if self.fallback else self.family
 
 
-def _ints(values: Any) -> frozenset[int]:
-    return frozenset(int(v) for v in values or ())
+def _pick(t: Table) -> Pick:
+    return Pick(
+        kernel=t.opt_string("kernel"),
+        capabilities=frozenset(t.ints("capabilities")),
+        min_capability=t.opt_integer("min_capability"),
+        max_capability=t.opt_integer("max_capability"),
+        group_sizes=frozenset(t.ints("group_sizes")) if t.has("group_sizes") else None,
+        fallback=t.opt_string("fallback"),
+    )
+
+
+def _selection(t: Table) -> Selection:
+    def opt_set(key: str) -> frozenset[str] | None:
+        return frozenset(t.strs(key)) if t.has(key) else None
+
+    return Selection(
+        id=t.string("id"),
+        scheme=t.choice("scheme", ("nvfp4", "mxfp4", "mxfp8", "fp8", "int4", "int8")),
+        layer=t.choice("layer", ("linear", "moe")),
+        activations=opt_set("activations"),
+        details=opt_set("details"),
+        methods=opt_set("methods"),
+        hardware_key=t.opt_string("hardware_key"),
+        no_kernel=t.string("no_kernel"),
+        source=t.string("source"),
+        picks=t.each("pick", _pick),
+    )
+
+
+def _parse(root: Table) -> tuple[str, tuple[Selection, ...]]:
+    return root.string("vllm_version"), root.each("selection", _selection, required=True)
 
 
 @cache
+def _table() -> tuple[str, tuple[Selection, ...]]:
+    return build_file("kernels.toml", _parse, "kernels/1")
+
+
 def selections() -> tuple[Selection, ...]:
-    out = []
-    for s in load_toml("kernels.toml")["selection"]:
-        picks = tuple(
-            Pick(
-                kernel=p.get("kernel"),
-                capabilities=_ints(p.get("capabilities")),
-                min_capability=p.get("min_capability"),
-                max_capability=p.get("max_capability"),
-                group_sizes=_ints(p["group_sizes"]) if "group_sizes" in p else None,
-                fallback=p.get("fallback"),
-            )
-            for p in s.get("pick", ())
-        )
-        out.append(
-            Selection(
-                id=s["id"],
-                scheme=s["scheme"],
-                layer=s["layer"],
-                activations=frozenset(s["activations"]) if "activations" in s else None,
-                details=frozenset(s["details"]) if "details" in s else None,
-                methods=frozenset(s["methods"]) if "methods" in s else None,
-                hardware_key=s.get("hardware_key"),
-                no_kernel=s["no_kernel"],
-                source=s["source"],
-                picks=picks,
-            )
-        )
-    return tuple(out)
+    return _table()[1]
 
 
 def table_version() -> str:
     """The vLLM release whose selection rules/kernels.toml restates."""
-    return str(load_toml("kernels.toml")["vllm_version"])
+    return _table()[0]
 
 
 def default_profiles(runtime: Runtime) -> tuple[Hardware, ...]:
     """The profiles kernels are named for when no `--hardware` is given: the runtime's default GPU (an image built
     for one), else every profile."""
-    default = runtime.data.get("serve", {}).get("default_hardware")
+    default = runtime.serve.default_hardware
     return (hardware(default),) if default else hardware_profiles()
 
 
 def capability(hw: Hardware) -> int:
     """A profile's compute capability as vLLM compares it: "12.1" -> 121."""
-    major, _, minor = str(hw.data["compute_capability"]).partition(".")
+    major, _, minor = hw.compute_capability.partition(".")
     return int(major) * 10 + int(minor or 0)
 
 
@@ -153,7 +162,7 @@ def select(
         cc = capability(hw)
         for pick in sel.picks:
             if pick.matches(cc, group_size):
-                family = pick.kernel if pick.kernel is not None else str(hw.data[sel.hardware_key or ""])
+                family = pick.kernel if pick.kernel is not None else str(getattr(hw, sel.hardware_key or ""))
                 return Kernel(family, pick.fallback, sel.id, sel.source, sel.no_kernel)
         return Kernel(None, None, sel.id, sel.source, sel.no_kernel)
     return None

@@ -10,7 +10,8 @@ import pytest
 
 from ckpt_tools.detect.schemes import Scheme
 from ckpt_tools.kernels import capability, kernels_for, layer_kind, select, selections
-from ckpt_tools.knowledge import hardware, hardware_profiles
+from ckpt_tools.knowledge.hardware import hardware
+from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.rules.base import Context
 from ckpt_tools.rules.ck405_kernel_selection import KernelSelection
@@ -80,7 +81,7 @@ def test_layer_kind() -> None:
 
 def _old_gpu(cc: str):
     base = hardware("h100")
-    return replace(base, id="v100", name="V100", data={**base.data, "id": "v100", "compute_capability": cc})
+    return replace(base, id="v100", name="V100", compute_capability=cc)
 
 
 def test_no_kernel_on_an_old_gpu_is_an_error_when_that_gpu_was_asked_for() -> None:

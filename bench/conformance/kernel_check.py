@@ -32,7 +32,7 @@ import vllm_side  # noqa: E402, F401 - sets the CPU platform before vLLM is impo
 
 from ckpt_tools.detect.schemes import Scheme  # noqa: E402
 from ckpt_tools.kernels import capability, select  # noqa: E402
-from ckpt_tools.knowledge import hardware_profiles  # noqa: E402
+from ckpt_tools.knowledge.hardware import profiles as hardware_profiles  # noqa: E402
 
 GROUP_SIZES = (-1, 32, 64, 128, 16)
 # vLLM's class / backend -> the family name rules/kernels.toml must start with.
@@ -160,7 +160,7 @@ def _profile(hw_id: str, cc: int):
     from dataclasses import replace
 
     base = next((h for h in hardware_profiles() if h.id == hw_id), hardware_profiles()[-1])
-    return replace(base, id=hw_id, data={**base.data, "compute_capability": f"{cc // 10}.{cc % 10}"})
+    return replace(base, id=hw_id, compute_capability=f"{cc // 10}.{cc % 10}")
 
 
 def score(rows: list[KernelRow]) -> tuple[str, bool]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..kernels import KernelUse, default_profiles, kernels_for, table_version
-from ..knowledge import hardware_profiles
+from ..knowledge.hardware import profiles as hardware_profiles
 from .base import Context, Finding, Rule, module_files, register
 
 
