@@ -9,61 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any
 
 from .detect.resolve import Detection, ModuleRow
 from .detect.schemes import Scheme
-from .knowledge._load import Table, build_file
 from .knowledge.hardware import Hardware, hardware
 from .knowledge.hardware import profiles as hardware_profiles
+from .knowledge.kernels import Selection, kernel_table
 from .knowledge.runtimes import Runtime
-
-
-@dataclass(frozen=True)
-class Pick:
-    """A condition on the GPU (and the config's group size) and the kernel family it selects."""
-
-    kernel: str | None  # None: the hardware profile's `hardware_key` names it
-    capabilities: frozenset[int] = frozenset()
-    min_capability: int | None = None
-    max_capability: int | None = None
-    group_sizes: frozenset[int] | None = None
-    fallback: str | None = None
-
-    def matches(self, cc: int, group_size: int | None) -> bool:
-        if self.capabilities and cc not in self.capabilities:
-            return False
-        if self.min_capability is not None and cc < self.min_capability:
-            return False
-        if self.max_capability is not None and cc > self.max_capability:
-            return False
-        # An unknown group size is given the benefit of the doubt: the fast kernel's other conditions decide.
-        return self.group_sizes is None or group_size is None or group_size in self.group_sizes
-
-
-@dataclass(frozen=True)
-class Selection:
-    id: str
-    scheme: str
-    layer: str
-    activations: frozenset[str] | None
-    details: frozenset[str] | None
-    methods: frozenset[str] | None
-    hardware_key: str | None
-    no_kernel: str
-    source: str
-    picks: tuple[Pick, ...]
-
-    def covers(self, scheme: Scheme, layer: str, method: str | None = None) -> bool:
-        return (
-            scheme.kind == self.scheme
-            and (self.methods is None or method in self.methods)
-            and layer == self.layer
-            and (self.activations is None or scheme.activation in self.activations)
-            # A hostile config can put any JSON value in a scheme's detail: only strings match.
-            and (self.details is None or (isinstance(scheme.detail, str) and scheme.detail in self.details))
-        )
 
 
 @dataclass(frozen=True)
@@ -84,51 +37,13 @@ class Kernel:
         return f"{self.family} (slow fallback)" if self.fallback else self.family
 
 
-def _pick(t: Table) -> Pick:
-    return Pick(
-        kernel=t.opt_string("kernel"),
-        capabilities=frozenset(t.ints("capabilities")),
-        min_capability=t.opt_integer("min_capability"),
-        max_capability=t.opt_integer("max_capability"),
-        group_sizes=frozenset(t.ints("group_sizes")) if t.has("group_sizes") else None,
-        fallback=t.opt_string("fallback"),
-    )
-
-
-def _selection(t: Table) -> Selection:
-    def opt_set(key: str) -> frozenset[str] | None:
-        return frozenset(t.strs(key)) if t.has(key) else None
-
-    return Selection(
-        id=t.string("id"),
-        scheme=t.choice("scheme", ("nvfp4", "mxfp4", "mxfp8", "fp8", "int4", "int8")),
-        layer=t.choice("layer", ("linear", "moe")),
-        activations=opt_set("activations"),
-        details=opt_set("details"),
-        methods=opt_set("methods"),
-        hardware_key=t.opt_string("hardware_key"),
-        no_kernel=t.string("no_kernel"),
-        source=t.string("source"),
-        picks=t.each("pick", _pick),
-    )
-
-
-def _parse(root: Table) -> tuple[str, tuple[Selection, ...]]:
-    return root.string("vllm_version"), root.each("selection", _selection, required=True)
-
-
-@cache
-def _table() -> tuple[str, tuple[Selection, ...]]:
-    return build_file("kernels.toml", _parse, "kernels/1")
-
-
 def selections() -> tuple[Selection, ...]:
-    return _table()[1]
+    return kernel_table().selections
 
 
 def table_version() -> str:
     """The vLLM release whose selection rules/kernels.toml restates."""
-    return _table()[0]
+    return kernel_table().vllm_version
 
 
 def default_profiles(runtime: Runtime) -> tuple[Hardware, ...]:
