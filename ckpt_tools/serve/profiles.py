@@ -1,5 +1,5 @@
 """Typed views over the serving knowledge in rules/: a runtime profile's CLI table and serving facts, the hardware
-profile's limits, model-family serving entries, drafter pairings, and the check-serve check registry.
+profile's limits, model-family serving entries and drafter pairings.
 
 Code here only reads data (rules/README.md documents every key); it never hard-codes a flag, a value or a limit.
 """
@@ -204,47 +204,6 @@ def drafter_kinds() -> tuple[Mapping[str, Any], ...]:
 
 def docker_value_options() -> frozenset[str]:
     return frozenset(_serving()["docker"]["value_options"])
-
-
-# ---- check registry (rules/serve-checks.toml) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    code: str
-    slug: str
-    severity: str
-    title: str
-    catches: str
-    why: str
-    anti_pattern: str
-    fix: str
-    source: str
-
-
-@cache
-def checks() -> tuple[Check, ...]:
-    out = tuple(Check(**{k: c[k] for k in Check.__dataclass_fields__}) for c in load_toml("serve-checks.toml")["check"])
-    codes = [c.code for c in out]
-    slugs = [c.slug for c in out]
-    if len(set(codes)) != len(codes) or len(set(slugs)) != len(slugs):
-        raise ValueError("rules/serve-checks.toml: duplicate check code or slug")
-    return out
-
-
-def check(slug: str) -> Check:
-    for c in checks():
-        if c.slug == slug:
-            return c
-    raise KeyError(slug)
-
-
-def find_check(code_or_slug: str) -> Check | None:
-    key = code_or_slug.strip()
-    for c in checks():
-        if key.upper() == c.code or key.lower() == c.slug:
-            return c
-    return None
 
 
 def require_hardware_fits(rt: ServeRuntime, hw: ServeHardware | None) -> str | None:
