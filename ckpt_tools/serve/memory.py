@@ -4,7 +4,9 @@ memory-does-not-fit check, checks/cs172_memory_does_not_fit.py)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
 from ..errors import CkptError
 from ..pipeline import Analysis
@@ -22,6 +24,14 @@ def _flag(plan: ServePlan, name: str) -> str | None:
     return next((f.value for f in plan.flags if f.flag == name), None)
 
 
+def speculative_tokens(spec: Any) -> int:
+    """The draft tokens per step a --speculative-config asks for (0 without one): each keeps one more recurrent-state
+    page per sequence (vLLM's MambaSpec.num_speculative_blocks), as `ckpt plan --num-speculative-tokens` sizes it.
+    A missing or malformed count is the speculative-config check's finding, sized here as none."""
+    n = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, asked_len: int | None) -> ServePlan:
     """`sp` with --max-model-len the largest that fits (never more than the model's context), `memory` set, and
     `blocked` when the checkpoint cannot fit on the hardware at all or at the asked length."""
@@ -29,12 +39,14 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
         return sp
     util = _flag(sp, "--gpu-memory-utilization")
     batched = _flag(sp, "--max-num-batched-tokens")
+    spec = _flag(sp, "--speculative-config")
     settings = Settings(
         hardware=sp.hardware.id,
         max_model_len=asked_len,
         gpu_memory_utilization=float(util) if util else None,
         max_num_batched_tokens=int(batched) if batched else None,
         prefix_caching=any(f.flag == "--enable-prefix-caching" for f in sp.flags),
+        num_speculative_tokens=speculative_tokens(json.loads(spec)) if spec else 0,
         runtime=sp.runtime.id,
     )
     try:

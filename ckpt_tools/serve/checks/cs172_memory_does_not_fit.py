@@ -6,8 +6,9 @@ from ...errors import CkptError
 from ...plan import MemoryPlan, Settings, plan_for
 from ...plan.render import size
 from ...rules.base import Finding
-from ..memory import memory_reason
+from ..memory import memory_reason, speculative_tokens
 from ..parser import ParsedCommand
+from ._speculative import speculative_config
 from .base import ServeCheck, ServeContext, parse_int, register
 
 
@@ -18,7 +19,8 @@ class MemoryDoesNotFit(ServeCheck):
     What it catches
     Weights plus the KV cache for --max-model-len x --max-num-seqs above what --gpu-memory-utilization leaves on
     the hardware profile: the memory plan of `ckpt plan` for the command's --tensor-parallel-size,
-    --kv-cache-dtype, --max-num-batched-tokens, prefix caching and drafter. Judged only with a hardware profile; a
+    --kv-cache-dtype, --max-num-batched-tokens, prefix caching, drafter and --speculative-config draft tokens (each
+    keeps one more recurrent-state page per sequence on hybrid models). Judged only with a hardware profile; a
     length above the model's context is max-model-len-exceeded's finding, so memory is judged at the length asked.
 
     Why it matters
@@ -56,6 +58,7 @@ class MemoryDoesNotFit(ServeCheck):
             gpu_memory_utilization=_float(cmd, "--gpu-memory-utilization"),
             max_num_batched_tokens=_int(cmd, "--max-num-batched-tokens"),
             prefix_caching=cmd.last("--enable-prefix-caching") is not None,
+            num_speculative_tokens=speculative_tokens(speculative_config(ctx)[1]),
             runtime=rt.id,
         )
         try:
