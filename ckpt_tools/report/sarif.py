@@ -21,6 +21,7 @@ import orjson
 from .. import __version__
 from ..model.modules import ROLES
 from ..rules.base import Finding, Rule, all_rules
+from ..suppress import SuppressedFinding
 from .model import Report
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -142,17 +143,15 @@ def _result(f: Finding, base: _Base, index: Mapping[str, int]) -> dict[str, Any]
     return result
 
 
-def _suppressed_result(s: Mapping[str, Any], base: _Base, index: Mapping[str, int]) -> dict[str, Any]:
+def _suppressed_result(s: SuppressedFinding, base: _Base, index: Mapping[str, int]) -> dict[str, Any]:
     """A finding silenced by configuration stays visible as a suppressed result, as SARIF intends."""
-    code = str(s["code"])
+    code = s["code"]
     finding = Finding(
         code=code,
-        slug=str(s.get("slug") or ""),
-        severity=str(s["severity"]) if s.get("severity") in LEVELS else "warning",
-        message=str(s.get("message") or s.get("reason") or code),
-        files=tuple(s.get("files") or ()),
-        tensors=tuple(s.get("tensors") or ()),
-        count=int(s.get("count") or 0),
+        slug=s.get("slug") or "",
+        severity=s["severity"] if s.get("severity") in LEVELS else "warning",
+        message=s.get("message") or s.get("reason") or code,
+        count=s.get("tensors", 0),  # a `tensors` entry records how many it silenced, not their names
     )
     result = _result(finding, base, index)
     result["suppressions"] = [{"kind": "external", "justification": str(s.get("reason") or "suppressed")}]

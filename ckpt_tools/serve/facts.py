@@ -10,6 +10,7 @@ from typing import Any
 
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
 from .profiles import ServeRuntime, drafter_kinds
 
 # vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key (0.33.0 wheel): the smallest of
@@ -83,7 +84,7 @@ def config_refusal(ckpt: Checkpoint) -> str | None:
 
 def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
-    misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
+    misnested = [f for f in report.findings if f.slug == MisnestedPrefix.slug]
     vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
     vision_bad = any(
         any(

@@ -1,5 +1,5 @@
 """The `vllm serve` argument vector for one checkpoint on one runtime and hardware profile, every flag with its reason
-and source. Pure: takes analyses and profiles, returns a `ServePlan`; emitters render it, the linter re-checks it."""
+and source. Pure: takes analyses and profiles, returns a `ServePlan`; emitters render it, the serve checks re-check it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..errors import UsageError
 from ..knowledge import runtime_ids
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
+from ..rules.ck312_unsupported_architecture import UnsupportedArchitecture
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
 from .profiles import ServeHardware, ServeRuntime, pairing, serving_family
 
@@ -184,7 +185,7 @@ def plan(
         (
             f
             for f in analysis.report.findings
-            if f.slug == "unsupported-architecture" and f.severity == "error" and f.details.get("architecture")
+            if f.slug == UnsupportedArchitecture.slug and f.severity == "error" and f.details.get("architecture")
         ),
         None,
     )
@@ -196,7 +197,7 @@ def plan(
         )
 
     for finding in analysis.report.findings:
-        if finding.slug == "unsupported-architecture" and finding is not refused_arch:
+        if finding.slug == UnsupportedArchitecture.slug and finding is not refused_arch:
             b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)

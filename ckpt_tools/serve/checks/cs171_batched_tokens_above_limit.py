@@ -49,8 +49,8 @@ class BatchedTokensAboveLimit(ServeCheck):
             return
         reason = (
             f"the compile-range ceiling of {ctx.rt.name} ({ceiling}): prefill falls back to eager"
-            if ceiling and n > ceiling
-            else f"{hw.id if hw else None}'s limit {hw_max}: activation memory presses unified memory at load"
+            if hw is None or (ceiling and n > ceiling)  # without a profile the limit is the ceiling
+            else f"{hw.id}'s limit {hw_max}: activation memory presses unified memory at load"
         )
         yield self.finding(
             f"--max-num-batched-tokens {tokens} exceeds {reason}",
