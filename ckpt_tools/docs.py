@@ -12,17 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .rules.base import DOC_SECTIONS, Documented, all_rules
+from .rules.base import DOC_SECTIONS, Documented, all_rules, rule_family
 
 SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix")  # every check has these; CS checks add Source
-FAMILIES = {
-    "CK1": "CK1xx: file and shard integrity",
-    "CK2": "CK2xx: naming and prefixes",
-    "CK3": "CK3xx: config vs tensors",
-    "CK4": "CK4xx: scale presence and shape",
-    "CK5": "CK5xx: scale values",
-    "CS1": "CS1xx: serve commands (`ckpt check-serve`, and the verdict of `ckpt serve-flags` on its own command)",
-}
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
 
@@ -76,11 +68,12 @@ def render() -> str:
     ]
     lines += [f"| {r.code} | [`{r.slug}`](#{r.code.lower()}-{r.slug}) | {r.severity} | {r.title} |" for r in rules]
     lines.append("")
-    family = None
+    block = None
     for rule in rules:
-        if rule.code[:3] != family:
-            family = rule.code[:3]
-            lines += [f"## {FAMILIES.get(family, family + 'xx')}", ""]
+        if rule.code[:3] != block:
+            block = rule.code[:3]
+            family = rule_family(rule.code)
+            lines += [f"## {family.heading if family else block + 'xx'}", ""]
         lines += _rule_section(rule)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -13,7 +13,7 @@ def inspect_command(
     ),
     tensors: str | None = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
-    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default {default_runtime})."),
     revision: str | None = typer.Option(
         None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
     ),

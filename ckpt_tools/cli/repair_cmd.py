@@ -15,7 +15,7 @@ FAIL_ON = typer.Option(
     help="Exit 1 when doctor, run after the repair, finds something at or above this (default: never).",
     case_sensitive=False,
 )
-RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33).")
+RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime}).")
 PROGRESS = typer.Option(
     None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a terminal)."
 )

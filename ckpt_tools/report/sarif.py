@@ -20,7 +20,7 @@ import orjson
 
 from .. import __version__
 from ..model.modules import ROLES
-from ..rules.base import Finding, Rule, all_rules
+from ..rules.base import Finding, Rule, all_rules, rule_family
 from ..suppress import SuppressedFinding
 from .model import Report
 
@@ -29,8 +29,6 @@ INFO_URI = "https://github.com/ckpt-tools/ckpt-tools"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 SRCROOT = "%SRCROOT%"  # the base GitHub code scanning resolves relative URIs against (the repository checkout)
 FINGERPRINT_KEY = "ckptFinding/v1"
-# Rule families by code prefix (docs/architecture.md, Conventions): shown as tags in code-scanning UIs.
-FAMILIES = {"CK1": "integrity", "CK2": "naming", "CK3": "config", "CK4": "scales", "CK5": "scale-values"}
 
 
 def render(report: Report, *, color: bool = False) -> str:
@@ -61,7 +59,8 @@ def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
     help_text = "\n\n".join(f"{k}\n{v}" for k, v in sections) or rule.title
     help_markdown = "\n\n".join(f"**{k}**\n\n{v}" for k, v in sections) or rule.title
-    tags = [FAMILIES.get(rule.code[:3], "other"), "quantization"]
+    family = rule_family(rule.code)  # shown as a tag in code-scanning UIs
+    tags = [family.tag if family else "other", "quantization"]
     if rule.fixable:
         tags.append("fixable")
     return {

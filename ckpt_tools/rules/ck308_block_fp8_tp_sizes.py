@@ -4,8 +4,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..catalogue import fused_groups_for, parallel, scale_schemes
 from ..detect.resolve import ModuleRow
+from ..knowledge.modules import fused_groups_for, parallel
+from ..knowledge.scales import schemes
 from .base import Context, Finding, Rule, register
 
 
@@ -43,7 +44,7 @@ def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
     if block:
         return block
     if ctx.det.producer == "modelopt":
-        for s in scale_schemes():
+        for s in schemes():
             if s.producer == "modelopt" and s.kind == "fp8" and s.block_size:
                 return s.block_size
     return None

@@ -4,8 +4,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from ..catalogue import ScaleScheme, scheme_for
 from ..detect.resolve import ModuleRow
+from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
 from ._gpt_oss_layout import is_gpt_oss_experts

@@ -3,18 +3,17 @@ variables and the runtime's and hardware's known traps (rules/runtimes/*.toml, r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from ...knowledge.hardware import EnvTrap
+from ...knowledge.runtimes import RemovedEnv
 from .base import ServeContext
 
 
-def removed(ctx: ServeContext, name: str) -> Mapping[str, Any] | None:
+def removed(ctx: ServeContext, name: str) -> RemovedEnv | None:
     """The runtime's entry for a variable it no longer reads."""
-    return ctx.rt.env_removed.get(name)
+    return ctx.rt.env.removed.get(name)
 
 
-def trap(ctx: ServeContext, name: str, value: str | None) -> Mapping[str, Any] | None:
+def trap(ctx: ServeContext, name: str, value: str | None) -> EnvTrap | None:
     """The first trap entry this variable (and value, when the entry names one) matches."""
-    traps = list(ctx.rt.env_traps) + list(ctx.hw.env_traps if ctx.hw else ())
-    return next((t for t in traps if t["name"] == name and ("value" not in t or t["value"] == value)), None)
+    traps = list(ctx.rt.env.traps) + list(ctx.hw.env_traps if ctx.hw else ())
+    return next((t for t in traps if t.name == name and (t.value is None or t.value == value)), None)

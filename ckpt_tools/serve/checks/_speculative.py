@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...knowledge.runtimes import DFlash
 from .base import ServeContext
 
 
@@ -32,10 +33,10 @@ def canonical_method(ctx: ServeContext, spec: dict[str, Any]) -> Any:
     return "mtp" if method in ctx.rt.choices("mtp_model_types") else method
 
 
-def dflash_config(ctx: ServeContext) -> tuple[dict[str, Any], Any] | None:
+def dflash_config(ctx: ServeContext) -> tuple[dict[str, Any], DFlash] | None:
     """(speculative config, the runtime's DFlash rules) when the command runs a DFlash drafter on a runtime whose
     profile has DFlash rules (rules/runtimes/*.toml [speculative.dflash])."""
     spec = speculative_dict(ctx)
-    if spec is None or canonical_method(ctx, spec) != "dflash" or not ctx.rt.dflash:
+    if spec is None or canonical_method(ctx, spec) != "dflash" or ctx.rt.dflash is None:
         return None
     return spec, ctx.rt.dflash

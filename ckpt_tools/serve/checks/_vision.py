@@ -32,7 +32,7 @@ def mm_limits(ctx: ServeContext) -> MmLimits:
     f = ctx.cmd.last("--limit-mm-per-prompt")
     if f is None or f.value is None:
         return MmLimits(False, False, None, (), ())
-    modalities = tuple(ctx.rt.flags["--limit-mm-per-prompt"].spec.get("modalities", ()))
+    modalities = tuple(ctx.rt.flags["--limit-mm-per-prompt"].spec.modalities)
     try:
         limits = ctx.cmd.json_value("--limit-mm-per-prompt")
     except json.JSONDecodeError:

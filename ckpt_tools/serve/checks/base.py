@@ -16,12 +16,13 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ...errors import CkptError
+from ...knowledge.hardware import Hardware
+from ...knowledge.runtimes import Runtime
 from ...pipeline import Analysis
 from ...rules.base import Documented, Finding
 from ..facts import CheckpointFacts
 from ..parser import ParsedCommand
 from ..planner import ServePlan
-from ..profiles import ServeHardware, ServeRuntime
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 
@@ -51,8 +52,8 @@ class ServeContext:
     command's speculative config names."""
 
     cmd: ParsedCommand
-    rt: ServeRuntime
-    hw: ServeHardware | None
+    rt: Runtime
+    hw: Hardware | None
     facts: CheckpointFacts
     plan: ServePlan
     analysis: Analysis

@@ -4,9 +4,9 @@ import difflib
 import json
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
 from ..parser import ParsedFlag
-from ..profiles import serving_family
 from ._vision import mm_limits
 from .base import ServeCheck, ServeContext, flag_text, parse_int, register
 
@@ -92,15 +92,17 @@ def _value_problem(ctx: ServeContext, f: ParsedFlag) -> tuple[str, str | None] |
     except (ValueError, json.JSONDecodeError) as exc:
         return f"{f.name} {f.value!r} is not a valid {kind} ({exc})", ctx.planned(f.name)
     spec = info.spec
-    if ("gt" in spec and not number > spec["gt"]) or ("le" in spec and not number <= spec["le"]):
+    if (spec.gt is not None and not number > spec.gt) or (spec.le is not None and not number <= spec.le):
         return f"{f.name} {f.value} is out of range", ctx.planned(f.name)
     return None
 
 
 def _choice_fix(ctx: ServeContext, name: str) -> str | None:
     """The model family's parser for a parser flag, else the reference plan's value."""
-    fam = serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}
-    key = {"--tool-call-parser": "tool_call_parser", "--reasoning-parser": "reasoning_parser"}.get(name)
-    if key and fam.get(key):
-        return flag_text(name, fam[key])
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+    wanted = None
+    if fam is not None:
+        wanted = {"--tool-call-parser": fam.tool_call_parser, "--reasoning-parser": fam.reasoning_parser}.get(name)
+    if wanted:
+        return flag_text(name, wanted)
     return ctx.planned(name)

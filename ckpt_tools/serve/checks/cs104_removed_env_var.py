@@ -40,7 +40,7 @@ class RemovedEnvVar(ServeCheck):
             entry = removed(ctx, name)
             if entry is not None:
                 yield self.finding(
-                    f"{name} was removed: {ctx.rt.name} ignores it ({entry['source']})",
-                    fix=f"remove {name}; use {entry['replacement']}",
+                    f"{name} was removed: {ctx.rt.name} ignores it ({entry.source})",
+                    fix=f"remove {name}; use {entry.replacement}",
                     details={"variable": name},
                 )

@@ -35,7 +35,7 @@ class UnknownEnvVar(ServeCheck):
     title = "VLLM_* variable the runtime does not know"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
-        known = ctx.rt.env_known
+        known = ctx.rt.env.known
         for name, value in ctx.cmd.env.items():
             if removed(ctx, name) is not None or trap(ctx, name, value):
                 continue

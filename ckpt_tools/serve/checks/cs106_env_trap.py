@@ -42,8 +42,8 @@ class EnvTrap(ServeCheck):
             hit = trap(ctx, name, value)
             if hit:
                 yield self.finding(
-                    f"{name}={value}: {hit['message']} ({hit['source']})",
-                    fix=hit["fix"],
-                    severity=hit.get("severity"),
+                    f"{name}={value}: {hit.message} ({hit.source})",
+                    fix=hit.fix,
+                    severity=hit.severity,
                     details={"variable": name},
                 )

@@ -45,7 +45,7 @@ class MaxModelLenExceeded(ServeCheck):
             return
         if asked <= derived:
             return
-        env = ctx.rt.behaviour.get("long_max_model_len_env")
+        env = ctx.rt.behaviour.long_max_model_len_env
         allowed = env and ctx.cmd.env.get(env) not in (None, "", "0")
         yield self.finding(
             f"--max-model-len {f.value} exceeds the checkpoint's {ctx.facts.max_len_key}={derived}"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
-from ..profiles import serving_family
 from .base import ServeCheck, ServeContext, flag_text, register
 
 
@@ -35,17 +35,19 @@ class ParserMismatch(ServeCheck):
     title = "Reasoning or tool parser that does not fit the model family"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
-        fam = serving_family(ctx.facts.architecture, ctx.facts.model_type)
+        fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
         if fam is None:
             return
-        for name, key in (("--tool-call-parser", "tool_call_parser"), ("--reasoning-parser", "reasoning_parser")):
+        for name, wanted, ok in (
+            ("--tool-call-parser", fam.tool_call_parser, list(fam.tool_call_parsers_ok)),
+            ("--reasoning-parser", fam.reasoning_parser, list(fam.reasoning_parsers_ok)),
+        ):
             value = ctx.value(name)
-            ok = fam.get(key + "s_ok")
             info = ctx.rt.flags.get(name)
             if value is None or not ok or info is None or info.choices is None or value not in info.choices:
                 continue
             if value not in ok:
                 yield self.finding(
-                    f"{name} {value} does not fit {fam['name']} (expected one of {ok})",
-                    fix=flag_text(name, fam[key]),
+                    f"{name} {value} does not fit {fam.name} (expected one of {ok})",
+                    fix=flag_text(name, wanted),
                 )

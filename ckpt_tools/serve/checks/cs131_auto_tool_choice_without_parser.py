@@ -38,7 +38,7 @@ class AutoToolChoiceWithoutParser(ServeCheck):
             auto is not None
             and not auto.negated
             and ctx.value("--tool-call-parser") is None
-            and ctx.rt.behaviour.get("auto_tool_choice_requires_parser")
+            and ctx.rt.behaviour.auto_tool_choice_requires_parser
         ):
             yield self.finding(
                 "--enable-auto-tool-choice without --tool-call-parser: vLLM "

@@ -44,7 +44,7 @@ class BackendActivationMismatch(ServeCheck):
         linear, moe = forced_backends(ctx)
         if facts.weight_only_nvfp4:
             if linear in W4A4_ONLY_LINEAR:
-                crash = ctx.rt.behaviour.get("linear_backend_w4a4_on_a16") == "crash"
+                crash = ctx.rt.behaviour.linear_backend_w4a4_on_a16 == "crash"
                 yield self.finding(
                     f"--linear-backend {linear} runs W4A4 only, but this checkpoint's NVFP4 layers have no input "
                     f"global scales ({facts.activation_mode})"
@@ -62,7 +62,7 @@ class BackendActivationMismatch(ServeCheck):
                     f"does not support the deployment configuration'",
                     fix="remove --moe-backend",
                 )
-        if ctx.hw is not None and not ctx.hw.profile.native_fp4 and moe in FP4_TENSOR_CORE_MOE:
+        if ctx.hw is not None and not ctx.hw.native_fp4 and moe in FP4_TENSOR_CORE_MOE:
             yield self.finding(
                 f"--moe-backend {moe} needs FP4 tensor cores, which {ctx.hw.id} "
                 f"lacks: vLLM raises 'kernel does not support current device'",

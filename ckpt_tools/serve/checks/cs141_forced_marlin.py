@@ -37,7 +37,7 @@ class ForcedMarlin(ServeCheck):
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
         facts, hw = ctx.facts, ctx.hw
-        if facts.activation_mode != "W4A4" or facts.weight_only_nvfp4 or hw is None or not hw.profile.native_fp4:
+        if facts.activation_mode != "W4A4" or facts.weight_only_nvfp4 or hw is None or not hw.native_fp4:
             return
         linear, moe = forced_backends(ctx)
         for name, value in (("--linear-backend", linear), ("--moe-backend", moe)):

@@ -42,9 +42,9 @@ class DflashKvCacheDtype(ServeCheck):
             return
         _spec, rules = found
         kv = ctx.value("--kv-cache-dtype")
-        if kv is not None and kv not in rules.get("kv_cache_dtypes", ["auto"]):
+        if kv is not None and kv not in rules.kv_cache_dtypes:
             yield self.finding(
                 f"--kv-cache-dtype {kv} with a DFlash drafter on {ctx.rt.name}: no "
-                f"non-causal attention backend supports it ({rules['source']})",
+                f"non-causal attention backend supports it ({rules.source})",
                 fix="remove --kv-cache-dtype",
             )

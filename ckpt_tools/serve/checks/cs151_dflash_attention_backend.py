@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
-from ..profiles import serving_family
 from ._speculative import dflash_config
 from .base import ServeCheck, ServeContext, flag_text, register
 
@@ -43,8 +43,8 @@ class DflashAttentionBackend(ServeCheck):
             return
         spec, rules = found
         kv = ctx.value("--kv-cache-dtype")
-        fam = serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}
-        want_drafter = fam.get("dflash_drafter_attention_backend") or rules.get("drafter_attention_backend")
+        fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+        want_drafter = (fam.dflash_drafter_attention_backend if fam else None) or rules.drafter_attention_backend
         have = spec.get("attention_backend")
         have = str(have).upper() if have is not None else None
         if want_drafter == "forbidden" and have is not None:
@@ -60,7 +60,7 @@ class DflashAttentionBackend(ServeCheck):
                 fix=ctx.planned("--speculative-config"),
             )
         body = ctx.value("--attention-backend")
-        target = rules.get("target_attention_backend")
+        target = rules.target_attention_backend
         if body is not None and target and body.upper() not in (target, "AUTO"):
             yield self.finding(
                 f"--attention-backend {body}: DFlash on {ctx.rt.name} is validated with {target} on the body",

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
-from ..profiles import pairing
 from ._speculative import canonical_method, speculative_dict
 from .base import ServeCheck, ServeContext, register
 
@@ -39,11 +39,11 @@ class SpeculativeTokensUntuned(ServeCheck):
         if spec is None:
             return
         canonical = canonical_method(ctx, spec)
-        pair = pairing(ctx.facts.architecture, canonical) if canonical else None
+        pair = serving().pairing(ctx.facts.architecture, canonical) if canonical else None
         n = spec.get("num_speculative_tokens")
-        if pair and isinstance(n, int) and n != pair["num_speculative_tokens"]:
+        if pair and isinstance(n, int) and n != pair.num_speculative_tokens:
             yield self.finding(
                 f"num_speculative_tokens {n}; the measured optimum for "
-                f"{pair['drafter']} is {pair['num_speculative_tokens']} ({pair['source']})",
+                f"{pair.drafter} is {pair.num_speculative_tokens} ({pair.source})",
                 fix=ctx.planned("--speculative-config"),
             )

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
-from ..profiles import serving_family
 from .base import ServeCheck, ServeContext, register
 
 
@@ -51,10 +51,15 @@ class MambaBlockSize(ServeCheck):
                 "--mamba-block-size without --enable-prefix-caching: vLLM raises unless prefix caching ends up enabled",
                 fix="remove --mamba-block-size",
             )
-        elif (serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}).get("prefix_caching"):
+        elif _family_prefix_caching(ctx):
             yield self.finding(
                 "--mamba-block-size on a family whose hybrid cache geometry vLLM derives: "
                 "unnecessary, and it can confuse the cache config",
                 fix="remove --mamba-block-size",
                 severity="warning",
             )
+
+
+def _family_prefix_caching(ctx: ServeContext) -> bool:
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+    return fam is not None and fam.prefix_caching

@@ -35,7 +35,7 @@ class MemoryUtilizationAboveCap(ServeCheck):
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
         hw = ctx.hw
         util = ctx.value("--gpu-memory-utilization")
-        cap = hw.get("gpu_memory_utilization_max") if hw else None
+        cap = hw.gpu_memory_utilization_max if hw else None
         if hw is None or util is None or cap is None:
             return
         try:

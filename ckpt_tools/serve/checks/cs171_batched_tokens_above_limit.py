@@ -42,8 +42,8 @@ class BatchedTokensAboveLimit(ServeCheck):
             n = parse_int(tokens, "human_int")
         except ValueError:
             return
-        ceiling = ctx.rt.serve.get("compile_range_max_batched_tokens")
-        hw_max = hw.get("max_num_batched_tokens_max") if hw else None
+        ceiling = ctx.rt.serve.compile_range_max_batched_tokens
+        hw_max = hw.max_num_batched_tokens_max if hw else None
         limit = min(x for x in (ceiling, hw_max, float("inf")) if x is not None)
         if n <= limit:
             return

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.runtimes import default_runtime_id
 from ...rules.base import Finding
-from ..profiles import require_hardware_fits
 from .base import ServeCheck, ServeContext, register
 
 
@@ -35,6 +35,6 @@ class RuntimeHardwareMismatch(ServeCheck):
     title = "Runtime image built for other hardware"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
-        mismatch = require_hardware_fits(ctx.rt, ctx.hw)
+        mismatch = ctx.rt.hardware_mismatch(ctx.hw)
         if mismatch:
-            yield self.finding(mismatch, fix="--runtime vllm-0.33")
+            yield self.finding(mismatch, fix=f"--runtime {default_runtime_id()}")

@@ -39,4 +39,4 @@ class UnpinnedImage(ServeCheck):
             return
         tail = image.rsplit("/", 1)[-1]
         if ":" not in tail or tail.endswith(":latest"):
-            yield self.finding(f"{image} is a moving tag; this check used {ctx.rt.id}", fix=ctx.rt.serve.get("image"))
+            yield self.finding(f"{image} is a moving tag; this check used {ctx.rt.id}", fix=ctx.rt.image)
