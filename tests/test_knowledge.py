@@ -24,7 +24,6 @@ from ckpt_tools.knowledge import (
     modules,
     runtimes,
     scales,
-    serve_checks,
     serving,
     transformers,
 )
@@ -43,7 +42,6 @@ LOADERS = {
     "scales.toml": scales.scales,
     "serving.toml": serving.serving,
     "transformers.toml": transformers.transformers_classes,
-    "serve-checks.toml": serve_checks.checks,
 }
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ckpt_tools.plan import Settings, memory_plan
+from ckpt_tools.serve import check_serve, serve_flags
 from tests.memory_models import dense_70b_bf16, qwen36_35b_a3b_nvfp4
 
 GENUINE = Path(__file__).resolve().parents[1] / "fixtures" / "genuine"
@@ -179,6 +181,38 @@ def test_check_serve_on_the_seed_command_has_no_memory_finding(seed: Path) -> No
     assert not plan.fits and plan.answers.max_num_seqs < 64
     finding = next(f for f in findings if f["slug"] == "memory-does-not-fit")
     assert f"--max-num-seqs {plan.answers.max_num_seqs} at 262,144 tokens" in finding["fix"]
+
+
+def test_check_serve_counts_the_speculative_tokens_state_pages(seed: Path) -> None:
+    """Each draft token of --speculative-config keeps one more recurrent-state page per sequence (what `ckpt plan
+    --num-speculative-tokens` sizes): sequences that fit without speculative decoding do not fit with it."""
+    at_len = Settings(hardware="gb10", max_model_len=32768, prefix_caching=True)
+    plain = memory_plan(str(seed), at_len).answers.max_num_seqs
+    drafting = memory_plan(str(seed), replace(at_len, num_speculative_tokens=3)).answers.max_num_seqs
+    assert 1 <= drafting < plain
+    base = f"vllm serve {seed} --max-model-len 32768 --max-num-seqs {plain} --enable-prefix-caching"
+    spec = " --speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":3}'"
+    assert not [f for f in check_serve(str(seed), base, hardware="gb10").findings if f.slug == "memory-does-not-fit"]
+    [finding] = [f for f in check_serve(str(seed), base + spec, hardware="gb10").findings if f.code == "CS172"]
+    assert f"{plain} sequences of 32,768 tokens do not fit (at most {drafting})" in finding.message
+    assert finding.details["max_num_seqs"] == drafting
+    # Dotted overrides are the same config; a config without the key drafts no extra state.
+    dotted = " --speculative-config.method mtp --speculative-config.num_speculative_tokens 3"
+    assert [
+        f.message for f in check_serve(str(seed), base + dotted, hardware="gb10").findings if f.code == "CS172"
+    ] == [finding.message]
+
+
+def test_serve_flags_fits_its_drafter_tokens(seed: Path, tmp_path: Path) -> None:
+    """serve-flags sizes memory with the draft tokens of the speculative config it plans, as check-serve then judges
+    that command."""
+    from tests.test_serve import make_drafter
+
+    plan = serve_flags(str(seed), hardware="gb10", drafter=str(make_drafter(tmp_path)), headers_only=True)
+    spec = json.loads(dict(zip(plan.argv, plan.argv[1:], strict=False))["--speculative-config"])
+    assert spec["num_speculative_tokens"] == 11
+    assert plan.memory is not None and plan.memory.settings.num_speculative_tokens == 11
+    assert not [f for f in plan.findings if f.code == "CS172"]
 
 
 # ---- inspect and doctor ---------------------------------------------------------------------------------------------

@@ -20,6 +20,23 @@ A `fail` case needs at least one finding of the rule that matches every `expect`
 (key -> expected value; for lists and dicts, the expected items must be contained). Every other warning or error
 must come from a rule listed in `also` or already be present on the untouched fixture, so a defect is reported once.
 A `pass` case must produce no finding of the rule. `checkpoint` compares fields of the report's checkpoint summary.
+
+A case of a CS serve check (ckpt_tools/serve/checks/) runs `ckpt check-serve` instead of `ckpt doctor`: it names
+the serve command to judge, on the (corrupted) copy of the fixture, and optionally the profiles::
+
+    rule = "CS120"
+
+    [[case]]
+    name = "262144 on a 4k checkpoint"
+    kind = "fail"
+    fixture = "base-llama-bf16"
+    command = "vllm serve {target} --max-model-len 262144"   # {target}: the copy's path
+    runtime = "vllm-0.33"                                      # optional, as `--runtime` (else from the image)
+    hardware = "gb10"                                          # optional, as `--hardware`
+    expect = { fix = "--max-model-len 4096" }
+
+Its baseline is check-serve's verdict on the untouched fixture for the bare `vllm serve {target}` on the same
+profiles, so a failing case may add only the findings of the rule (and of `also`).
 """
 
 from __future__ import annotations
@@ -40,6 +57,8 @@ else:  # pragma: no cover
 
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.report.formats import RENDERERS, render
+from ckpt_tools.report.model import Report
+from ckpt_tools.serve import check_serve
 from tests import case_ops
 from tests.corrupt import GENUINE, copy_fixture
 
@@ -62,6 +81,27 @@ CASES = load_cases()
 def baseline(fixture: str, headers_only: bool) -> frozenset[str]:
     """Codes of warnings and errors on the untouched fixture."""
     report = analyze(str(GENUINE / fixture), headers_only=headers_only).report
+    return frozenset(f.code for f in report.findings if f.severity != "info")
+
+
+BARE_COMMAND = "vllm serve {target}"
+
+
+def serve_report(folder: Path, case: dict[str, Any], command: str) -> Report:
+    return check_serve(
+        str(folder),
+        command.replace("{target}", str(folder)),
+        runtime=case.get("runtime"),
+        hardware=case.get("hardware"),
+        headers_only=bool(case.get("headers_only", False)),
+    ).report
+
+
+@cache
+def serve_baseline(fixture: str, runtime: str | None, hardware: str | None, headers_only: bool) -> frozenset[str]:
+    """Codes of warnings and errors of check-serve on the untouched fixture with the bare command."""
+    case = {"runtime": runtime, "hardware": hardware, "headers_only": headers_only}
+    report = serve_report(GENUINE / fixture, case, BARE_COMMAND)
     return frozenset(f.code for f in report.findings if f.severity != "info")
 
 
@@ -103,13 +143,18 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
     folder = copy_fixture(case["fixture"], tmp_path)
     case_ops.apply(folder, case.get("steps", []))
     headers_only = bool(case.get("headers_only", False))
-    report = analyze(
-        str(folder),
-        headers_only=headers_only,
-        runtime=case.get("runtime"),
-        producer_schema=bool(case.get("producer_schema", False)),
-        hardware_ids=tuple(case.get("hardware", ())),
-    ).report
+    if rule.startswith("CS"):
+        report = serve_report(folder, case, case["command"])
+        before = serve_baseline(case["fixture"], case.get("runtime"), case.get("hardware"), headers_only)
+    else:
+        report = analyze(
+            str(folder),
+            headers_only=headers_only,
+            runtime=case.get("runtime"),
+            producer_schema=bool(case.get("producer_schema", False)),
+            hardware_ids=tuple(case.get("hardware", ())),
+        ).report
+        before = baseline(case["fixture"], headers_only)
     mine = [f for f in report.findings if f.code == rule]
     summary = "\n".join(f"  {f.code} {f.severity}: {f.message}" for f in report.findings)
     if case["kind"] == "pass":
@@ -121,7 +166,7 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
         expect = case.get("expect", {})
         reasons = [matches(f, expect) for f in mine]
         assert any(not r for r in reasons), f"no {rule} finding meets {expect}: {reasons}\n{summary}"
-        allowed = {rule, *case.get("also", [])} | baseline(case["fixture"], headers_only)
+        allowed = {rule, *case.get("also", [])} | before
         extra = sorted({f.code for f in report.findings if f.severity != "info" and f.code not in allowed})
         assert not extra, f"other rules fired too ({extra}); list them in `also` if intended:\n{summary}"
     for key, value in case.get("checkpoint", {}).items():

@@ -1,5 +1,6 @@
-"""The catalogue checks itself: every rule has docs, a failing and a passing case, a unique code and slug; the
-generated docs/rules.md is current; `ckpt rules` / `ckpt explain` show every rule; catalogue data carry sources."""
+"""The catalogue checks itself: every rule (CK) and serve check (CS) has docs, a failing and a passing case, a unique
+code and slug; the generated docs/rules.md is current; `ckpt rules` / `ckpt explain` show every one; catalogue data
+carry sources."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ import pytest
 from ckpt_tools import docs
 from ckpt_tools.knowledge import dtypes, kv_scales, modules, scales
 from ckpt_tools.knowledge._load import rules_dir, tomllib, top_keys
-from ckpt_tools.rules.base import SEVERITIES, all_rules, find_rule
+from ckpt_tools.rules.base import SEVERITIES, all_rules
+from ckpt_tools.serve.checks import all_checks
 from tests.test_rule_cases import CASES, CASES_DIR
 
 RULES = all_rules()
+SERVE_CHECKS = all_checks()
+CHECKS = docs.every_check()  # the CK rules, then the CS serve checks: one contract
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_SLUGS = {  # shared/spec/report.md: these slugs must exist
     "lfs-pointer",
@@ -39,12 +43,13 @@ REQUIRED_SLUGS = {  # shared/spec/report.md: these slugs must exist
 
 
 def test_codes_and_slugs_are_unique_and_well_formed() -> None:
-    codes = [r.code for r in RULES]
-    slugs = [r.slug for r in RULES]
+    assert [*RULES, *SERVE_CHECKS] == CHECKS and len(SERVE_CHECKS) >= 25
+    codes = [r.code for r in CHECKS]
+    slugs = [r.slug for r in CHECKS]
     assert len(set(codes)) == len(codes)
     assert len(set(slugs)) == len(slugs)
-    for r in RULES:
-        assert re.fullmatch(r"CK[1-5]\d\d", r.code), r.code
+    for r in CHECKS:
+        assert re.fullmatch(r"CK[1-5]\d\d" if r in RULES else r"CS1\d\d", r.code), r.code
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.slug), r.slug
         assert r.severity in SEVERITIES
         assert r.title and not r.title.endswith(".")
@@ -56,30 +61,38 @@ def test_required_slugs_exist() -> None:
     assert {r.slug for r in RULES} >= REQUIRED_SLUGS
 
 
-@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+@pytest.mark.parametrize("rule", CHECKS, ids=[r.code for r in CHECKS])
 def test_rule_is_documented(rule) -> None:
     doc = rule.doc_sections()
     assert doc["summary"], f"{rule.code} has no summary line"
     for heading in docs.SECTIONS:
         assert len(doc.get(heading, "")) > 20, f"{rule.code} lacks a '{heading}' section"
+    if rule in SERVE_CHECKS:  # their sources were data before: each still cites one
+        assert len(doc.get("Source", "")) > 20, f"{rule.code} lacks a 'Source' section"
 
 
-@pytest.mark.parametrize("rule", RULES, ids=[r.code for r in RULES])
+@pytest.mark.parametrize("rule", CHECKS, ids=[r.code for r in CHECKS])
 def test_rule_has_failing_and_passing_cases(rule) -> None:
     path = CASES_DIR / f"{rule.slug}.toml"
     assert path.exists(), f"no case file {path.name} for {rule.code}"
     kinds = [c["kind"] for code, c in CASES if code == rule.code]
     assert "fail" in kinds, f"{rule.code} has no failing case"
     assert "pass" in kinds, f"{rule.code} has no passing case"
+    mine = [c for code, c in CASES if code == rule.code]
+    if rule in SERVE_CHECKS:
+        # A serve check judges a command: every case names the one it runs check-serve on.
+        assert all(c.get("command") for c in mine), f"{rule.code}: a case without a `command`"
+        return
+    assert not any("command" in c for c in mine), f"{rule.code}: a `command` is only judged by CS checks"
     # Failing cases start from genuine producer fixtures; at least one must corrupt it.
-    assert any(c.get("steps") for code, c in CASES if code == rule.code and c["kind"] == "fail"), (
+    assert any(c.get("steps") for c in mine if c["kind"] == "fail"), (
         f"{rule.code}: every failing case is an untouched fixture; add one built by a corruption recipe"
     )
 
 
 def test_every_case_file_names_a_registered_rule() -> None:
     for path in CASES_DIR.glob("*.toml"):
-        rule = find_rule(path.stem)
+        rule = docs.find_check(path.stem)
         assert rule is not None, f"{path.name} names no rule slug"
         assert all(code == rule.code for code, c in CASES if c["_file"] == path.name), path.name
     for _code, case in CASES:
@@ -106,17 +119,43 @@ def _ckpt(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_rules_lists_every_rule() -> None:
     out = _ckpt("rules")
     assert out.returncode == 0
-    for r in RULES:
+    for r in CHECKS:
         assert re.search(rf"^{r.code}\s+{re.escape(r.slug)}\s+{r.severity}", out.stdout, re.M), r.code
 
 
-@pytest.mark.parametrize("key", ["CK402", "ck402", "moe-expert-missing-scale"])
-def test_cli_explain_by_code_or_slug(key: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "head"),
+    [
+        ("CK402", "CK402 moe-expert-missing-scale (error)"),
+        ("ck402", "CK402 moe-expert-missing-scale (error)"),
+        ("moe-expert-missing-scale", "CK402 moe-expert-missing-scale (error)"),
+        ("CS120", "CS120 max-model-len-exceeded (error, ckpt check-serve)"),
+        ("cs120", "CS120 max-model-len-exceeded (error, ckpt check-serve)"),
+        ("memory-does-not-fit", "CS172 memory-does-not-fit (error, ckpt check-serve)"),
+    ],
+)
+def test_cli_explain_by_code_or_slug(key: str, head: str) -> None:
     out = _ckpt("explain", key)
     assert out.returncode == 0
-    assert out.stdout.startswith("CK402 moe-expert-missing-scale (error)")
-    for heading in docs.SECTIONS:
+    assert out.stdout.startswith(head + "\n\n")
+    rule = docs.find_check(key)
+    assert rule is not None
+    doc = rule.doc_sections()
+    assert out.stdout.splitlines()[2] == doc["summary"]
+    for heading in (*docs.SECTIONS, *(["Source"] if key.lower().startswith(("cs", "memory")) else [])):
         assert f"\n{heading}\n" in out.stdout
+        assert "\n".join("  " + line if line else "" for line in doc[heading].splitlines()) in out.stdout
+
+
+def test_docs_rules_md_documents_serve_checks() -> None:
+    text = docs.render()
+    assert "## CS1xx: serve commands" in text
+    for check in SERVE_CHECKS:
+        assert f"| {check.code} | [`{check.slug}`](#{check.code.lower()}-{check.slug}) |" in text
+        assert f"### {check.code} `{check.slug}`" in text
+    section = text[text.index("### CS120 `max-model-len-exceeded`") :]
+    assert "reported by `ckpt check-serve`" in section.split("###")[1]
+    assert "**Source**" in section.split("###")[1]
 
 
 def test_cli_explain_unknown_rule_is_usage_error() -> None:

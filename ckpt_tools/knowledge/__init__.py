@@ -15,7 +15,6 @@
 | `serving` | serving.toml | `serving()`: families, pairings, drafters, docker options, context-length keys |
 | `transformers` | transformers.toml | `transformers_classes()` |
 | `runtimes` | runtimes/*.toml | `runtime(id)`, `runtime_ids()`, `default_runtime_id()`, `runtime_for_image(image)` |
-| `serve_checks` | serve-checks.toml | `checks()`, `check(slug)`, `find_check(code_or_slug)` |
 
 Every module parses its file once per process, on first use, through `_load` (the one validating reader: unknown
 keys, wrong types and missing keys are `KnowledgeError`s naming the file and line). Nothing here is imported until a

@@ -2,7 +2,9 @@
 docstring, and a pure `check(ctx)` that yields findings. Rules never do I/O; everything they need is in `Context`.
 
 Docstrings have four sections, in this order, each introduced by its heading on a line of its own:
-`What it catches`, `Why it matters`, `Anti-pattern`, `Fix`. `ckpt explain` and docs/rules.md print them.
+`What it catches`, `Why it matters`, `Anti-pattern`, `Fix`, optionally followed by `Source`. `ckpt explain` and
+docs/rules.md print them. The check-serve checks (ckpt_tools/serve/checks/) follow the same contract through
+`Documented`; they judge a serve command instead of a checkpoint.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ RULE_FAMILIES = (
     RuleFamily("CK3", "config", "config vs tensors"),
     RuleFamily("CK4", "scales", "scale presence and shape"),
     RuleFamily("CK5", "scale-values", "scale values"),
+    RuleFamily(
+        "CS1", "serve", "serve commands (`ckpt check-serve`, and the verdict of `ckpt serve-flags` on its own command)"
+    ),
 )
 
 
@@ -96,16 +101,42 @@ class Context:
         return " ".join(["ckpt", *words, shlex.quote(self.target)])
 
 
-class Rule:
+DOC_SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix", "Source")
+
+
+class Documented:
+    """What every check shares, CK rule or CS serve check: a stable code and slug, a default severity, a title, and
+    its documentation in the docstring (`doc_sections`)."""
+
     code: ClassVar[str]
     slug: ClassVar[str]
     severity: ClassVar[str]
     title: ClassVar[str]
     fixable: ClassVar[bool] = False
-    needs_values: ClassVar[bool] = (
-        False  # judges value statistics (skipped with --headers-only / remote without --deep)
-    )
+    # Judges value statistics (skipped with --headers-only / remote without --deep).
+    needs_values: ClassVar[bool] = False
+    reported_by: ClassVar[str | None] = None  # the command whose findings these are, when it is not doctor's
 
+    @classmethod
+    def doc_sections(cls) -> dict[str, str]:
+        """The docstring split into its sections: summary, What it catches, Why it matters, Anti-pattern, Fix, and
+        Source where the docstring has one."""
+        import inspect
+
+        text = inspect.cleandoc(cls.__doc__ or "")
+        sections: dict[str, list[str]] = {"summary": []}
+        current = "summary"
+        for line in text.splitlines():
+            heading = line.strip().rstrip(":")
+            if heading in DOC_SECTIONS:
+                current = heading
+                sections[current] = []
+            else:
+                sections[current].append(line)
+        return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+class Rule(Documented):
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """Whether this rule judges `tensor`'s value statistics (`ctx.ckpt.values`). A rule with `needs_values`
@@ -140,23 +171,6 @@ class Rule:
             details=MappingProxyType(dict(details or {})),
             all_tensors=listed,
         )
-
-    @classmethod
-    def doc_sections(cls) -> dict[str, str]:
-        """The docstring split into its sections: summary, What it catches, Why it matters, Anti-pattern, Fix."""
-        import inspect
-
-        text = inspect.cleandoc(cls.__doc__ or "")
-        sections: dict[str, list[str]] = {"summary": []}
-        current = "summary"
-        for line in text.splitlines():
-            heading = line.strip().rstrip(":")
-            if heading in ("What it catches", "Why it matters", "Anti-pattern", "Fix"):
-                current = heading
-                sections[current] = []
-            else:
-                sections[current].append(line)
-        return {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
 _REGISTRY: dict[str, type[Rule]] = {}

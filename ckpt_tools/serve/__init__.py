@@ -1,5 +1,6 @@
-"""Serve flags: the exact `vllm serve` command for a checkpoint on a runtime and hardware profile, and a linter for
-existing commands. Modules: profiles (data views), facts (checkpoint facts), planner, emitters, parser, linter."""
+"""Serve flags: the exact `vllm serve` command for a checkpoint on a runtime and hardware profile, and the checks of
+existing commands. Modules: profiles (data views), facts (checkpoint facts), planner, emitters, parser, memory, and
+checks/ (one module per CS code, under the CK rules' contract)."""
 
 from __future__ import annotations
 
@@ -119,14 +120,10 @@ def serve_verdict(
     same severities), then check-serve's findings on the command (its flags and environment, and whether its
     settings fit the GPU's memory). serve-flags judges its own planned command with it, check-serve the user's, so
     the two agree on every fact they share."""
-    from .linter import lint
-    from .memory import memory_findings
+    from .checks import ServeContext, run_checks
 
-    return (
-        *analysis.report.findings,
-        *lint(cmd, rt, hw, the_plan.facts, the_plan),
-        *memory_findings(cmd, rt, hw, analysis, drafter_path),
-    )
+    ctx = ServeContext(cmd, rt, hw, the_plan.facts, the_plan, analysis, drafter_path)
+    return (*analysis.report.findings, *run_checks(ctx))
 
 
 @dataclass(frozen=True)

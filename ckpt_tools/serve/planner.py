@@ -1,5 +1,5 @@
 """The `vllm serve` argument vector for one checkpoint on one runtime and hardware profile, every flag with its reason
-and source. Pure: takes analyses and profiles, returns a `ServePlan`; emitters render it, the linter re-checks it."""
+and source. Pure: takes analyses and profiles, returns a `ServePlan`; emitters render it, the serve checks re-check it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ...rules.base import Finding
+from .base import ServeCheck, ServeContext, flag_text, parse_int, register
+
+
+@register
+class MaxModelLenExceeded(ServeCheck):
+    """--max-model-len above the context length vLLM derives from the checkpoint's config.
+
+    What it catches
+    --max-model-len larger than the length vLLM derives from config.json (max_position_embeddings and friends, RoPE
+    factor). With the runtime's long-context variable set (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) vLLM starts, and the
+    finding is a warning.
+
+    Why it matters
+    vLLM raises 'User-specified max_model_len ... is greater than the derived max_model_len' unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and then RoPE positions past it give NaN.
+
+    Anti-pattern
+    Copying 262144 from a 256k model's card onto a 4k checkpoint.
+
+    Fix
+    Use the derived length (given with the finding).
+
+    Source
+    vllm/config/model.py _get_and_verify_max_len (0.33.0 wheel)
+    """
+
+    code = "CS120"
+    slug = "max-model-len-exceeded"
+    severity = "error"
+    title = "--max-model-len above the checkpoint's context"
+
+    def check(self, ctx: ServeContext) -> Iterable[Finding]:
+        f = ctx.cmd.last("--max-model-len")
+        derived = ctx.facts.max_model_len
+        if f is None or f.value is None or derived is None:
+            return
+        try:
+            asked = parse_int(f.value, "human_int_or_auto")
+        except ValueError:
+            return
+        if asked <= derived:
+            return
+        env = ctx.rt.behaviour.long_max_model_len_env
+        allowed = env and ctx.cmd.env.get(env) not in (None, "", "0")
+        yield self.finding(
+            f"--max-model-len {f.value} exceeds the checkpoint's {ctx.facts.max_len_key}={derived}"
+            + (
+                f"; {env} lets it start, but RoPE positions past {derived} may give NaN"
+                if allowed
+                else f": vLLM raises 'User-specified max_model_len ({asked}) is greater than the derived max_model_len'"
+            ),
+            fix=flag_text("--max-model-len", str(derived)),
+            severity="warning" if allowed else None,
+        )
