@@ -30,7 +30,8 @@ Baselines, each a whole process like the command it is compared with:
 
 Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most): wall time, and
 CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the child's own `ru_maxrss` from
-`wait4`, so every row is one process measured alone. The value scan of the sparse
+`wait4`, so every row is one process measured alone. The measured tree is byte-compiled first (`compileall`, as an
+installed package is) and the children read that bytecode. The value scan of the sparse
 synthetics reads holes (zeros from the kernel), so its rows measure memory, not disk speed.
 """
 
@@ -296,8 +297,18 @@ class Run:
     code: int
 
 
+def compile_tree(code_dir: str | None) -> None:
+    """Write the bytecode of the measured tree, as `pip install` does: an installed ckpt-tools starts from `.pyc`
+    files, and a `PYTHONDONTWRITEBYTECODE` environment would otherwise recompile every module in every run."""
+    import compileall
+
+    root = Path(code_dir) if code_dir else Path(__file__).resolve().parent.parent
+    compileall.compile_dir(str(root / "ckpt_tools"), quiet=1)
+
+
 def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     env = {**os.environ, "CKPT_NO_PROGRESS": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # read the bytecode `compile_tree` wrote
     if code_dir:
         env["PYTHONPATH"] = code_dir
     t0 = time.perf_counter()
@@ -383,6 +394,7 @@ def main() -> None:
         stages(args.stages)
         return
     code_dir = str(Path(args.code).resolve()) if args.code else None
+    compile_tree(code_dir)
     root = Path(args.dir)
     names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
     if args.skip_1m and "m1" in names:
