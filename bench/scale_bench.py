@@ -363,6 +363,7 @@ def stages(folder: str) -> None:
     ckpt = timed_stage("read + validate headers, index, configs", lambda: load_checkpoint(open_source(folder)))
     timed_stage("tensor map", lambda: ckpt.tensors)
     timed_stage("modules", lambda: ckpt.modules)
+    timed_stage("module layouts", lambda: ckpt.layouts)
     det = timed_stage("detection (vLLM resolution, per module)", lambda: detect(ckpt))
     timed_stage("experts", lambda: ckpt.experts)
     ctx = Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=folder)
