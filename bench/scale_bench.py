@@ -52,8 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from header_bench import build as build_moe
-
-from ckpt_tools.write.header import encode_header
+from synth import write_checkpoint
 
 KIMI = {"hidden": 7168, "moe_inter": 2048, "dense": True}
 SYNTHETICS = {
@@ -236,37 +235,10 @@ def seed_config(ignore: list[str]) -> dict:
     }
 
 
-def _nbytes(dtype: str, shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
-
-
 def build_seed(root: Path) -> int:
-    root.mkdir(parents=True, exist_ok=True)
     tensors, ignore = seed_tensors()
     tensors.sort()  # the writer deals tensors to shards in name order
-    per = -(-len(tensors) // SEED_SHARDS)
-    weight_map, total = {}, 0
-    for s in range(SEED_SHARDS):
-        name = f"model-{s + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
-        entries, offset = {}, 0
-        for tname, dtype, shape in tensors[s * per : (s + 1) * per]:
-            n = _nbytes(dtype, shape)
-            entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[tname] = name
-        header = encode_header(entries, {"format": "pt"})
-        with open(root / name, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)
-        total += offset
-    (root / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-    )
-    (root / "config.json").write_text(json.dumps(seed_config(ignore), indent=2))
-    return len(tensors)
+    return write_checkpoint(root, tensors, shards=SEED_SHARDS, config=seed_config(ignore), index_indent=2).tensors
 
 
 def ensure(root: Path, name: str) -> Path:
