@@ -18,6 +18,8 @@ Synthetics (built once, reused while their parameters match; never committed):
   layer, attention, shared expert and router per layer) in 10 / 50 / 163 shards, the layer count growing with the
   shard count (4 / 19 / 61 layers; `s163` is 189k tensors and 43 GB of FP8 block scales, like the real exports).
 - `m1`: the same layout with 1,024 experts per layer, 82 layers in 163 shards: just over a million tensors.
+- `seed-misnested` (with `seed`): repair_bench's seed-size ModelOpt NVFP4 export (123k tensors, 5 shards) with the
+  vision tower mis-nested, for the `fix-prefix` rows (rebuilt before every run, untimed).
 - `seed`: the seed model's layout (Qwen3.6-35B-A3B, `Qwen3_5MoeForConditionalGeneration`, compressed-tensors
   NVFP4 by llm-compressor): 40 hybrid layers (3 GatedDeltaNet : 1 full attention), 256 experts + a shared expert,
   the 27-block vision tower (333 tensors), real dimensions, 5 shards: 124k tensors, about 21 GB of (sparse) data.
@@ -41,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import struct
 import subprocess
 import sys
@@ -258,6 +261,27 @@ def ensure(root: Path, name: str) -> Path:
     return folder
 
 
+def build_misnested_seed(folder: Path) -> None:
+    """repair_bench's seed-size ModelOpt NVFP4 export whose vision tower is mis-nested (the seed defect), afresh."""
+    from repair_bench import make_seed_checkpoint
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    make_seed_checkpoint(folder)
+
+
+def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measure) -> None:
+    """`ckpt fix-prefix` end to end on the mis-nested seed (rebuilt before every run: the repair changes it), by
+    default (value scan, before and after verdicts) and header-only, against its own orjson baseline."""
+    folder = root / "seed-misnested"
+    build_misnested_seed(folder)
+    base = best([sys.executable, "-c", BASELINE, str(folder)], repeat)
+    rows.append(("seed-fix", "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
+    rebuild = lambda: build_misnested_seed(folder)  # noqa: E731
+    for what, extra in (("fix-prefix", []), ("fix-prefix --headers-only", ["--headers-only"])):
+        measure("seed-fix", what, [*ckpt, "fix-prefix", str(folder), *extra], base, folder, repeat, rebuild)
+
+
 # ---- measuring ----------------------------------------------------------------------------------------------------
 
 
@@ -294,8 +318,13 @@ def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
 
 
-def best(argv: list[str], repeat: int, code_dir: str | None = None) -> Run:
-    runs = [run_once(argv, code_dir) for _ in range(repeat)]
+def best(argv: list[str], repeat: int, code_dir: str | None = None, before=None) -> Run:
+    """The best of `repeat` runs; `before()` runs ahead of each one, untimed (a repair's checkpoint is rebuilt)."""
+    runs = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        runs.append(run_once(argv, code_dir))
     return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
 
 
@@ -376,8 +405,10 @@ def main() -> None:
     ckpt = [py, "-m", "ckpt_tools.cli.main"]
     rows: list[tuple[str, str, float, int, Run, Run]] = []
 
-    def measure(label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int) -> None:
-        r = best(argv, repeat, code_dir)
+    def measure(
+        label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int, before=None
+    ) -> None:
+        r = best(argv, repeat, code_dir, before)
         mb = header_mb(folder) if folder else 0.0
         n = tensor_count(folder) if folder else 0
         rows.append((label, what, mb, n, r, base))
@@ -400,6 +431,7 @@ def main() -> None:
             measure(name, "inspect", [*ckpt, "inspect", str(folder)], base, folder, repeat)
             if not args.no_value_scan:
                 measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
+            fix_prefix_rows(root, ckpt, args.repeat, rows, measure)
 
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
