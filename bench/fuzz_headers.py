@@ -231,7 +231,7 @@ def _shape(rng: random.Random, dtype: str) -> list[int]:
     rank = rng.choice([0, 1, 1, 2, 2, 2, 3])
     shape = [rng.choice([1, 2, 3, 4, 8, 16]) for _ in range(rank)]
     if BITS.get(dtype, 8) < 8 and _nbytes(dtype, shape) * 8 != _numel(shape) * BITS[dtype]:
-        shape = shape + [8] if shape else [8]
+        shape = [*shape, 8] if shape else [8]
     return shape
 
 
@@ -445,7 +445,7 @@ def m_offsets(rng, top, case):
             rng.choice(
                 [
                     old[:1],
-                    old + [Num("4")],
+                    [*old, Num("4")],
                     list(reversed(old)),
                     [Num("0"), Num("1")],
                     Obj([("0", Num("0"))]),
@@ -465,7 +465,7 @@ def m_array_entry(rng, top, case):
         if choice < 0.15:
             values = values[:2]
         elif choice < 0.3:
-            values = values + [Num("1")]
+            values = [*values, Num("1")]
         elif choice < 0.4:
             values = list(reversed(values))
         top[hit[0]] = (top[hit[0]][0], values)
@@ -517,7 +517,7 @@ def m_missing_field(rng, top, case):
 def m_rename(rng, top, case):
     if top:
         i = rng.randrange(len(top))
-        name = rng.choice(NAMES + ["x" * 5000, "\u0000", Raw('"\\ud800"'), Esc("a:b"), Raw('"a\\u003ab"')])
+        name = rng.choice([*NAMES, "x" * 5000, "\x00", Raw('"\\ud800"'), Esc("a:b"), Raw('"a\\u003ab"')])
         top[i] = (name, top[i][1])
 
 
@@ -587,7 +587,7 @@ def reader_verdict(path: str) -> tuple[bool, frozenset[str]]:
     try:
         with safe_open(path, "np") as fh:
             return True, frozenset(fh.keys())
-    except Exception:  # every reader error is a rejection
+    except Exception:  # noqa: BLE001 - the oracle: any error the reference reader raises is a rejection
         return False, frozenset()
 
 

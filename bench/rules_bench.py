@@ -44,7 +44,9 @@ def main() -> None:
         # A fresh context per run: rules that share a computation (per-expert gaps, misplaced names) would
         # otherwise reuse it across runs and look cheaper than they are.
         cost = timed(
-            lambda: list(rule().check(Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=str(root)))),
+            lambda rule=rule: list(
+                rule().check(Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=str(root)))
+            ),
             args.repeat,
         )
         rows.append((rule.code, rule.slug, cost))

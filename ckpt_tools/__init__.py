@@ -31,11 +31,18 @@ _EXPORTS = {
     "UsageError": ".errors",
 }
 
-if TYPE_CHECKING:
-    from .errors import CkptError, TargetError, UsageError
-    from .pipeline import Analysis, analyze, doctor
-    from .report.model import Report
-    from .serve import CheckServeResult, ServePlan, check_serve, serve_flags
+if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a re-export (PEP 484)
+    from .errors import CkptError as CkptError
+    from .errors import TargetError as TargetError
+    from .errors import UsageError as UsageError
+    from .pipeline import Analysis as Analysis
+    from .pipeline import analyze as analyze
+    from .pipeline import doctor as doctor
+    from .report.model import Report as Report
+    from .serve import CheckServeResult as CheckServeResult
+    from .serve import ServePlan as ServePlan
+    from .serve import check_serve as check_serve
+    from .serve import serve_flags as serve_flags
 
 
 def __getattr__(name: str) -> Any:

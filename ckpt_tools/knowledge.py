@@ -217,22 +217,20 @@ class Family:
 @cache
 def families() -> tuple[Family, ...]:
     data = load_toml("architectures.toml")
-    out = []
-    for f in data["family"]:
-        out.append(
-            Family(
-                id=f["id"],
-                name=f["name"],
-                roots=tuple(
-                    Root(r["component"], tuple(r["prefixes"]), frozenset(r["children"]) if "children" in r else None)
-                    for r in f["roots"]
-                ),
-                vllm_prefix_map=tuple((a, b) for a, b in f.get("vllm_prefix_map", [])),
-                dropped_prefixes=tuple(f.get("dropped_prefixes", [])),
-                source=f["source"],
-            )
+    return tuple(
+        Family(
+            id=f["id"],
+            name=f["name"],
+            roots=tuple(
+                Root(r["component"], tuple(r["prefixes"]), frozenset(r["children"]) if "children" in r else None)
+                for r in f["roots"]
+            ),
+            vllm_prefix_map=tuple((a, b) for a, b in f.get("vllm_prefix_map", [])),
+            dropped_prefixes=tuple(f.get("dropped_prefixes", [])),
+            source=f["source"],
         )
-    return tuple(out)
+        for f in data["family"]
+    )
 
 
 @cache
@@ -242,13 +240,13 @@ def markers() -> Mapping[str, tuple[str, ...]]:
 
 def family_for(architecture: str | None, model_type: str | None) -> Family:
     data = load_toml("architectures.toml")["family"]
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if architecture and architecture in raw.get("architectures", []):
             return fam
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if model_type and model_type in raw.get("model_types", []):
             return fam
-    for raw, fam in zip(data, families()):
+    for raw, fam in zip(data, families(), strict=True):
         if raw.get("fallback"):
             return fam
     raise LookupError("rules/architectures.toml has no fallback family")

@@ -20,6 +20,7 @@ from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
 from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
+from .read.local import LocalSource
 from .read.repair_state import pending_repair
 from .report.model import Report
 from .rules.base import Context, Finding, Rule, all_rules
@@ -65,10 +66,7 @@ def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
     def wanted(t: TensorInfo) -> bool:
         if value_dtype(t) not in STATS_DTYPES:
             return False
-        for ask in asks:
-            if ask(t):
-                return True
-        return False
+        return any(ask(t) for ask in asks)
 
     return wanted
 
@@ -136,7 +134,7 @@ def _analyze(
         _refuse_lone_shard(source)
     suppressions = load_suppressions(source)
     ckpt = load_checkpoint(source)
-    if not source.is_remote:
+    if isinstance(source, LocalSource):
         # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
         ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
     run_values, silenced = value_rules(suppressions)
@@ -336,7 +334,7 @@ def _scheme_counts(det: Detection) -> dict[str, int]:
     # scheme's detail), then label each distinct one once.
     declared = list(map(attrgetter("declared"), det.rows))
     by_id = Counter(map(id, declared))
-    scheme_of = dict(zip(map(id, declared), declared))
+    scheme_of = dict(zip(map(id, declared), declared, strict=True))
     counts: Counter[str] = Counter()
     for key, n in by_id.items():
         counts[scheme_of[key].label] += n

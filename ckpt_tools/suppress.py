@@ -129,11 +129,11 @@ def load_suppressions(source: Source, cwd: Path | None = None) -> tuple[Suppress
     same_folder = root is not None and Path(root).resolve() == here.parent.resolve()
     if here.is_file() and not same_folder:
         found.append((here.read_bytes(), str(here), False))
-    out: list[Suppression] = []
-    for raw, label, top_level in found:
-        for entry in _entries(_parse(raw, label), label, top_level=top_level):
-            out.append(_entry(entry, label))
-    return tuple(out)
+    return tuple(
+        _entry(entry, label)
+        for raw, label, top_level in found
+        for entry in _entries(_parse(raw, label), label, top_level=top_level)
+    )
 
 
 # ---- applying -----------------------------------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def op_block_scales(folder: Path, block: list[int], value: float = 0.01) -> None
     for shard in shards(folder):
         items = {t[0]: t for t in tensors_of(shard)}
 
-        def edit(ts):
+        def edit(ts, items=items):  # bound now: `items` is rebound for the next shard
             out = []
             for name, d, s, data in ts:
                 weight = items.get(name[: -len("_scale")]) if name.endswith(".weight_scale") else None

@@ -29,6 +29,7 @@ them: a folder's commit sha is computed once, so files changed while the server 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -229,10 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(length))
         self.end_headers()
         if not head and body:
-            try:
+            # A client may stop reading early (it had the bytes it wanted).
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # a client that stops reading early (it had the bytes it wanted)
 
     def _error(self, status: int, code: str, message: str, head: bool, extra: dict[str, str] | None = None) -> None:
         body = json.dumps({"error": message}).encode()

@@ -69,11 +69,11 @@ def scale_moe_fixture(src: Path, dest: Path, layers_per_shard: Sequence[int], ex
     outer = sorted(n for n in tensors if not _LAYER.match(n))
     n_layers = sum(layers_per_shard)
 
-    def layer(l: int) -> list[tuple[str, str, list[int]]]:
+    def layer(index: int) -> list[tuple[str, str, list[int]]]:
         out = []
         for t in layer0:
             dtype, shape = tensors[t]
-            name = t.replace("model.layers.0.", f"model.layers.{l}.", 1)
+            name = t.replace("model.layers.0.", f"model.layers.{index}.", 1)
             if ".experts.0." in t:
                 out += [(name.replace(".experts.0.", f".experts.{e}."), dtype, shape) for e in range(experts)]
             elif ".experts." not in t:
@@ -84,8 +84,8 @@ def scale_moe_fixture(src: Path, dest: Path, layers_per_shard: Sequence[int], ex
     names = [f"model-{i + 1:05d}-of-{len(layers_per_shard):05d}.safetensors" for i in range(len(layers_per_shard))]
     weight_map: dict[str, str] = {}
     total, next_layer = 0, 0
-    for i, (name, count) in enumerate(zip(names, layers_per_shard)):
-        items = [t for l in range(next_layer, next_layer + count) for t in layer(l)]
+    for i, (name, count) in enumerate(zip(names, layers_per_shard, strict=True)):
+        items = [t for index in range(next_layer, next_layer + count) for t in layer(index)]
         next_layer += count
         if i == 0:
             items = [(n, *tensors[n]) for n in outer if "embed" in n] + items
@@ -104,7 +104,7 @@ def scale_moe_fixture(src: Path, dest: Path, layers_per_shard: Sequence[int], ex
     if isinstance(quant.get("ignore"), list):  # per-layer entries (the router gates) follow the layer count
         per_layer = [e for e in quant["ignore"] if e.startswith("model.layers.0.")]
         quant["ignore"] = [e for e in quant["ignore"] if not _LAYER.match(e)] + [
-            e.replace("model.layers.0.", f"model.layers.{l}.", 1) for l in range(n_layers) for e in per_layer
+            e.replace("model.layers.0.", f"model.layers.{index}.", 1) for index in range(n_layers) for e in per_layer
         ]
     (dest / "config.json").write_text(json.dumps(config, indent=2))
     for f in src.iterdir():

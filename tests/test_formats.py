@@ -85,7 +85,7 @@ def test_zero_d_scale_of_a_one_block_expert_grid_loads(tmp_path) -> None:
     folder = copy_fixture("transformers-qwen3moe-fp8-block", tmp_path)
     edit_json(folder / "config.json", lambda c: c["quantization_config"].update(weight_block_size=[128, 128]))
     ckpt = analyze(str(folder), headers_only=True).checkpoint
-    for name, t in ckpt.tensors.items():
+    for name in ckpt.tensors:
         if name.endswith(".weight_scale_inv"):
             w = ckpt.tensors[name[: -len("_scale_inv")]]
             grid = [-(-w.shape[0] // 128), -(-w.shape[1] // 128)]

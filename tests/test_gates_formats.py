@@ -108,7 +108,7 @@ def test_sarif_of_defective_checkpoints_validates_and_locates_each_finding(cwd: 
     assert sarif_errors(doc) == []
     assert len(doc["runs"]) == len(copies)
 
-    for (slug, path), run in zip(copies.items(), doc["runs"]):
+    for (slug, path), run in zip(copies.items(), doc["runs"], strict=True):
         rules = run["tool"]["driver"]["rules"]
         by_slug = {r["name"]: r for r in rules}
         results = [r for r in run["results"] if r["properties"]["slug"] == slug]
@@ -294,7 +294,7 @@ def test_json_reports_of_defective_checkpoints_validate(cwd: Path) -> None:
     copies = defective_copies(Path("."))
     docs = json.loads(render_many([doctor(str(p)) for p in copies.values()], "json"))
     assert isinstance(docs, list) and len(docs) == len(copies)
-    for (slug, _path), doc in zip(copies.items(), docs):
+    for (slug, _path), doc in zip(copies.items(), docs, strict=True):
         assert report_errors(doc) == []
         assert slug in {f["slug"] for f in doc["findings"]}
     headers_only = doctor(str(copies["nan-fp8-scale"]), headers_only=True).to_dict()

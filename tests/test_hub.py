@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -180,7 +181,7 @@ def drive(srv: HubServer, home: Path, jobs: list[dict], **env: str) -> dict[str,
     log = srv.log[start:]
     marks = [i for i, r in enumerate(log) if r.path.startswith("/__mark/")] + [len(log)]
     out = {}
-    for i, j in zip(marks, marks[1:]):
+    for i, j in pairwise(marks):
         job_id = log[i].path.removeprefix("/__mark/")
         out[job_id] = (reports[job_id]["report"], log[i + 1 : j])
         assert reports[job_id]["remote"] is True
@@ -629,3 +630,23 @@ def test_deep_scan_measures_the_same_statistics_as_a_local_scan(hub, repos, tmp_
     remote = json.loads(proc.stdout)
     assert remote == {name: repr(stats) for name, stats in local.items()}
     assert local.get(NAN_TENSOR).nan == 2
+
+
+def test_many_hub_targets_are_judged_concurrently_in_the_order_given(hub_root, repos, tmp_path):
+    """`ckpt doctor A B C` with Hub repos reads them at once (each round trip is 0.3 s here), yet reports in the order
+    given, each verdict the one the same files get locally; a local target between them is judged in its place."""
+    targets = ["genuine/" + MOE, "acme/nan-scale", "genuine/modelopt-llama-nvfp4"]
+    local = str(GENUINE / "base-llama-bf16")
+    with HubServer(hub_root, delay=0.3) as slow:
+        run = ckpt(slow, tmp_path, "doctor", targets[0], local, *targets[1:], "--format", "json")
+        log = slow.requests()
+    assert run.returncode == 0, run.stderr  # nan-scale is found only by a --deep value scan: headers are clean
+    reports = json.loads(run.stdout)
+    assert [r["target"] for r in reports] == [targets[0], local, *targets[1:]]
+    for report, target in zip(reports, [targets[0], local, *targets[1:]], strict=True):
+        folder = Path(target) if target == local else repos[target]
+        assert verdict(report) == local_verdict(folder, deep=target == local), target
+    # Every repo's first request (its model info) reached the server before any shard was read: they ran at once.
+    first = [r.path for r in log[: len(targets)]]
+    assert all(p.startswith("/api/models/") for p in first), first
+    assert {p.split("/api/models/")[1].split("/revision")[0].split("?")[0] for p in first} == set(targets)

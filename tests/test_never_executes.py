@@ -54,7 +54,7 @@ def booby_trapped(tmp_path: Path) -> tuple[Path, Path]:
 )
 def test_no_command_runs_code_shipped_with_the_checkpoint(tmp_path, capsys, argv):
     folder, marker = booby_trapped(tmp_path)
-    code, _out, err = run_cli([argv[0], folder, *argv[1:]], capsys)
+    _code, _out, err = run_cli([argv[0], folder, *argv[1:]], capsys)
     assert "internal error" not in err, err
     assert not marker.exists(), f"`ckpt {' '.join(argv)}` executed checkpoint content"
 

@@ -126,7 +126,7 @@ def test_unaligned_header_keeps_its_exact_length(tmp_path, capsys):
     header = b'{"enc.visual.ww":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}'
     assert len(header) % 8
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"abc")
-    code, out, err = run_cli(["fix-prefix", tmp_path, "--from", "enc.visual", "--to", "visual"], capsys)
+    code, _out, err = run_cli(["fix-prefix", tmp_path, "--from", "enc.visual", "--to", "visual"], capsys)
     assert code == 0, err
     raw = (tmp_path / "model.safetensors").read_bytes()
     assert struct.unpack_from("<Q", raw)[0] == len(header) and raw.endswith(b"abc")
@@ -187,6 +187,6 @@ def test_explicit_prefix_matches_whole_segments_and_can_remove_a_prefix(tmp_path
 def test_bad_explicit_plans_refuse_and_change_nothing(tmp_path, capsys, args, message):
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
     before = file_bytes(folder)
-    code, out, err = run_cli(["fix-prefix", folder, *args], capsys)
+    code, _out, err = run_cli(["fix-prefix", folder, *args], capsys)
     assert code == 2 and message in err and err.count("\n") == 1
     assert file_bytes(folder) == before

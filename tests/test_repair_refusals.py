@@ -100,7 +100,7 @@ def test_repair_already_running(tmp_path, capsys, args):
 @pytest.mark.parametrize("args", COMMANDS)
 def test_hub_target(tmp_path, capsys, monkeypatch, target, args):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli([args[0], target, *args[1:]], capsys)
+    code, _out, err = run_cli([args[0], target, *args[1:]], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "on the Hugging Face Hub" in err and "hf download" in err and "--local-dir" in err and "hf upload" in err
     assert list(tmp_path.iterdir()) == []

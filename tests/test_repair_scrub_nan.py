@@ -22,7 +22,7 @@ def tensor_start(shard, name: str) -> int:
 
 def diff_positions(a: bytes, b: bytes) -> dict[int, tuple[int, int]]:
     assert len(a) == len(b)
-    return {i: (x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y}
+    return {i: (x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y}
 
 
 def test_only_the_nan_bytes_change(tmp_path, capsys):

@@ -145,6 +145,7 @@ def test_data_file_schema_and_sources(name: str) -> None:
     assert entries
     for entry in entries:
         assert _sourced(entry), f"{name}: entry without a source: {entry}"
+    assert f"`{name}`" in (rules_dir() / "README.md").read_text(), f"rules/README.md does not document {name}"
 
 
 def _sourced(entry: dict) -> bool:
@@ -153,7 +154,6 @@ def _sourced(entry: dict) -> bool:
         return True
     children = [c for v in entry.values() for c in (v if isinstance(v, list) else [v]) if isinstance(c, dict)]
     return bool(children) and all(_sourced(c) for c in children)
-    assert f"`{name}`" in (rules_dir() / "README.md").read_text(), f"rules/README.md does not document {name}"
 
 
 def test_typed_views_load() -> None:

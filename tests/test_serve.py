@@ -78,13 +78,13 @@ def test_docker_emit_round_trips_clean(tmp_path, rid):
     assert result.plan.runtime.id == rid  # the image names the profile
     assert [f for f in result.findings if f.code.startswith("CS")] == []
     assert result.findings == plan.findings  # the checkpoint's own findings (CK502 here), as serve-flags has them
-    spec = json.loads(dict(zip(plan.argv, plan.argv[1:]))["--speculative-config"])
+    spec = json.loads(dict(zip(plan.argv, plan.argv[1:], strict=False))["--speculative-config"])
     assert spec["method"] == "dflash" and spec["model"] == "/drafter" and spec["num_speculative_tokens"] == 11
 
 
 def test_qwen_plan_matches_the_manual():
     plan = serve_flags(QWEN_CT, runtime="aeon-v0.23.0", hardware="gb10")
-    args = dict(zip(plan.argv, plan.argv[1:]))
+    args = dict(zip(plan.argv, plan.argv[1:], strict=False))
     assert args["--quantization"] == "compressed-tensors"
     assert args["--tool-call-parser"] == "qwen3_coder" and args["--reasoning-parser"] == "qwen3"
     assert json.loads(args["--limit-mm-per-prompt"]) == {"image": 4, "video": 2}
@@ -92,7 +92,7 @@ def test_qwen_plan_matches_the_manual():
     assert args["--max-model-len"] == "4096"
     assert "--kv-cache-dtype" not in plan.argv and "--mamba-block-size" not in plan.argv
     colocated = serve_flags(QWEN_CT, runtime="aeon-v0.23.0", hardware="gb10", colocated=True)
-    assert dict(zip(colocated.argv, colocated.argv[1:]))["--gpu-memory-utilization"] == "0.70"
+    assert dict(zip(colocated.argv, colocated.argv[1:], strict=False))["--gpu-memory-utilization"] == "0.70"
 
 
 def test_manual_traps_are_all_found():
@@ -123,7 +123,10 @@ def test_awq_rejected_upstream_loads_on_image():
     assert upstream.blocked and "--quantization" not in upstream.argv
     assert set(upstream.alternatives) == {"aeon-v0.26.0", "aeon-v0.27.1"}
     image = serve_flags(AWQ, runtime="aeon-v0.26.0")
-    assert image.blocked is None and dict(zip(image.argv, image.argv[1:]))["--quantization"] == "modelopt_fp4"
+    assert (
+        image.blocked is None
+        and dict(zip(image.argv, image.argv[1:], strict=False))["--quantization"] == "modelopt_fp4"
+    )
     result = check_serve(AWQ, ["vllm serve m --quantization modelopt_fp4"])
     assert "checkpoint-rejected" in slugs(result)
 

@@ -201,7 +201,7 @@ def _flagged(result, module: str) -> str | None:
         if f.severity not in ("error", "warning"):
             continue
         renames = (f.details or {}).get("rename") or []
-        if any(t.startswith(module + ".") or t.startswith(root) for t in f.tensors) or any(
+        if any(t.startswith((module + ".", root)) for t in f.tensors) or any(
             isinstance(p, dict) and module.startswith(str(p.get("from"))) for p in renames
         ):
             return f.code

@@ -84,7 +84,7 @@ def compare(name: str, folder: Path, kv: str) -> PlanRow:
     v_layers, c_layers = build.layers or [], list(cache.layers)
     if len(v_layers) != len(c_layers):
         diffs.append(f"layers: vLLM {len(v_layers)}, ckpt {len(c_layers)}")
-    for v, c in zip(v_layers, c_layers):
+    for v, c in zip(v_layers, c_layers, strict=False):
         kind = KIND_OF_SPEC.get(v.spec_class, v.spec_class)
         got = (
             c.kind,
@@ -197,7 +197,7 @@ def section(rows: list[PlanRow]) -> list[str]:
     ]
     out += [f"| {r.case} | {r.kv_cache_dtype} | {r.status} | {r.text} |" for r in rows]
     diffs = [f"- **{r.case}** ({r.kv_cache_dtype}): {d}" for r in rows if r.status == "DIFF" for d in r.details]
-    return out + ["", *(diffs or ["No disagreement."]), ""]
+    return [*out, "", *(diffs or ["No disagreement."]), ""]
 
 
 def main() -> int:

@@ -37,17 +37,17 @@ class State:
     argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
 
 
-def _type_label(param, ctx) -> str | None:
+def _type_label(self, ctx) -> str | None:
     """The help's type column: the choices of an enum option, nothing for a switch, the value's name otherwise (no
     `<bool>` / `<str>` labels)."""
-    desc = param.type_descriptor
+    desc = self.type_descriptor
     if desc.is_choice:
         return "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices or ()) + "]"
-    if isinstance(param, typer.core.TyperOption) and (param.is_flag or param.is_bool_flag):
+    if isinstance(self, typer.core.TyperOption) and (self.is_flag or self.is_bool_flag):
         return None
-    if isinstance(param, typer.core.TyperArgument):
+    if isinstance(self, typer.core.TyperArgument):
         return None
-    return (param.metavar or param.name or "value").upper()  # a repeatable option still takes one value per use
+    return (self.metavar or self.name or "value").upper()  # a repeatable option still takes one value per use
 
 
 def _usage_name(self) -> str:
@@ -57,6 +57,8 @@ def _usage_name(self) -> str:
     return name + ("..." if self.nargs != 1 else "")
 
 
+# typer offers no hook for the help's type column or the usage names, so its two methods are replaced; mypy rightly
+# flags assigning to a method, which is the point here.
 typer.core.TyperOption.display_type_rich = _type_label  # type: ignore[method-assign]
 typer.core.TyperArgument.display_type_rich = _type_label  # type: ignore[method-assign]
 typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
@@ -128,7 +130,7 @@ def _install_plain_coercion() -> None:
     try:
         from typer._coercion import RuntimeParam, build_runtime_param
 
-        param_class = typer.core._TyperParameter  # type: ignore[attr-defined]
+        param_class = typer.core._TyperParameter
         param_class.get_runtime_param  # noqa: B018  (the hook this replaces)
     except (ImportError, AttributeError):
         return
@@ -156,7 +158,8 @@ def _install_plain_coercion() -> None:
             self._runtime_param = PlainRuntimeParam(info, desc.annotation, fast=fast or _never, descriptor=desc)
         return self._runtime_param
 
-    param_class.get_runtime_param = get_runtime_param
+    # typer has no hook for its coercion: the method is replaced, as the help's type column is above.
+    param_class.get_runtime_param = get_runtime_param  # type: ignore[method-assign]
 
 
 _install_plain_coercion()

@@ -138,17 +138,11 @@ def _many(targets: list[str], **options) -> list:
             raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
 
     remote = [t for t in targets if not os.path.exists(t)]
-    with ThreadPoolExecutor(max_workers=min(8, len(remote))) if remote else _NoPool() as pool:
-        futures = {t: pool.submit(one, t) for t in remote} if remote else {}
+    if not remote:
+        return [one(t) for t in targets]
+    with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
+        futures = {t: pool.submit(one, t) for t in remote}
         return [futures[t].result() if t in futures else one(t) for t in targets]
-
-
-class _NoPool:
-    def __enter__(self) -> _NoPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:
@@ -168,7 +162,7 @@ def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:
         lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines) + "\n"
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    lines = ["", "  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["", "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     return "\n".join(lines) + "\n"

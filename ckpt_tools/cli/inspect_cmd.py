@@ -112,7 +112,7 @@ def _memory_lines(memory: dict) -> list[str]:
     ]
     kv = memory.get("kv_cache")
     if kv is None:
-        return out + [f"  KV cache  unknown: {memory.get('kv_cache_unknown')}"]
+        return [*out, f"  KV cache  unknown: {memory.get('kv_cache_unknown')}"]
     out.append(
         f"  KV cache  {kv['bytes_per_token']:,} B per token ({kv['dtype']}, {kv['attention_layers']} "
         f"attention layer{'s' if kv['attention_layers'] != 1 else ''}"

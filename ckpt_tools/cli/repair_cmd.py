@@ -81,7 +81,7 @@ def fix_prefix_command(
         raise UsageError("give --from and --to in pairs (one --to per --from)")
     result = run(
         target,
-        fix_prefix.job(list(zip(old, new))),
+        fix_prefix.job(list(zip(old, new, strict=True))),
         dry_run=dry_run,
         progress=progress,
         runtime=runtime,

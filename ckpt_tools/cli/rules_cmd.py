@@ -14,7 +14,7 @@ def list_rules() -> None:
     rows = [(r.code, r.slug, r.severity, "fixable" if r.fixable else "", r.title) for r in all_rules()]
     rows += [(c.code, c.slug, c.severity, "", c.title) for c in checks()]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows]
     emit("\n".join(lines) + "\n")
 
 

@@ -271,7 +271,7 @@ def declared_scheme(
         return Scheme("fp8", "A8", "channel"), None
     if method == "quark":
         for entry in _strings(cfg.get("exclude")):
-            if entry == vname or entry == name or (entry.startswith("re:") and _re_match(entry[3:], vname)):
+            if entry in (vname, name) or (entry.startswith("re:") and _re_match(entry[3:], vname)):
                 return UNQUANTIZED, entry
         layer_cfg = _quark_layer_config(cfg, name)
         return _quark_scheme(layer_cfg), None

@@ -86,8 +86,7 @@ def modelopt_patterns(entries: Iterable[str], family: Family) -> list[tuple[str,
         # because `"" in prefix` holds for every module (vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.3), substring rule).
         if len(entry) >= 2 and entry.endswith("*") and entry[-2] != ".":
             variants = [entry[:-1], entry[:-1] + ".*"]
-        for v in variants:
-            out.append((entry, family.to_vllm(v)))
+        out.extend((entry, family.to_vllm(v)) for v in variants)
     return out
 
 

@@ -61,18 +61,19 @@ def _modelopt(ckpt: Checkpoint) -> SchemaCheck | None:
         return SchemaCheck("modelopt", None, ())
     try:
         expected = convert_hf_quant_config_format(dict(nested))
-    except Exception as exc:  # the producer's own converter refusing the file is the finding
+    except Exception as exc:  # noqa: BLE001 - whatever the producer's own converter raises on the file is the finding
         return SchemaCheck(
             "modelopt",
             _version("nvidia-modelopt"),
             (f"hf_quant_config.json: ModelOpt cannot convert it: {type(exc).__name__}: {exc}",),
         )
-    errors = []
-    if isinstance(flat, dict):
-        for key in sorted(set(expected) | set(flat)):
-            if expected.get(key) != flat.get(key):
-                errors.append(
-                    f"config.json quantization_config.{key} differs from what ModelOpt derives from "
-                    f"hf_quant_config.json"
-                )
+    errors = (
+        [
+            f"config.json quantization_config.{key} differs from what ModelOpt derives from hf_quant_config.json"
+            for key in sorted(set(expected) | set(flat))
+            if expected.get(key) != flat.get(key)
+        ]
+        if isinstance(flat, dict)
+        else []
+    )
     return SchemaCheck("modelopt", _version("nvidia-modelopt"), tuple(errors))

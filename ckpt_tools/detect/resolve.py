@@ -522,15 +522,13 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = _producer_from_tensors(ckpt)
     if producer == "compressed-tensors" or producer in formats.formats():
         algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
-    if producer == "compressed-tensors":
-        if rejection is None:
-            bad = next((r for r in rows if r.declared.kind == "unknown"), None)
-            if bad is not None:
-                rejection = (
-                    f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: "
-                    f"{bad.declared.detail}"
-                )
-                vllm_method = None
+    if producer == "compressed-tensors" and rejection is None:
+        bad = next((r for r in rows if r.declared.kind == "unknown"), None)
+        if bad is not None:
+            rejection = (
+                f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: {bad.declared.detail}"
+            )
+            vllm_method = None
 
     comps = sorted(found_components, key=lambda c: (c != "text", c))
     return Detection(

@@ -70,7 +70,8 @@ def check_files(
 
 def pointer_verdict(report: Report, ckpt: Checkpoint, folder: str) -> Report:
     """The report of a folder holding LFS pointers: file-level findings only, the pointer finding made specific."""
-    rule: type[Rule] = find_rule("lfs-pointer")  # type: ignore[assignment]  (a fixed slug: always registered)
+    rule = find_rule("lfs-pointer")
+    assert rule is not None  # a fixed slug: always registered
     names = [p.name for p in ckpt.lfs_pointers]
     tracked = lfs_tracked(folder, names)
     groups: dict[str, list[str]] = {}

@@ -62,7 +62,7 @@ class Checkpoint:
         dupes: dict[str, list[str]] = {}
         # Fast path, in C: names are unique within a shard, so when the sizes add up no name is in two shards.
         for shard in self.loaded_shards:
-            out.update(zip(map(_NAME, shard.tensors), shard.tensors))
+            out.update(zip(map(_NAME, shard.tensors), shard.tensors, strict=True))
         if len(out) == sum(len(shard.tensors) for shard in self.loaded_shards):
             return MappingProxyType(out), MappingProxyType({})
         out = {}

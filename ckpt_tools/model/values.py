@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
@@ -338,7 +338,7 @@ _EDGE_TOP: Mapping[str, bytes] = MappingProxyType(
 _SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
 
 
-def _decode_wide(dtype: str, blob: bytes) -> memoryview | list[float]:
+def _decode_wide(dtype: str, blob: bytes) -> Sequence[float]:
     """Values of little-endian F32 / BF16 / F16 bytes (whole elements): a float view where the platform has one."""
     if dtype == "F32":
         if struct.pack("=f", 1.0) == struct.pack("<f", 1.0):

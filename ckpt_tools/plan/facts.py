@@ -96,7 +96,7 @@ def device(hw: Hardware) -> Device:
         if e["hardware"] == hw.id:
             return Device(
                 hw.id,
-                int(round(float(e["memory_gib"]) * GIB)),
+                round(float(e["memory_gib"]) * GIB),
                 e.get("kind", "measured"),
                 e.get("note", ""),
                 e["source"],
@@ -106,7 +106,7 @@ def device(hw: Hardware) -> Device:
         raise UsageError(f"hardware profile {hw.id!r} records no memory size")
     return Device(
         hw.id,
-        int(round(float(gb) * GIB)),
+        round(float(gb) * GIB),
         "nominal",
         f"nominal {gb} GB read as GiB; the runtime sees slightly less",
         f"rules/hardware.toml memory_gb of {hw.id} (nominal)",

@@ -153,7 +153,7 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
     nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
     dk, dv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
     kernel = _int(cfg, "linear_conv_kernel_dim")
-    if None in (nk, nv, dk, dv, kernel):
+    if nk is None or nv is None or dk is None or dv is None or kernel is None:
         raise UsageError(
             "linear-attention layers without linear_num_key_heads / linear_num_value_heads / "
             "linear_key_head_dim / linear_value_head_dim / linear_conv_kernel_dim: cannot size the state"
@@ -165,9 +165,9 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
     conv_dtype = dtype if rule["conv_dtype"] == "model" else rule["conv_dtype"]
     ssm = cfg.get(rule["ssm_dtype_config_key"])
     ssm_dtype = ssm if isinstance(ssm, str) and facts.dtype_bytes(ssm) is not None else conv_dtype
-    shapes = ((kernel - 1, conv_dim // tp), (nv // tp, dv, dk))
+    shapes: tuple[tuple[int, ...], ...] = ((kernel - 1, conv_dim // tp), (nv // tp, dv, dk))
     dtypes = (conv_dtype, ssm_dtype)
-    state = sum(_prod(s) * int(facts.dtype_bytes(d) or 0) for s, d in zip(shapes, dtypes))
+    state = sum(_prod(s) * int(facts.dtype_bytes(d) or 0) for s, d in zip(shapes, dtypes, strict=True))
     return LayerCache(index=i, kind=GDN, state_bytes=state, state_shapes=shapes, state_dtypes=dtypes)
 
 

@@ -128,7 +128,9 @@ def arithmetic(plan: MemoryPlan) -> list[str]:
     gdn = plan.cache.of(GDN)
     if gdn:
         l0 = gdn[0]
-        shapes = " + ".join(f"{'x'.join(map(str, s))} {d}" for s, d in zip(l0.state_shapes, l0.state_dtypes))
+        shapes = " + ".join(
+            f"{'x'.join(map(str, s))} {d}" for s, d in zip(l0.state_shapes, l0.state_dtypes, strict=True)
+        )
         out.append(
             f"linear attention: {_layers(len(gdn), 'GatedDeltaNet')} x {l0.state_bytes:,} B state ({shapes}); page padded to "
             f"{p.state_page:,} B, {p.state_pages_per_sequence + p.speculative_blocks} page(s) per sequence"

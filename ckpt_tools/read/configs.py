@@ -44,5 +44,7 @@ def read_index(source: Source, name: str) -> tuple[Index | None, Problem | None]
     weight_map = data["weight_map"]
     if not set(map(type, weight_map.values())) <= {str}:  # JSON strings are exactly `str`; checked in C
         return None, Problem(name, "invalid-index", "`weight_map` values must be shard file names")
-    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     return Index(name, MappingProxyType(weight_map), MappingProxyType(metadata)), None

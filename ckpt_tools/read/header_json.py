@@ -33,7 +33,7 @@ class HeaderJsonError(ValueError):
         self.too_deep = too_deep
 
 
-class JObject(dict):  # type: ignore[type-arg]
+class JObject(dict):
     """A JSON object in which some key repeats (the dict keeps the last value); `pairs` holds every (key, value) in
     document order. Objects without a repeated key stay plain dicts."""
 

@@ -4,7 +4,7 @@ statistics of the tensors that value rules judge (`scan_values`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
@@ -21,6 +21,7 @@ from .value_scan import scan_values as scan
 SHARD_SUFFIX = ".safetensors"
 T = TypeVar("T")
 R = TypeVar("R")
+V = TypeVar("V")
 
 
 def load_checkpoint(source: Source) -> Checkpoint:
@@ -30,15 +31,18 @@ def load_checkpoint(source: Source) -> Checkpoint:
     shard_files = tuple(sorted(n for n in names if n.endswith(SHARD_SUFFIX)))
 
     # The index and the configs are independent small files: a remote source fetches them together.
-    readers = {INDEX_NAME: read_index, **dict.fromkeys(CONFIG_NAMES, read_config)}
+    readers: dict[str, Callable[[Source, str], tuple[object, Problem | None]]] = {
+        INDEX_NAME: read_index,
+        **dict.fromkeys(CONFIG_NAMES, read_config),
+    }
     present = [name for name in readers if name in sizes]
-    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present)))
+    loaded = dict(zip(present, _map(source, lambda name: readers[name](source, name), present), strict=True))
     problems: list[Problem] = [problem for _, problem in loaded.values() if problem]
-    index = loaded.get(INDEX_NAME, (None, None))[0]
+    index = _loaded_value(loaded, INDEX_NAME, Index)
     if not shard_files and index is None:
         raise TargetError(f"{source.label}: no .safetensors file found")
-    config = loaded.get("config.json", (None, None))[0]
-    hf_quant = loaded.get("hf_quant_config.json", (None, None))[0]
+    config = _loaded_value(loaded, "config.json", dict)
+    hf_quant = _loaded_value(loaded, "hf_quant_config.json", dict)
 
     reads = _read_headers(source, shard_files, index, sizes)
     shards: list[Shard] = []
@@ -61,6 +65,12 @@ def load_checkpoint(source: Source) -> Checkpoint:
         config=config,
         hf_quant_config=hf_quant,
     )
+
+
+def _loaded_value(loaded: Mapping[str, tuple[object, Problem | None]], name: str, kind: type[V]) -> V | None:
+    """The parsed file (an `Index`, a config dict) when it was present and valid, else None."""
+    value = loaded.get(name, (None, None))[0]
+    return value if isinstance(value, kind) else None
 
 
 def _size_or_zero(source: Source, name: str) -> int:

@@ -40,7 +40,8 @@ def pending_repair(root: Path) -> PendingRepair | None:
         names = sorted(os.listdir(root))
     except OSError:
         return None
-    temps, foreign = [], []
+    temps: list[str] = []
+    foreign: list[str] = []
     for name in names:
         if is_temp_name(name):
             kind = _kind(root / name)

@@ -227,7 +227,7 @@ def scan_shard(
             progress(read.length)
     finally:
         reader.close()
-    return {t.name: acc.result() for t, acc in zip(plan.tensors, accs)}
+    return {t.name: acc.result() for t, acc in zip(plan.tensors, accs, strict=True)}
 
 
 def scan_values(

@@ -10,8 +10,8 @@ original, fsynced, renamed over it, and the folder is fsynced.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
 
 from ..errors import TargetError
 from .fsio import Folder, Writer, crashpoint, temp_name, write_temp
@@ -29,7 +29,7 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
     if not copies_first:
         for i, step in enumerate(steps):
             crashpoint(f"step{i}:before")
-            APPLY[step.kind](root, step, writer, f"step{i}")
+            apply_step(root, step, writer, f"step{i}")
             crashpoint(f"step{i}:after")
         return
     staged: dict[int, bool] = {}  # step -> whether a temporary file waits to be renamed
@@ -49,8 +49,10 @@ def apply_steps(root: Folder, steps: tuple[Step, ...], writer: Writer, *, copies
         for i, step in enumerate(steps):
             tag = f"step{i}"
             crashpoint(f"{tag}:before")
-            if i not in staged:
-                APPLY[step.kind](root, step, writer, tag, sync=False)
+            if isinstance(step, HeaderStep):  # the steps written in place: everything not staged above
+                apply_header(root, step, writer, tag, sync=False)
+            elif isinstance(step, PatchStep):
+                apply_patch(root, step, writer, tag, sync=False)
             elif staged[i]:
                 root.replace(temp_name(step.file), step.file)
                 writer.visible()
@@ -109,7 +111,7 @@ def _pending(fd: int, runs: tuple[Run, ...], file: str) -> list[Run]:
         cur = os.pread(fd, len(run.new), run.offset)
         if cur == run.new:
             continue
-        if len(cur) != len(run.new) or any(c != o and c != n for c, o, n in zip(cur, run.old, run.new)):
+        if len(cur) != len(run.new) or any(c != o and c != n for c, o, n in zip(cur, run.old, run.new, strict=True)):
             raise _changed(file, f"data at byte {run.offset:,}")
         todo.append(run)
     return todo
@@ -141,19 +143,20 @@ def prepare_rewrite(root: Folder, step: RewriteStep, writer: Writer, tag: str) -
     fd = root.open_file(step.file, os.O_RDONLY)
     try:
         st = os.fstat(fd)
-        if st.st_size == step.new_size and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix:
-            if not _pending(fd, step.runs, step.file):
-                root.remove_stale(step.tmp)  # renamed already; a leftover can only be a stale copy
-                return False
+        if (
+            st.st_size == step.new_size
+            and os.pread(fd, len(step.new_prefix), 0) == step.new_prefix
+            and not _pending(fd, step.runs, step.file)
+        ):
+            root.remove_stale(step.tmp)  # renamed already; a leftover can only be a stale copy
+            return False
         if st.st_size != step.old_size or sha256(os.pread(fd, step.old_prefix_len, 0)) != step.old_prefix_sha256:
             raise _changed(step.file, "its header")
         out = root.create(step.tmp, st.st_mode & 0o7777)
         try:
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                try:
+                with contextlib.suppress(PermissionError):  # only root may give a file away; the copy is then ours
                     os.fchown(out, st.st_uid, st.st_gid)
-                except PermissionError:
-                    pass  # only root may give a file away; the copy is then ours
             writer.pwrite(out, step.new_prefix, 0)
             for k, (src, dst, length) in enumerate(step.copies):
                 writer.copy(fd, out, src, dst, length, crash=f"{tag}:copy" if k == 0 else None)
@@ -208,9 +211,13 @@ def prepare_index(root: Folder, step: IndexStep, writer: Writer, tag: str) -> bo
     return True
 
 
-APPLY: dict[str, Callable[[Folder, Step, Writer, str], None]] = {
-    "header": apply_header,  # type: ignore[dict-item]
-    "patch": apply_patch,  # type: ignore[dict-item]
-    "rewrite": apply_rewrite,  # type: ignore[dict-item]
-    "index": apply_index,  # type: ignore[dict-item]
-}
+def apply_step(root: Folder, step: Step, writer: Writer, tag: str) -> None:
+    """Carry out one step whole (written, fsynced, renamed into place)."""
+    if isinstance(step, HeaderStep):
+        apply_header(root, step, writer, tag)
+    elif isinstance(step, PatchStep):
+        apply_patch(root, step, writer, tag)
+    elif isinstance(step, RewriteStep):
+        apply_rewrite(root, step, writer, tag)
+    else:
+        apply_index(root, step, writer, tag)

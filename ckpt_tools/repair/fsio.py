@@ -205,7 +205,7 @@ class Folder:
         fd = self.open_file(name, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 chunk = os.read(fd, max(size, 1 << 16))
                 if not chunk:

@@ -17,6 +17,7 @@ steps with their small fields, the blob's sha256), then one blob holding the ste
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
@@ -363,10 +364,8 @@ def _replay(folder: Folder, job: str, steps: tuple[Step, ...], writer: Writer, d
 
 def _remove_stale_temps(folder: Folder) -> None:
     for stale in stale_temps(folder.path):
-        try:
+        with contextlib.suppress(OSError):  # debris in a folder we may not write to harms nothing: no loader reads it
             folder.unlink(stale.name)
-        except OSError:
-            pass  # debris in a folder we may not write to harms nothing: no loader reads these names
 
 
 def stale_temps(root: Path) -> list[Path]:

@@ -144,7 +144,7 @@ def run(
         refuse_pending(local)
         analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
         plan, steps = _plan(analysis, job, target, local, writable=False)  # a dry run writes nothing
-        predicted = predict(analysis, plan, steps)
+        predicted = predict(analysis, plan, steps) if steps else None
         blocked = None
         if steps:
             try:
@@ -210,12 +210,10 @@ def run(
     )
 
 
-def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report | None:
-    """Doctor's verdict on the checkpoint the steps leave, judged in memory like the before-state."""
+def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report:
+    """Doctor's verdict on the checkpoint the (non-empty) steps leave, judged in memory like the before-state."""
     from .predict import after_checkpoint
 
-    if not steps:
-        return None
     return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report  # collector paused there
 
 

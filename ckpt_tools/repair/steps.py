@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import orjson
 
@@ -47,6 +47,12 @@ class Run:
     offset: int
     old: bytes
     new: bytes
+
+    def __post_init__(self) -> None:
+        # The executor compares the bytes on disk against old and new position by position; a run read back from a
+        # journal whose two sides differ in length is damaged (decode_journal reports the ValueError as such).
+        if len(self.old) != len(self.new):
+            raise ValueError(f"run at byte {self.offset}: {len(self.old)} old bytes but {len(self.new)} new ones")
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ class IndexStep:
         return len(self.new)
 
 
-Step = Union[HeaderStep, PatchStep, RewriteStep, IndexStep]
+Step = HeaderStep | PatchStep | RewriteStep | IndexStep
 STEP_TYPES: dict[str, type] = {c.kind: c for c in (HeaderStep, PatchStep, RewriteStep, IndexStep)}
 
 

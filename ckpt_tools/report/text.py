@@ -13,7 +13,7 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"{COLORS[style]}{text}{RESET}" if color else text
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -88,8 +88,7 @@ def render(report: Report, *, color: bool = False) -> str:
         by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
     for reason, rules in by_reason.items():
         out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
-    for s in report.suppressed:
-        out.append(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color))
+    out.extend(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color) for s in report.suppressed)
     summary = data["summary"]
     if not findings:
         out.append(_paint("No findings.", "bold", color))

@@ -22,7 +22,7 @@ class LayerGap:
     absent: tuple[int, ...]  # expert ids with no tensor at all, below the configured expert count
 
     def missing_names(self) -> list[str]:
-        out = []
+        out: list[str] = []
         for key, ids in sorted(self.missing.items()):
             proj, suffix = key.split(".", 1)
             out.extend(f"{self.layer}.{e}.{proj}.{suffix}" for e in ids)

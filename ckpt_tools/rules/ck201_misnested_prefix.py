@@ -85,7 +85,7 @@ class MisnestedPrefix(Rule):
         existing = ctx.ckpt.tensors
         steps = []
         tensors: list[str] = []
-        collisions = []
+        collisions: list[str] = []
         for (old, new), names in sorted(plan.items()):
             steps.append({"from": old, "to": new, "count": len(names)})
             tensors.extend(sorted(names))

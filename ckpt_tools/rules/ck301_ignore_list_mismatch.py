@@ -197,7 +197,7 @@ class IgnoreListMismatch(Rule):
                 for i in hits:
                     parents_of[i][parent].append(row)
         mixed: list[tuple[str, list[ModuleRow]]] = []
-        for group, parents in zip(groups, parents_of):
+        for group, parents in zip(groups, parents_of, strict=True):
             for parent, shard_rows in sorted(parents.items()):
                 if len({r.declared.quantized for r in shard_rows}) > 1:
                     mixed.append((f"{parent}.{group.fused}", shard_rows))

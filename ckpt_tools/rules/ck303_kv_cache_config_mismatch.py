@@ -21,9 +21,12 @@ def attention_layers(ctx: Context) -> list[str]:
     out = set()
     for name in ctx.ckpt.modules:
         parent, _, last = name.rpartition(".")
-        if last in ATTENTION_PROJ and parent.rsplit(".", 1)[-1] in ATTENTION_NAMES:
-            if component_of(name, ctx.det.family) == "text":
-                out.add(parent)
+        if (
+            last in ATTENTION_PROJ
+            and parent.rsplit(".", 1)[-1] in ATTENTION_NAMES
+            and component_of(name, ctx.det.family) == "text"
+        ):
+            out.add(parent)
     return sorted(out)
 
 

@@ -15,9 +15,10 @@ def _declared(ctx: Context, entry: ComponentExpectation) -> tuple[str, Any] | No
         value = ctx.ckpt.config_value(key)
         if value is None or value is False or value == {} or value == []:
             continue
-        if entry.min_value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < entry.min_value:
-                continue
+        if entry.min_value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or value < entry.min_value
+        ):
+            continue
         return key, value
     return None
 
@@ -52,9 +53,7 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
         lookup = component_lookup(ctx.det.family)
         if any(lookup(n) == entry.expect_component for n in names):
             return True
-    if entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names):
-        return True
-    return False
+    return bool(entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names))
 
 
 @register

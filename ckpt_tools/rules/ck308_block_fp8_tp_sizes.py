@@ -60,7 +60,7 @@ def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
         for s in g.shards:
             shard_of[s] = (g.fused, g.id)
     out: list[Layer] = []
-    fused: dict[str, list[tuple[int, ModuleRow]]] = defaultdict(list)
+    fused: dict[str, list[tuple[int, tuple[int, ...]]]] = defaultdict(list)  # shard position, weight shape
     experts: dict[str, dict[str, int]] = defaultdict(dict)
     for row in rows:
         w = ctx.ckpt.modules[row.name].weight
@@ -75,14 +75,14 @@ def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
         if last in shard_of:
             fused_name, gid = shard_of[last]
             group = next(g for g in fused_groups_for(ctx.det.family.id) if g.id == gid)
-            fused[f"{parent}.{fused_name}"].append((group.shards.index(last), row))
+            fused[f"{parent}.{fused_name}"].append((group.shards.index(last), w.shape))
         elif last in par.row:
             out.append(Layer(row.name, "row", (n,), k))
         elif last in par.column:
             out.append(Layer(row.name, "column", (n,), k))
     for name, members in fused.items():
         members.sort(key=lambda m: m[0])
-        shapes = [ctx.ckpt.modules[r.name].weight.shape for _, r in members]
+        shapes = [shape for _, shape in members]
         out.append(Layer(name, "column", tuple(s[0] for s in shapes), shapes[0][1], name.endswith("qkv_proj")))
     for prefix, sizes in experts.items():
         inter = next((sizes[p] for p in ("gate_proj", "up_proj", "w1", "w3", "down_proj", "w2") if p in sizes), None)

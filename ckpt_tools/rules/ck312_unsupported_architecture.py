@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..knowledge import transformers_classes
 from .base import Context, Finding, Rule, register
@@ -93,7 +94,7 @@ class UnsupportedArchitecture(Rule):
             if until
             else f"{rt.name} has no model class for `{arch}`"
         )
-        details = {
+        details: dict[str, Any] = {
             "architecture": arch,
             "runtime": rt.id,
             "last_supported": until,

@@ -16,7 +16,7 @@ def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
     for p in profiles:
         by_family.setdefault(p.family, []).append(p)
     parts = []
-    for fam, members in by_family.items():
+    for members in by_family.values():
         names = ", ".join(m.id for m in members)
         m = members[0]
         note = "" if m.native_fp4 else ", the same path W4A4 takes there (no FP4 tensor cores)"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from ..model.modules import ROLES
 from ._experts import LayerGap, layer_gaps
@@ -70,7 +71,7 @@ class MoeExpertMissingScale(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         lines: list[str] = []
         tensors: list[str] = []
-        layers = []
+        layers: list[dict[str, Any]] = []
         for gap in layer_gaps(ctx.ckpt):
             keys = [k for k in gap.missing if k not in _ignored_for(ctx, gap)]
             if not keys and not gap.absent:

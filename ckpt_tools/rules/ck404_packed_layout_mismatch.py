@@ -48,7 +48,6 @@ def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
     hidden, heads = num("hidden_size"), num("num_attention_heads")
     if hidden is None:
         return None
-    kv = num("num_key_value_heads") or heads
     head_dim = num("head_dim") or (hidden // heads if heads else None)
     proj = name.rsplit(".", 1)[-1]
     if ".experts." in name:
@@ -58,6 +57,7 @@ def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
     else:
         inter = num("intermediate_size")
     if ".self_attn." in name and heads and head_dim:
+        kv = num("num_key_value_heads") or heads
         return {
             "q_proj": (heads * head_dim, hidden),
             "k_proj": (kv * head_dim, hidden),

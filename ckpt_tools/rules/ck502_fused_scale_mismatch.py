@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from ..catalogue import fused_groups_for
 from ..model.tensors import TensorInfo
@@ -35,12 +36,13 @@ def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
     ]
 
 
-def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict]:
-    found = []
+def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
     for fused, shards in fused_sets(ctx):
         for suffix in suffixes:
-            vals = {s: scalar(ctx.ckpt, f"{s}.{suffix}") for s in shards}
-            if any(v is None or not math.isfinite(v) or v <= 0 for v in vals.values()):
+            read = {s: scalar(ctx.ckpt, f"{s}.{suffix}") for s in shards}
+            vals = {s: v for s, v in read.items() if v is not None and math.isfinite(v) and v > 0}
+            if len(vals) < len(read):
                 continue  # absent (other rules) or unusable (invalid-scale-value)
             lo, hi = min(vals.values()), max(vals.values())
             ratio = hi / lo

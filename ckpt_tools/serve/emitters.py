@@ -63,8 +63,7 @@ def docker_run(plan: ServePlan, model_host: str | None = None, drafter_host: str
         command = command[1:]
     lines.append(f"  --entrypoint {shlex.quote(entry)} {shlex.quote(rt.image)}")
     lines.append("  " + shlex.join(command[:2]))
-    for f in plan.flags:
-        lines.append("    " + shlex.join([f.flag] + ([f.value] if f.value is not None else [])))
+    lines.extend("    " + shlex.join([f.flag] + ([f.value] if f.value is not None else [])) for f in plan.flags)
     return " \\\n".join(lines) + "\n"
 
 
@@ -157,10 +156,8 @@ def text(plan: ServePlan, explain: bool = False) -> str:
             out.append(f"{f.flag}" + (f" {f.value}" if f.value is not None else ""))
             out.append(f"    why:    {f.why}")
             out.append(f"    source: {f.source}")
-        for k, v in plan.env.items():
-            out.append(f"{k}={v} (environment)")
-        for n in plan.notes:
-            out.append(f"note: {n}")
+        out.extend(f"{k}={v} (environment)" for k, v in plan.env.items())
+        out.extend(f"note: {n}" for n in plan.notes)
         if plan.memory is not None:
             from ..plan.render import arithmetic
 
@@ -169,10 +166,8 @@ def text(plan: ServePlan, explain: bool = False) -> str:
                 f"memory plan on {plan.memory.hardware_name}:",
                 *(f"    {ln}" for ln in arithmetic(plan.memory)),
             ]
-        for f in plan.sorted_findings():
-            out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}")
-        for w in plan.warnings:
-            out.append(f"warning: {w}")
+        out.extend(f"{f.severity}: {f.code} {f.slug}: {f.message}" for f in plan.sorted_findings())
+        out.extend(f"warning: {w}" for w in plan.warnings)
     return "\n".join(out) + "\n"
 
 
@@ -186,10 +181,12 @@ def diagnostics(plan: ServePlan, fail_on: str, quiet: bool = False) -> str:
             f"ckpt: serve-flags: no command: {len(failing)} finding(s) at or above --fail-on {fail_on} "
             f"(`ckpt doctor` / `ckpt check-serve` give the same verdict; --fail-on none prints it anyway)"
         )
-    for f in failing if quiet else plan.sorted_findings():
-        out.append(f"{f.severity}: {f.code} {f.slug}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""))
-    for w in () if quiet else plan.warnings:
-        out.append(f"warning: {w}")
+    out.extend(
+        f"{f.severity}: {f.code} {f.slug}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
+        for f in (failing if quiet else plan.sorted_findings())
+    )
+    if not quiet:
+        out.extend(f"warning: {w}" for w in plan.warnings)
     return "\n".join(out) + "\n" if out else ""
 
 

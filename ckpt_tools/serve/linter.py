@@ -550,7 +550,7 @@ def _limits(ctx: _Ctx) -> Iterable[Finding]:
     hw = ctx.hw
     util = ctx.value("--gpu-memory-utilization")
     cap = hw.get("gpu_memory_utilization_max") if hw else None
-    if util is not None and cap is not None:
+    if hw is not None and util is not None and cap is not None:
         try:
             if float(util) > cap:
                 yield _f(
@@ -573,7 +573,7 @@ def _limits(ctx: _Ctx) -> Iterable[Finding]:
     if n > limit:
         reason = (
             f"the compile-range ceiling of {ctx.rt.name} ({ceiling}): prefill falls back to eager"
-            if ceiling and n > ceiling
+            if hw is None or (ceiling and n > ceiling)  # without a profile the limit is the ceiling
             else f"{hw.id}'s limit {hw_max}: activation memory presses unified memory at load"
         )
         yield _f(

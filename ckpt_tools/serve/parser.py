@@ -137,12 +137,13 @@ def _options(args: list[str], rt: ServeRuntime) -> tuple[list[ParsedFlag], str |
         if word.startswith("-O") and not word.startswith("--"):
             # -O3 / -O=3 / -O 3 are --optimization-level (FlexibleArgumentParser.parse_args).
             if word == "-O" and i < len(args):
-                value, i = args[i], i + 1
+                level, i = args[i], i + 1
             else:
-                value = word[3:] if word[2:3] == "=" else word[2:]
-            flags.append(ParsedFlag(word, "--optimization-level", value, True))
+                level = word[3:] if word[2:3] == "=" else word[2:]
+            flags.append(ParsedFlag(word, "--optimization-level", level, True))
             continue
-        spelled, value = (word.split("=", 1) + [None])[:2] if "=" in word else (word, None)
+        spelled, eq, rest = word.partition("=")
+        value = rest if eq else None
         base, _, path = spelled.partition(".") if spelled.startswith("-") and "." in spelled else (spelled, "", "")
         info, negated = rt.lookup(base)
         if info is None:

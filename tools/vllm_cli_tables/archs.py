@@ -25,7 +25,7 @@ def module_dicts(tree: ast.Module) -> dict[str, ast.Dict]:
 
 def keys_of(name: str, dicts: dict[str, ast.Dict]) -> dict[str, ast.expr]:
     out: dict[str, ast.expr] = {}
-    for key, value in zip(dicts[name].keys, dicts[name].values):
+    for key, value in zip(dicts[name].keys, dicts[name].values, strict=True):
         if key is None and isinstance(value, ast.Name):  # **_OTHER_MODELS
             out.update(keys_of(value.id, dicts))
         elif isinstance(key, ast.Constant) and isinstance(key.value, str):

@@ -23,7 +23,7 @@ def lit(path, name, seen=()):
                 if isinstance(e, ast.Constant):
                     vals.append(e.value)
                 elif isinstance(e, ast.Name):
-                    vals += lit(path, e.id, seen + (name,)) or []
+                    vals += lit(path, e.id, (*seen, name)) or []
             return vals
     return None
 

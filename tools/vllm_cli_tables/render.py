@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 
 def arr(xs, indent="  "):
@@ -16,8 +17,8 @@ def arr(xs, indent="  "):
 
 
 def block(ver, wheel):
-    c = json.load(open(f"choices-{ver}.json"))
-    cli = open(f"cli-{ver}.toml").read()
+    c = json.loads(Path(f"choices-{ver}.json").read_text())
+    cli = Path(f"cli-{ver}.toml").read_text()
     src = f"read from the vllm-{wheel} wheel (PyPI)"
     o = [
         f"# ---- serve CLI: generated from the vllm-{wheel} wheel by tools/vllm_cli_tables/ (see its README); do not edit by hand ----",

@@ -25,7 +25,7 @@ def mappings(tree: ast.Module) -> dict[str, dict[str, list[str]]]:
         if isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.List):
             pairs = call.args[0].elts
         elif isinstance(call, ast.Dict):
-            pairs = [ast.Tuple(elts=[k, v]) for k, v in zip(call.keys, call.values)]
+            pairs = [ast.Tuple(elts=[k, v]) for k, v in zip(call.keys, call.values, strict=True)]
         else:
             continue
         table: dict[str, list[str]] = {}

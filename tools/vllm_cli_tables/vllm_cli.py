@@ -19,7 +19,7 @@ aliases = {}  # module-level Name = <expr src>
 for p in ROOT.rglob("*.py"):
     try:
         tree = parse(p)
-    except Exception:
+    except (OSError, SyntaxError, ValueError):  # a file that is not Python source (or not UTF-8) has no options
         continue
     src = p.read_text()
     for node in tree.body:
@@ -64,9 +64,8 @@ def kind_of(ann):
     if ann is None:
         return "value"
     a = ann.replace(" ", "")
-    parts = set(re.split(r"\|", a)) if "[" not in a.split("|")[0] or True else set()
     toks = set(re.findall(r"[A-Za-z_]+", a))
-    if {"bool", "str", "None"} == set(p for p in a.split("|")):
+    if {"bool", "str", "None"} == set(a.split("|")):
         return "optional"
     if "bool" in toks and not a.startswith(("dict", "list", "Literal")):
         return "bool"
@@ -122,7 +121,7 @@ def scan_add_arguments(path, kwargs_map_cls):
             expanded = []
             for s in star:
                 if isinstance(s, ast.Dict):
-                    expanded += [v for k, v in zip(s.keys, s.values) if k is None]
+                    expanded += [v for k, v in zip(s.keys, s.values, strict=True) if k is None]
                 elif isinstance(s, ast.Name) and s.id in var2sub:
                     expanded.append(var2sub[s.id])
                 else:
