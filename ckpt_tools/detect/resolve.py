@@ -499,6 +499,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
     layout_of = ckpt.layouts.of
     by_layout: dict[int, tuple[bool | None, Scheme]] = {}
+    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
     for name, module in ckpt.modules.items():
         where = module.expert
         component = by_layer.get(where[0]) if where is not None else None
@@ -512,7 +513,14 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         if tensors_say is None:
             tensors_say = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
         fit, disk = tensors_say
-        if fit is False or (fit is None and not _not_embedding(name)):
+        if fit is None:
+            last = where[2] if where is not None else name.rpartition(".")[2]  # an expert's projection is its last
+            linear = embed_ok.get(last)
+            if linear is None:
+                linear = embed_ok[last] = _not_embedding(last)
+            if not linear:
+                continue
+        elif not fit:
             continue
         declared, covered, group = resolver.declared(module)
         rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk, covered, group))
