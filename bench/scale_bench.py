@@ -31,8 +31,9 @@ Baselines, each a whole process like the command it is compared with:
 - `python`: a Python process that does nothing (`python -c pass`), the floor of `ckpt --help`.
 
 Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most): wall time, and
-CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the child's own `ru_maxrss` from
-`wait4`, so every row is one process measured alone. The measured tree is byte-compiled first (`compileall`, as an
+CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the command's own `ru_maxrss` from
+`wait4` in a small launcher process (a child of this script would inherit its peak RSS), so every row is one process
+measured alone. The measured tree is byte-compiled first (`compileall`, as an
 installed package is) and the children read that bytecode. The value scan of the sparse
 synthetics reads holes (zeros from the kernel), so its rows measure memory, not disk speed.
 """
@@ -302,20 +303,34 @@ def compile_tree(code_dir: str | None) -> None:
     compileall.compile_dir(str(root / "ckpt_tools"), quiet=1)
 
 
+# The measured command is started by a small launcher process: Linux carries a parent's peak RSS into a forked child's
+# `ru_maxrss` (the copied address space counts until exec), so a child of this script, which holds the synthetics'
+# tensor lists, would report at least this script's RSS. The launcher times the command and reads its rusage.
+LAUNCHER = r"""
+import os, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+_pid, status, usage = os.wait4(proc.pid, 0)
+seconds = time.perf_counter() - t0
+err = proc.stderr.read().decode(errors="replace")[-400:]
+sys.stderr.write(err)
+sys.stderr.write(f"\n{seconds} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}\n")
+"""
+
+
 def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     env = {**os.environ, "CKPT_NO_PROGRESS": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # read the bytecode `compile_tree` wrote
     if code_dir:
         env["PYTHONPATH"] = code_dir
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code_dir)
-    _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
-    seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.strip()[-400:]}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *argv], capture_output=True, text=True, env=env, cwd=code_dir, check=False
+    )
+    *err, last = proc.stderr.rstrip("\n").split("\n")
+    seconds, cpu, rss_kib, code = last.split()
+    if int(code) not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {code}: {chr(10).join(err).strip()[-400:]}")
+    return Run(float(seconds), float(cpu), int(rss_kib) / 1024, int(code))
 
 
 def best(argv: list[str], repeat: int, code_dir: str | None = None, before=None) -> Run:
