@@ -9,8 +9,9 @@ same run. Usage:
 `--stages DIR` prints where one `doctor --headers-only` of the checkpoint in DIR spends its CPU time instead (one
 process, stage by stage: imports, read + validate, tensor map, modules, detection, each rule, the report).
 
-`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
-before / after tables measured on the same synthetics.
+`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`);
+`--against DIR` runs every command from both trees, alternately, and prints a before / after table (a shared machine's
+load then falls on both alike).
 
 Synthetics (built once, reused while their parameters match; never committed):
 
@@ -333,6 +334,23 @@ def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     return Run(float(seconds), float(cpu), int(rss_kib) / 1024, int(code))
 
 
+def best_of(runs: list[Run]) -> Run:
+    return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
+
+
+def best_pair(argv: list[str], repeat: int, code_dir: str | None, against: str, before=None) -> tuple[Run, Run]:
+    """(this tree, `against`): the same command from two source trees, run alternately, best of `repeat` each, so
+    that the machine's changing load falls on both alike."""
+    mine: list[Run] = []
+    theirs: list[Run] = []
+    for _ in range(repeat):
+        for tree, runs in ((against, theirs), (code_dir, mine)):
+            if before is not None:
+                before()
+            runs.append(run_once(argv, tree))
+    return best_of(mine), best_of(theirs)
+
+
 def best(argv: list[str], repeat: int, code_dir: str | None = None, before=None) -> Run:
     """The best of `repeat` runs; `before()` runs ahead of each one, untimed (a repair's checkpoint is rebuilt)."""
     runs = []
@@ -405,13 +423,23 @@ def main() -> None:
     ap.add_argument("--skip-1m", action="store_true", help="leave out the million-tensor synthetic")
     ap.add_argument("--no-value-scan", action="store_true", help="leave out the default doctor (value scan) rows")
     ap.add_argument("--code", default=None, help="source tree to run the ckpt commands from (default: this one)")
+    ap.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="also run every command from this tree, alternately (before/after)",
+    )
     ap.add_argument("--stages", default=None, metavar="DIR", help="print one analysis' CPU time per stage, and stop")
     args = ap.parse_args()
     if args.stages:
         stages(args.stages)
         return
     code_dir = str(Path(args.code).resolve()) if args.code else None
+    against = str(Path(args.against).resolve()) if args.against else None
     compile_tree(code_dir)
+    if against:
+        compile_tree(against)
+    previous: dict[int, Run] = {}  # row index -> the same command from `against`
     root = Path(args.dir)
     names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
     if args.skip_1m and "m1" in names:
@@ -423,7 +451,11 @@ def main() -> None:
     def measure(
         label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int, before=None
     ) -> None:
-        r = best(argv, repeat, code_dir, before)
+        if against:
+            r, prev = best_pair(argv, repeat, code_dir, against, before)
+            previous[len(rows)] = prev
+        else:
+            r = best(argv, repeat, code_dir, before)
         mb = header_mb(folder) if folder else 0.0
         n = tensor_count(folder) if folder else 0
         rows.append((label, what, mb, n, r, base))
@@ -453,6 +485,10 @@ def main() -> None:
         f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
         + (f"; commands from {code_dir}" if code_dir else "")
     )
+    if against:
+        print(f"before: commands from {against}, run alternately with this tree's (after)")
+        print_pairs(rows, previous)
+        return
     print(
         "| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |"
     )
@@ -465,6 +501,27 @@ def main() -> None:
             if n
             else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
             f"(vs `python -c pass`) |"
+        )
+
+
+def print_pairs(rows: list, previous: dict[int, Run]) -> None:
+    """The before / after table: CPU seconds and their ratio to the baseline process of the same synthetic."""
+    print(
+        "| synthetic | tensors | command | CPU s before | x baseline | CPU s after | x baseline | wall s after | "
+        "peak RSS MiB before / after |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for i, (label, what, _mb, n, r, base) in enumerate(rows):
+        prev = previous.get(i)
+        tensors = f"{n:,}" if n else "-"
+        if prev is None:
+            print(
+                f"| {label} | {tensors} | {what} | {r.cpu:.2f} | 1.00 | {r.cpu:.2f} | 1.00 | {r.seconds:.2f} | {r.rss_mib:.0f} |"
+            )
+            continue
+        print(
+            f"| {label} | {tensors} | {what} | {prev.cpu:.2f} | {prev.cpu / base.cpu:.2f} | {r.cpu:.2f} | "
+            f"{r.cpu / base.cpu:.2f} | {r.seconds:.2f} | {prev.rss_mib:.0f} / {r.rss_mib:.0f} |"
         )
 
 
