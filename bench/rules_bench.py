@@ -28,7 +28,7 @@ def main() -> None:
     if not (root / "config.json").exists():
         print(f"built {build(root):,} tensors under {root}")
     from ckpt_tools.detect.resolve import detect
-    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
     from ckpt_tools.read import open_source
     from ckpt_tools.read.loader import load_checkpoint
     from ckpt_tools.rules.base import Context, all_rules

@@ -380,7 +380,7 @@ def stages(folder: str) -> None:
     gc.disable()
     t0 = time.process_time()
     from ckpt_tools.detect.resolve import detect
-    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
     from ckpt_tools.pipeline import checkpoint_summary
     from ckpt_tools.read import open_source
     from ckpt_tools.read.loader import load_checkpoint

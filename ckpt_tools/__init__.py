@@ -22,6 +22,8 @@ _EXPORTS = {
     "analyze": ".pipeline",
     "doctor": ".pipeline",
     "Report": ".report.model",
+    "Inspection": ".census",
+    "inspect": ".census",
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -32,6 +34,8 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a re-export (PEP 484)
+    from .census import Inspection as Inspection
+    from .census import inspect as inspect
     from .errors import CkptError as CkptError
     from .errors import TargetError as TargetError
     from .errors import UsageError as UsageError

@@ -12,16 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .rules.base import Rule, all_rules
+from .rules.base import Rule, all_rules, rule_family
 
 SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix")
-FAMILIES = {
-    "1": "CK1xx: file and shard integrity",
-    "2": "CK2xx: naming and prefixes",
-    "3": "CK3xx: config vs tensors",
-    "4": "CK4xx: scale presence and shape",
-    "5": "CK5xx: scale values",
-}
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
 
@@ -54,11 +47,12 @@ def render() -> str:
     ]
     lines += [f"| {r.code} | [`{r.slug}`](#{r.code.lower()}-{r.slug}) | {r.severity} | {r.title} |" for r in rules]
     lines.append("")
-    family = None
+    block = None
     for rule in rules:
-        if rule.code[2] != family:
-            family = rule.code[2]
-            lines += [f"## {FAMILIES.get(family, 'CK' + family + 'xx')}", ""]
+        if rule.code[:3] != block:
+            block = rule.code[:3]
+            family = rule_family(rule.code)
+            lines += [f"## {family.heading if family else block + 'xx'}", ""]
         lines += _rule_section(rule)
     return "\n".join(lines).rstrip() + "\n"
 

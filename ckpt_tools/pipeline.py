@@ -13,7 +13,8 @@ from typing import Any
 
 from .detect.resolve import Detection, detect
 from .errors import TargetError
-from .knowledge import Hardware, hardware, hardware_profiles
+from .knowledge.hardware import Hardware, hardware
+from .knowledge.hardware import profiles as hardware_profiles
 from .model.checkpoint import INDEX_NAME, Checkpoint
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES, value_dtype
@@ -22,7 +23,7 @@ from .read.configs import read_index
 from .read.loader import load_checkpoint, scan_values
 from .read.local import LocalSource
 from .read.repair_state import pending_repair
-from .report.model import Report
+from .report.model import Report, SkippedRule
 from .rules.base import Context, Finding, Rule, all_rules
 from .suppress import Suppression, apply_suppressions, load_suppressions
 
@@ -182,7 +183,7 @@ def judge(
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     schema = None
-    skipped = []
+    skipped: list[SkippedRule] = []
     if producer_schema:
         from .detect.producer_schema import check_producer_schema
 
@@ -263,7 +264,7 @@ def doctor(
 
     Args:
         path_or_repo: a checkpoint folder, one `.safetensors` file, or a Hub repo id (`org/name`) where supported.
-        runtime: runtime profile id from `rules/runtimes/` (default: the profile marked default, e.g. `vllm-0.33`).
+        runtime: runtime profile id from `rules/runtimes/` (default: the profile marked `default = true`).
         hardware: a hardware profile id or a list of them, any case, for kernel notes (default: every profile in
             `rules/hardware.toml`).
         headers_only: read headers only; rules that read scale values are listed in `report.skipped`.

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypedDict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,6 +41,23 @@ from .rules.base import MAX_LISTED_TENSORS, Finding, find_rule
 
 CONFIG_LIMIT = 1024 * 1024
 ENTRY_KEYS = frozenset({"rule", "tensors", "reason"})
+
+
+class _Suppressed(TypedDict):
+    code: str
+    slug: str
+    severity: str
+    reason: str  # the suppression entry's reason
+    source: str  # the file the entry came from
+    message: str  # the finding's message
+
+
+class SuppressedFinding(_Suppressed, total=False):
+    """A finding (or some of its tensors) silenced by configuration: an entry of `suppressed` in the JSON report.
+    A `tensors` entry adds its globs and how many tensors they silenced."""
+
+    tensors_glob: list[str]
+    tensors: int
 
 
 @dataclass(frozen=True)
@@ -139,8 +156,8 @@ def load_suppressions(source: Source, cwd: Path | None = None) -> tuple[Suppress
 # ---- applying -----------------------------------------------------------------------------------------------------
 
 
-def _record(finding: Finding, s: Suppression, tensors: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _record(finding: Finding, s: Suppression, tensors: int) -> SuppressedFinding:
+    out: SuppressedFinding = {
         "code": finding.code,
         "slug": finding.slug,
         "severity": finding.severity,
@@ -176,10 +193,10 @@ def _narrow(finding: Finding, keep: Sequence[str], dropped: int, reason: str) ->
 
 def apply_suppressions(
     findings: Iterable[Finding], suppressions: Sequence[Suppression]
-) -> tuple[list[Finding], list[dict[str, Any]]]:
+) -> tuple[list[Finding], list[SuppressedFinding]]:
     """(findings that remain, records of what was suppressed and why)."""
     kept: list[Finding] = []
-    records: list[dict[str, Any]] = []
+    records: list[SuppressedFinding] = []
     for finding in findings:
         current: Finding | None = finding
         for s in suppressions:

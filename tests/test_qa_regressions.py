@@ -87,7 +87,7 @@ def test_modelopt_exclude_matching_follows_vllm_mapper(entry: str, name: str, ex
     # A bare `*` was split into `` and `.*` (vLLM only splits entries of two or more characters) and empty entries
     # were skipped, so `exclude_modules: ["*"]` excluded nothing here and everything in vLLM.
     from ckpt_tools.detect.matching import modelopt_excluded_by, modelopt_patterns
-    from ckpt_tools.knowledge import family_for
+    from ckpt_tools.knowledge.architectures import family_for
 
     patterns = modelopt_patterns([entry], family_for("LlamaForCausalLM", "llama"))
     assert (modelopt_excluded_by(patterns, name) is not None) is excluded

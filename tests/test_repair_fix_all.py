@@ -70,3 +70,22 @@ def test_clean_checkpoint_is_left_alone(tmp_path, capsys, command, fixture):
     code, out, _ = run_cli([command, folder], capsys)
     assert code == 0 and "nothing to do" in out
     assert file_bytes(folder) == before  # hidden files included: no journal, lock or temporary file either
+
+
+def test_fix_exit_code_is_its_own_after_verdict(tmp_path, capsys, monkeypatch):
+    """`--fail-on` judges the verdict the last repair left (CK502 stays: a warning), with no extra doctor run."""
+    import ckpt_tools.pipeline
+
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    patch_tensor_bytes(folder, NAN_SCALE, {0: 0x7F})
+
+    def no_second_look(*args, **kwargs):
+        raise AssertionError("the fix command analyzed the checkpoint again")
+
+    monkeypatch.setattr(ckpt_tools.pipeline, "analyze", no_second_look)  # fix_all and the runner hold their own
+    code, out, err = run_cli(["fix", folder, "--format", "json", "--fail-on", "warning"], capsys)
+    assert code == 1, err
+    last = json.loads(out)["repairs"][-1]
+    assert last["job"] == "fix-prefix" and last["after"]["findings"] == ["CK502 fused-scale-mismatch"]
+    code, _out, err = run_cli(["fix", folder, "--fail-on", "error"], capsys)
+    assert code == 0 and "nothing to do" in _out, err

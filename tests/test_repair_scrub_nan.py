@@ -129,3 +129,16 @@ def test_hard_linked_shard_is_rebuilt_with_the_patch(tmp_path, capsys):
     assert json.loads(out)["plan"]["steps"][0]["reason"] == "hard-linked file"
     assert (tmp_path / "backup").read_bytes() == before
     assert diff_positions(before, shard.read_bytes()) == {tensor_start(shard, SCALE) + 2: (0xFF, 0x7E)}
+
+
+def test_a_suppressed_nan_rule_is_named_not_reported_as_clean(tmp_path, capsys):
+    """With CK501 suppressed outright its values are not read: scrub-nan says why and changes nothing, instead of
+    claiming there is no NaN byte."""
+    folder = copy_of("modelopt-llama-nvfp4", tmp_path)
+    patch_tensor_bytes(folder, SCALE, {0: 0x7F})
+    (folder / ".ckpt.toml").write_text('ignore = [{rule = "CK501", reason = "scrubbed downstream"}]\n')
+    before = file_bytes(folder)
+    code, out, err = run_cli(["scrub-nan", folder], capsys)
+    assert code == 2 and out == ""
+    assert "CK501 nan-fp8-scale did not run" in err and "scrubbed downstream" in err
+    assert file_bytes(folder) == before

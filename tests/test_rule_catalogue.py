@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_tools import catalogue, docs
-from ckpt_tools.knowledge import load_toml, rules_dir
+from ckpt_tools import docs
+from ckpt_tools.knowledge import dtypes, kv_scales, modules, scales
+from ckpt_tools.knowledge._load import rules_dir, tomllib, top_keys
 from ckpt_tools.rules.base import SEVERITIES, all_rules, find_rule
 from tests.test_rule_cases import CASES, CASES_DIR
 
@@ -138,7 +139,7 @@ DATA_FILES = {
 
 @pytest.mark.parametrize("name", sorted(DATA_FILES))
 def test_data_file_schema_and_sources(name: str) -> None:
-    data = load_toml(name)
+    data = tomllib.loads((rules_dir() / name).read_text(encoding="utf-8"))
     assert data["schema"] == DATA_FILES[name]
     entries = [e for v in data.values() if isinstance(v, list) for e in v if isinstance(e, dict)]
     entries += [v for v in data.values() if isinstance(v, dict)]
@@ -157,15 +158,15 @@ def _sourced(entry: dict) -> bool:
 
 
 def test_typed_views_load() -> None:
-    assert {g.fused for g in catalogue.fused_groups()} >= {"qkv_proj", "gate_up_proj"}
-    assert catalogue.parallel().tp_candidates[0] == 1
-    assert all(s.weight.required for s in catalogue.scale_schemes())
-    assert catalogue.classify_kv("model.layers.0.self_attn.k_proj.k_scale").id == "modelopt-proj"
-    assert catalogue.classify_kv("model.layers.0.self_attn.k_scale").id == "compressed-tensors-self-attn"
-    assert catalogue.classify_kv("model.layers.0.self_attn.kv_scale").status == "deprecated"
-    assert not catalogue.is_kv_scale_name("model.layers.0.self_attn.o_proj.output_scale")
-    assert catalogue.dtype_support()["F8_E8M0"].report
-    assert catalogue.global_scale_conventions() == {
+    assert {g.fused for g in modules.fused_groups()} >= {"qkv_proj", "gate_up_proj"}
+    assert modules.parallel().tp_candidates[0] == 1
+    assert all(s.weight.required for s in scales.schemes())
+    assert kv_scales.classify("model.layers.0.self_attn.k_proj.k_scale").id == "modelopt-proj"
+    assert kv_scales.classify("model.layers.0.self_attn.k_scale").id == "compressed-tensors-self-attn"
+    assert kv_scales.classify("model.layers.0.self_attn.kv_scale").status == "deprecated"
+    assert not kv_scales.is_kv_scale_name("model.layers.0.self_attn.o_proj.output_scale")
+    assert dtypes.dtype_support()["F8_E8M0"].report
+    assert scales.global_scale_conventions() == {
         "weight_scale_2": "direct",
         "input_scale": "direct",
         "weight_global_scale": "reciprocal",
@@ -176,14 +177,8 @@ def test_typed_views_load() -> None:
 def test_runtime_ids_are_read_without_parsing_every_profile(tmp_path: Path) -> None:
     """Runtime profile ids come from each file's top-level keys only; the answer is the whole file's, also when a
     line inside a multi-line value opens with `[`."""
-    from ckpt_tools.knowledge import _top_level, tomllib
-
     for p in sorted((rules_dir() / "runtimes").glob("*.toml")):
-        full = tomllib.loads(p.read_text(encoding="utf-8"))
-        assert _top_level(p).get("id") == full["id"]
-    tricky = tmp_path / "tricky.toml"
-    tricky.write_text('x = [\n[1, 2],\n]\nid = "late"\n[table]\nid = "inner"\n')
-    assert _top_level(tricky)["id"] == "late"
-    plain = tmp_path / "plain.toml"
-    plain.write_text('name = "n"\n[table]\nid = "inner"\n')
-    assert "id" not in _top_level(plain)
+        text = p.read_text(encoding="utf-8")
+        assert top_keys(p.name, text).get("id") == tomllib.loads(text)["id"]
+    assert top_keys("tricky", 'x = [\n[1, 2],\n]\nid = "late"\n[table]\nid = "inner"\n')["id"] == "late"
+    assert "id" not in top_keys("plain", 'name = "n"\n[table]\nid = "inner"\n')

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from ckpt_tools.cli.main import app  # registers every command
 from ckpt_tools.errors import UsageError
-from ckpt_tools.knowledge import runtime_ids
+from ckpt_tools.knowledge.runtimes import runtime, runtime_ids
+from ckpt_tools.knowledge.serve_checks import checks
 from ckpt_tools.serve import check_serve, serve_flags
 from ckpt_tools.serve.parser import parse_command
-from ckpt_tools.serve.profiles import checks, serve_runtime
 from tests.corrupt import GENUINE, edit_json, rename
 
 # The genuine fixture folders (fixtures/genuine/*/config.json), listed directly so the test does not depend on the
@@ -50,7 +50,7 @@ def make_drafter(tmp_path, name="Qwen3.6-35B-A3B-DFlash"):
 def test_every_emitted_flag_is_in_the_runtime_table(entry):
     for rid in RUNTIMES:
         plan = serve_flags(str(GENUINE / entry), runtime=rid, hardware="gb10" if rid.startswith("aeon") else None)
-        rt = serve_runtime(rid)
+        rt = runtime(rid)
         for f in plan.flags:
             info, negated = rt.lookup(f.flag)
             assert info is not None and not negated, (rid, f.flag)
@@ -134,7 +134,7 @@ def test_awq_rejected_upstream_loads_on_image():
 def test_runtime_ids_come_from_profile_ids():
     assert set(RUNTIMES) <= set(runtime_ids())
     with pytest.raises(UsageError):
-        serve_runtime("aeon-vllm-ultimate-2026-06-18-v0.23.0-dflashfix")
+        runtime("aeon-vllm-ultimate-2026-06-18-v0.23.0-dflashfix")
 
 
 def test_misnested_vision_tower_gets_no_limits(tmp_path):
@@ -207,7 +207,7 @@ def test_single_conflicts(command, slug):
 
 
 def test_parser_forms():
-    rt = serve_runtime("vllm-0.33")
+    rt = runtime("vllm-0.33")
     cmd = parse_command(
         shlex.split(
             "vllm serve m -tp 2 --speculative-config.method dflash --speculative-config.num_speculative_tokens 11 "

@@ -99,6 +99,17 @@ def test_tensor_glob_covering_every_tensor_suppresses_the_finding(orphans: Path)
     assert report.suppressed[0]["tensors"] == 4
 
 
+def test_sarif_keeps_a_tensor_glob_suppression_as_a_suppressed_result(orphans: Path) -> None:
+    """A `tensors` entry records how many tensors it silenced (an int), which SARIF once read as tensor names."""
+    (orphans / ".ckpt.toml").write_text(
+        'ignore = [{tensors = "lm_head.*", reason = "our fork loads lm_head scales"}]\n'
+    )
+    sarif = json.loads(analyze(str(orphans)).report.render("sarif"))
+    [silenced] = [r for r in sarif["runs"][0]["results"] if r.get("suppressions")]
+    assert silenced["ruleId"] == "CK302"
+    assert silenced["suppressions"] == [{"kind": "external", "justification": "our fork loads lm_head scales"}]
+
+
 def test_rule_scoped_glob_leaves_other_rules_alone(fixture_copy) -> None:
     folder = fixture_copy("llmc-qwen35moe-nvfp4a16")
     (folder / ".ckpt.toml").write_text(

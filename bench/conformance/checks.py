@@ -214,7 +214,7 @@ def _flagged(result, module: str) -> str | None:
 def serve_argvs(folder: Path) -> tuple[dict[tuple[str, ...], tuple[str, dict[str, str]]], list[str]]:
     """Every distinct argv `ckpt serve-flags` emits for the upstream runtime, with no hardware profile and with each
     one: argv -> (the first hardware it came from, env). Also the hardware labels whose plan ckpt blocks."""
-    from ckpt_tools.knowledge import hardware_profiles
+    from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
     from ckpt_tools.serve import serve_flags
 
     argvs: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}

@@ -60,6 +60,30 @@ def _usage_name(self) -> str:
 # typer offers no hook for the help's type column or the usage names, so its two methods are replaced; mypy rightly
 # flags assigning to a method, which is the point here.
 typer.core.TyperOption.display_type_rich = _type_label  # type: ignore[method-assign]
+
+
+def runtime_help(text: str) -> str:
+    """An option's help with `{default_runtime}` / `{other_runtimes}` filled from rules/runtimes (the profile marked
+    `default = true`, and the other profile ids). Filled when the help is printed, so that `ckpt --help`, which
+    prints no option help, reads no knowledge file."""
+    if "{default_runtime}" not in text and "{other_runtimes}" not in text:
+        return text
+    from ..knowledge.runtimes import default_runtime_id, runtime_ids
+
+    default = default_runtime_id()
+    others = ", ".join(rid for rid in runtime_ids() if rid != default)
+    return text.replace("{default_runtime}", default).replace("{other_runtimes}", others)
+
+
+_option_help_record = typer.core.TyperOption.get_help_record
+
+
+def _help_record(self, ctx):
+    record = _option_help_record(self, ctx)
+    return None if record is None else (record[0], runtime_help(record[1]))
+
+
+typer.core.TyperOption.get_help_record = _help_record  # type: ignore[method-assign]
 typer.core.TyperArgument.display_type_rich = _type_label  # type: ignore[method-assign]
 typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
 

@@ -23,7 +23,7 @@ def doctor(
         FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
     ),
     runtime: str | None = typer.Option(
-        None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33)."
+        None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime})."
     ),
     hardware: list[str] | None = typer.Option(
         None,

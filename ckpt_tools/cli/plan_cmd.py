@@ -50,7 +50,7 @@ def plan_command(
     drafter: str | None = typer.Option(
         None, "--drafter", help="Drafter checkpoint (folder or Hub repo): its weights and KV count too."
     ),
-    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default vllm-0.33)."),
+    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default {default_runtime})."),
     revision: str | None = typer.Option(
         None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
     ),
@@ -59,13 +59,12 @@ def plan_command(
 ) -> None:
     """Memory plan from headers and config: weights, KV cache per token, state per sequence, the KV budget, and the
     largest context and sequence count that fit. Exit 0 when it fits, 1 when it does not, 2 on bad usage."""
-    from ..knowledge import DEFAULT_RUNTIME
-    from ..knowledge import runtime as load_runtime
+    from ..knowledge.runtimes import runtime as load_runtime
     from ..plan import Settings, memory_plan
     from ..plan.render import text
 
     if hardware is None:
-        hardware = load_runtime(runtime or DEFAULT_RUNTIME).data.get("serve", {}).get("default_hardware")
+        hardware = load_runtime(runtime).serve.default_hardware
         if not hardware:
             raise UsageError(
                 "--hardware is required (gb10, h100, h200, b200, rtx5090): the runtime profile "

@@ -15,7 +15,7 @@ FAIL_ON = typer.Option(
     help="Exit 1 when doctor, run after the repair, finds something at or above this (default: never).",
     case_sensitive=False,
 )
-RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default vllm-0.33).")
+RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime}).")
 PROGRESS = typer.Option(
     None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a terminal)."
 )
@@ -55,8 +55,7 @@ def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:
             file=sys.stderr,
         )
         raise typer.Exit(2)
-    report = result.after or result.predicted or result.before
-    raise typer.Exit(report.exit_code(fail_on.value))
+    raise typer.Exit(result.verdict.exit_code(fail_on.value))
 
 
 @app.command("fix-prefix")
@@ -155,21 +154,12 @@ def fix_command(
     progress: bool | None = PROGRESS,
 ) -> None:
     """Apply every automatic repair the doctor finds, in a safe order: scrub-nan, fix-prefix, drop-orphans."""
-    from ..pipeline import analyze
     from ..repair.fix_all import fix_all
     from ..repair.render import render_fix_all
 
-    results, others = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
+    result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
     if format == TextOrJson.json:
-        data = {
-            "target": target,
-            "dry_run": dry_run,
-            "repairs": [r.to_dict() for r in results],
-            "not_repaired": [f.to_dict() for f in others],
-        }
-        emit(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        emit(render_fix_all(target, results, others, dry_run))
-    if fail_on == FailOn.none:
-        raise typer.Exit(0)
-    raise typer.Exit(analyze(target, runtime=runtime).report.exit_code(fail_on.value))
+        emit(render_fix_all(result))
+    raise typer.Exit(result.verdict.exit_code(fail_on.value))

@@ -8,8 +8,8 @@ from .app import app, emit
 @app.command("rules")
 def list_rules() -> None:
     """List every rule: code, slug, default severity, title."""
+    from ..knowledge.serve_checks import checks  # check-serve findings
     from ..rules.base import all_rules
-    from ..serve.profiles import checks  # check-serve findings (rules/serve-checks.toml)
 
     rows = [(r.code, r.slug, r.severity, "fixable" if r.fixable else "", r.title) for r in all_rules()]
     rows += [(c.code, c.slug, c.severity, "", c.title) for c in checks()]
@@ -25,7 +25,7 @@ def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvf
 
     rule = find_rule(code)
     if rule is None:
-        from ..serve.profiles import find_check
+        from ..knowledge.serve_checks import find_check
 
         c = find_check(code)
         if c is not None:
@@ -56,8 +56,8 @@ def _suggestion(asked: str) -> str:
     """`; did you mean CK401 (nvfp4-weight-only)?` for a near miss of a code or slug."""
     import difflib
 
+    from ..knowledge.serve_checks import checks
     from ..rules.base import all_rules
-    from ..serve.profiles import checks
 
     names = {r.code: r.slug for r in all_rules()} | {c.code: c.slug for c in checks()}
     by_key = {**{code.lower(): code for code in names}, **{slug: code for code, slug in names.items()}}

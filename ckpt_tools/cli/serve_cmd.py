@@ -22,7 +22,7 @@ def serve_flags_command(
     runtime: str | None = typer.Option(
         None,
         "--runtime",
-        help="Runtime profile (default vllm-0.33; image profiles: aeon-v0.23.0, aeon-v0.26.0, aeon-v0.27.1).",
+        help="Runtime profile (default {default_runtime}; image profiles: {other_runtimes}).",
     ),
     hardware: str | None = typer.Option(
         None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (any case)."
@@ -133,7 +133,7 @@ def check_serve_command(
         None, metavar="COMMAND", help="The command, after `--` (or one quoted string)."
     ),
     runtime: str | None = typer.Option(
-        None, "--runtime", help="Runtime profile (default: from the docker image, else vllm-0.33)."
+        None, "--runtime", help="Runtime profile (default: from the docker image, else {default_runtime})."
     ),
     hardware: str | None = typer.Option(
         None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."

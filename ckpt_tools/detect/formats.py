@@ -9,109 +9,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from functools import cache
-from types import MappingProxyType
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..knowledge import load_toml
+from ..knowledge.formats import NO_DEFAULT as _MISSING
+from ..knowledge.formats import Format, format_for, made_by_table
 from .schemes import UNQUANTIZED, Scheme
-
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class Accept:
-    key: str
-    aliases: tuple[str, ...]
-    values: tuple[Any, ...]
-    default: Any
-    contains: tuple[str, ...]
-    with_key: str | None
-    with_values: tuple[Any, ...]
-    unless_key: str | None
-    unless_values: tuple[Any, ...]
-    reject: str
-
-
-@dataclass(frozen=True)
-class Format:
-    id: str
-    name: str
-    vllm_method: str
-    override_from: tuple[str, ...]
-    config_class: str
-    deprecated: bool
-    layout: str
-    accepts: tuple[Accept, ...]
-    source: str
-    # model_type -> the method an override_quantization_method renames this one to for that model (mxfp4 on gpt_oss
-    # -> gpt_oss_mxfp4)
-    model_type_methods: Mapping[str, str]
-
-
-@cache
-def _data() -> Mapping[str, Any]:
-    return load_toml("formats.toml")
-
-
-@cache
-def formats() -> Mapping[str, Format]:
-    out = {}
-    for f in _data()["format"]:
-        accepts = tuple(
-            Accept(
-                a["key"],
-                tuple(a.get("aliases", ())),
-                tuple(a.get("values", ())),
-                a.get("default", _MISSING),
-                tuple(a.get("contains", ())),
-                a.get("with_key"),
-                tuple(a.get("with_values", ())),
-                a.get("unless_key"),
-                tuple(a.get("unless_values", ())),
-                a["reject"],
-            )
-            for a in f.get("accept", [])
-        )
-        out[f["id"]] = Format(
-            f["id"],
-            f["name"],
-            f["vllm_method"],
-            tuple(f.get("override_from", ())),
-            f["config_class"],
-            bool(f.get("deprecated", False)),
-            f.get("layout", f["id"]),
-            accepts,
-            f["source"],
-            MappingProxyType(dict(f.get("model_type_methods", {}))),
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class MadeBy:
-    name: str
-    when_key: str  # dotted config key, optionally `=value`
-    version_key: str | None
-    source: str
-
-
-@cache
-def unsupported_hints() -> Mapping[str, str]:
-    return {u["id"]: u["hint"] for u in _data().get("unsupported", [])}
-
-
-@cache
-def made_by_table() -> tuple[MadeBy, ...]:
-    return tuple(
-        MadeBy(m["name"], m["when_key"], m.get("version_key"), m["source"]) for m in _data().get("made_by", [])
-    )
-
-
-def format_for(method: str | None) -> Format | None:
-    return formats().get(method or "")
 
 
 def _value(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any = _MISSING) -> Any:
@@ -177,7 +80,7 @@ def _inc_scheme_rejection(cfg: Mapping[str, Any]) -> str | None:
 
 
 def resolve_method(
-    method: str, cfg: Mapping[str, Any], known_methods: list[str], model_type: str | None = None
+    method: str, cfg: Mapping[str, Any], known_methods: Sequence[str], model_type: str | None = None
 ) -> tuple[str | None, str | None]:
     """(`--quantization` value, rejection) for a checkpoint of a formats.toml format."""
     fmt = format_for(method)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ..knowledge import Family
+from ..knowledge.architectures import Family
 
 
 @lru_cache(maxsize=4096)

@@ -12,16 +12,18 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
-from ..catalogue import model_unquantized
-from ..knowledge import Family, Runtime, family_for, markers
-from ..knowledge import runtime as load_runtime
+from ..knowledge import formats as format_table
+from ..knowledge.architectures import Family, family_for, markers
+from ..knowledge.formats import format_for, unsupported_hints
+from ..knowledge.modules import model_config, model_unquantized
+from ..knowledge.runtimes import Runtime
+from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
 from . import formats
 from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
-EMBEDDING_NAMES = ("wte", "wpe")  # plus every name containing "embed" (embed_tokens, pos_embed, word_embeddings...)
 # Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
 FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})
 
@@ -155,7 +157,7 @@ def _resolve_method(
         algo = modelopt_algo(view)
         if view.nested is not None and "quant_algo" in view.nested and "quant_method" not in data:
             # Nested layout: normalisation maps the algo to a method or raises (vllm/transformers_utils/config.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1)).
-            method = rt.modelopt_nested_algos.get(algo or "")
+            method = rt.quantization.modelopt_nested_algos.get(algo or "")
             if method is None:
                 return "modelopt", None, f"Unknown ModelOpt quant algo: {algo}"
         else:
@@ -169,8 +171,8 @@ def _resolve_method(
             method = "modelopt_mixed"
         if algo is None:
             return "modelopt", None, "Missing 'quant_algo' in quantization config"
-        if algo not in rt.modelopt_algos:
-            supported = list(rt.modelopt_algos)
+        if algo not in rt.quantization.modelopt_algos:
+            supported = list(rt.quantization.modelopt_algos)
             return (
                 "modelopt",
                 None,
@@ -188,26 +190,26 @@ def _resolve_method(
         method = "modelopt_mxfp8"
     if not method:
         return None, None, "quantization_config has no quant_method"
-    fmt = formats.format_for(method)
+    fmt = format_for(method)
     if fmt is not None:
         # The config class's override_quantization_method renames the method (gptq -> auto_gptq, awq -> auto_awq,
         # auto-round -> inc), then from_config validates it (rules/formats.toml).
-        vllm_method, problem = formats.resolve_method(method, data, rt.quant.get("methods", []), model_type)
+        vllm_method, problem = formats.resolve_method(method, data, rt.quantization.methods, model_type)
         return method, vllm_method, problem
     if method == "compressed-tensors":
         sparsity = data.get("sparsity_config")
-        rejected = (rt.quant.get("compressed_tensors") or {}).get("sparsity_rejection")
+        rejected = rt.quantization.sparsity_rejection
         if rejected and isinstance(sparsity, dict) and sparsity.get("targets"):
             return method, None, rejected
-    if method not in rt.quant.get("methods", []):
-        hint = formats.unsupported_hints().get(method)
+    if method not in rt.quantization.methods:
+        hint = unsupported_hints().get(method)
         return method, None, f"Unknown quantization method: {method}" + (f" ({hint})" if hint else "")
     return method, method, None
 
 
 def _modelopt_from_config_problem(view: QuantConfigView, algo: str | None, rt: Runtime) -> str | None:
     if algo in ("NVFP4", "W4A16_NVFP4") and view.nested is not None and "quant_method" not in (view.data or {}):
-        missing = [k for k in rt.modelopt.get("nvfp4_nested_required", []) if k not in view.nested]
+        missing = [k for k in rt.quantization.modelopt.nvfp4_nested_required if k not in view.nested]
         if missing:
             return f"NVFP4 quantization requires the following fields in hf_quant_config.json: {missing}"
     if algo == "MIXED_PRECISION" and not view.get("quantized_layers"):
@@ -282,7 +284,7 @@ def _linear_weight(module: Module) -> bool | None:
 
 def _not_embedding(name: str) -> bool:
     last = name.rsplit(".", 1)[-1]
-    return "embed" not in last and last not in EMBEDDING_NAMES
+    return not model_config().is_embedding(last)
 
 
 def component_of(name: str, family: Family) -> str:
@@ -346,7 +348,7 @@ class _Resolver:
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
         self.ignore_matcher = CtMatcher(self.ignore, family) if producer == "compressed-tensors" else None
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
-        self.always_unquantized = tuple(rt.modelopt.get("always_unquantized", []))
+        self.always_unquantized = rt.quantization.modelopt.always_unquantized
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
         self.method = method  # the checkpoint's quant_method; "fp8" is decided by vLLM's Fp8Config
         self.forced_unquantized = self._applicable_forced_unquantized()
@@ -475,7 +477,7 @@ class _Resolver:
 
 
 def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
-    rt = load_runtime(runtime_id) if runtime_id else load_runtime()
+    rt = load_runtime(runtime_id)
     family = family_for(ckpt.architecture, ckpt.model_type)
     view = effective_quant_config(ckpt)
     method, vllm_method, rejection = _resolve_method(view, rt, ckpt.model_type)
@@ -486,7 +488,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "modelopt"
     elif method == "compressed-tensors":
         producer = "compressed-tensors"
-    elif method in FORMAT_PRODUCERS or method in formats.formats():
+    elif method in FORMAT_PRODUCERS or method in format_table.formats():
         producer = method or "unknown"
     else:
         producer = "unknown"
@@ -528,7 +530,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     if producer == "none" and any(r.disk.quantized for r in rows):
         producer = _producer_from_tensors(ckpt)
-    if producer == "compressed-tensors" or producer in formats.formats():
+    if producer == "compressed-tensors" or producer in format_table.formats():
         algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
     if producer == "compressed-tensors" and rejection is None:
         bad = next((r for r in rows if r.declared.kind == "unknown"), None)

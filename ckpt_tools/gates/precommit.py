@@ -21,13 +21,16 @@ from dataclasses import dataclass, replace
 
 from ..model.checkpoint import Checkpoint
 from ..pipeline import analyze
-from ..report.model import Report
-from ..rules.base import Finding, Rule, all_rules, find_rule
+from ..report.model import Report, SkippedRule
+from ..rules.base import Finding, Rule, all_rules
+from ..rules.ck101_lfs_pointer import LfsPointer
+from ..rules.ck102_index_missing_shard import IndexMissingShard
+from ..rules.ck104_invalid_header import InvalidHeader
 from .lfs import hub_repo_of, lfs_tracked
 from .targets import plan_folders
 
 # Rules that judge a file by itself or by its existence: their findings stay true beside pointer files.
-FILE_LEVEL_SLUGS = ("lfs-pointer", "invalid-header", "index-missing-shard")
+FILE_LEVEL_SLUGS = (LfsPointer.slug, InvalidHeader.slug, IndexMissingShard.slug)
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,7 @@ def check_files(
 
 def pointer_verdict(report: Report, ckpt: Checkpoint, folder: str) -> Report:
     """The report of a folder holding LFS pointers: file-level findings only, the pointer finding made specific."""
-    rule = find_rule("lfs-pointer")
-    assert rule is not None  # a fixed slug: always registered
+    rule = LfsPointer
     names = [p.name for p in ckpt.lfs_pointers]
     tracked = lfs_tracked(folder, names)
     groups: dict[str, list[str]] = {}
@@ -80,13 +82,13 @@ def pointer_verdict(report: Report, ckpt: Checkpoint, folder: str) -> Report:
         groups.setdefault(state, []).append(name)
     hub_repo = hub_repo_of(folder) if "not-smudged" in groups else None
 
-    kept = [f for f in report.findings if f.slug in FILE_LEVEL_SLUGS and f.slug != "lfs-pointer"]
-    generic = next((f for f in report.findings if f.slug == "lfs-pointer"), None)
+    kept = [f for f in report.findings if f.slug in FILE_LEVEL_SLUGS and f.slug != LfsPointer.slug]
+    generic = next((f for f in report.findings if f.slug == LfsPointer.slug), None)
     for state, group in groups.items():
         kept.append(_pointer_finding(rule, state, group, len(ckpt.shard_files), hub_repo, generic, ckpt))
 
     reason = f"{len(names)} .safetensors file(s) are Git LFS pointers: the tensors they hold cannot be judged"
-    skipped = list(report.skipped)
+    skipped: list[SkippedRule] = list(report.skipped)
     already = {s["code"] for s in skipped}
     skipped += [
         {"code": r.code, "slug": r.slug, "reason": reason}

@@ -125,9 +125,9 @@ class Module:
 
 @dataclass(frozen=True)
 class ExpertGroup:
-    """All per-expert modules under one `...experts` prefix: expert id -> projection -> module."""
+    """All per-expert modules under one `...experts` prefix (the key `Checkpoint.experts` files it under): expert id
+    -> projection -> module."""
 
-    prefix: str
     experts: Mapping[int, Mapping[str, Module]]
 
     @property
@@ -169,6 +169,6 @@ def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
         layer, expert, proj = where
         layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
     return {
-        layer: ExpertGroup(layer, MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
+        layer: ExpertGroup(MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
         for layer, ex in layers.items()
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import facts
+from ..knowledge.memory import memory
 from .layers import FULL, GDN, MLA, SLIDING, CacheModel
 
 
@@ -78,18 +78,18 @@ def _groups(cache: CacheModel) -> tuple[int, tuple[tuple[str, int | None], ...]]
 def pages(
     cache: CacheModel, *, max_num_batched_tokens: int, prefix_caching: bool, speculative_tokens: int = 0
 ) -> Pages:
-    rule = facts.allocator()
-    block = int(rule["block_size"])
+    rule = memory().allocator
+    block = rule.block_size
     attn = cache.of(FULL, SLIDING, MLA)
     gdn = cache.of(GDN)
     state_page = max((layer.state_bytes for layer in gdn), default=0)
     if gdn and attn:
         # Platform._align_hybrid_block_size: the smallest kernel-aligned block whose attention page holds a state.
-        align = max(int(rule["hybrid_kernel_alignment"]), block)
+        align = max(rule.hybrid_kernel_alignment, block)
         one_token = max(layer.token_bytes for layer in attn)
         block = max(block, align * _cdiv(state_page, align * one_token))
         state_page = block * one_token
-    per_seq = int(rule["mamba_pages_per_sequence_prefix_caching" if prefix_caching else "mamba_pages_per_sequence"])
+    per_seq = rule.mamba_pages_per_sequence_prefix_caching if prefix_caching else rule.mamba_pages_per_sequence
     group, groups = _groups(cache)
     layer_pages = [block * layer.token_bytes for layer in attn] + [state_page] * len(gdn)
     # _get_kv_cache_bytes_per_block: the widest group's pages. One group: every layer's page (their sizes may
@@ -101,7 +101,7 @@ def pages(
         state_page=state_page,
         state_layers=len(gdn),
         state_pages_per_sequence=per_seq,
-        in_flight_tokens=int(rule["concurrent_batches"]) * max_num_batched_tokens,
+        in_flight_tokens=rule.concurrent_batches * max_num_batched_tokens,
         speculative_blocks=speculative_tokens if gdn else 0,
         group_size=group,
         groups=groups,

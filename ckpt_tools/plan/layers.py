@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..knowledge.memory import KvDtype, memory
 from . import facts
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
@@ -98,9 +99,7 @@ def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return [FULL] * n, notes
 
 
-def _attention_layer(
-    i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: facts.KvDtype, model_bytes: int
-) -> LayerCache:
+def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: KvDtype, model_bytes: int) -> LayerCache:
     heads = _int(cfg, "num_attention_heads", "n_head")
     if not heads:
         raise UsageError("the config gives no num_attention_heads: cannot size the KV cache")
@@ -161,9 +160,9 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
     conv_dim = dk * nk * 2 + dv * nv
     if conv_dim % tp or nv % tp:
         raise UsageError(f"--tensor-parallel-size {tp} does not divide the linear-attention heads ({nv} value heads)")
-    rule = facts.gdn_state()
-    conv_dtype = dtype if rule["conv_dtype"] == "model" else rule["conv_dtype"]
-    ssm = cfg.get(rule["ssm_dtype_config_key"])
+    rule = memory().gated_delta_net
+    conv_dtype = dtype if rule.conv_dtype == "model" else rule.conv_dtype
+    ssm = cfg.get(rule.ssm_dtype_config_key)
     ssm_dtype = ssm if isinstance(ssm, str) and facts.dtype_bytes(ssm) is not None else conv_dtype
     shapes: tuple[tuple[int, ...], ...] = ((kernel - 1, conv_dim // tp), (nv // tp, dv, dk))
     dtypes = (conv_dtype, ssm_dtype)
@@ -185,15 +184,15 @@ def resolve_kv_dtype(
     if requested and requested != "auto":
         facts.kv_dtype(requested)
         return requested, "--kv-cache-dtype"
-    rule = facts.kv_auto()
+    rule = memory().kv_auto
     method = (quant_method or "").lower()
     if kv_word and method.startswith("modelopt"):
-        mapped = rule["modelopt"].get(kv_word.lower())
+        mapped = rule.modelopt.get(kv_word.lower())
         if mapped:
             return mapped, f"auto: the ModelOpt config declares {kv_word.upper()} KV-cache quantization"
         return "auto", f"auto: the ModelOpt KV algorithm {kv_word!r} is unknown to vLLM, which falls back to {dtype}"
     if kv_word and method == "compressed-tensors":
-        return rule["compressed_tensors"], "auto: the compressed-tensors config declares a kv_cache_scheme"
+        return rule.compressed_tensors, "auto: the compressed-tensors config declares a kv_cache_scheme"
     return "auto", f"auto: no KV-cache quantization declared, the model dtype ({dtype})"
 
 

@@ -14,8 +14,11 @@ from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from ..knowledge import DEFAULT_RUNTIME, Hardware, hardware
-from ..knowledge import runtime as load_runtime
+from ..knowledge.hardware import Hardware, hardware
+from ..knowledge.memory import memory
+from ..knowledge.modules import model_config
+from ..knowledge.runtimes import default_runtime_id
+from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from . import facts
 from .budget import Answers, Pages, answer, pages
@@ -119,7 +122,7 @@ class MemoryPlan:
             "tool": {"name": "ckpt", "version": __version__},
             "target": self.target,
             "hardware": self.settings.hardware,
-            "runtime": self.settings.runtime or DEFAULT_RUNTIME,
+            "runtime": self.settings.runtime or default_runtime_id(),
             "tensor_parallel_size": tp,
             **({"drafter": self.drafter} if self.drafter else {}),
             "weights": {
@@ -211,38 +214,37 @@ def model_context(ckpt: Checkpoint, asked: int | None = None) -> int:
 
 
 def _is_moe(cfg: Mapping[str, Any]) -> bool:
-    return any(
-        isinstance(cfg.get(k), int) and cfg[k] > 1 for k in ("num_experts", "num_local_experts", "n_routed_experts")
-    )
+    return any(isinstance(cfg.get(k), int) and cfg[k] > 1 for k in model_config().expert_count_keys)
 
 
 def _reserve(cfg: Mapping[str, Any], tp: int) -> Reserve:
-    rule = facts.reserve()
+    rule = memory().reserve
     kind = "moe" if _is_moe(cfg) else "dense"
     gib = facts.GIB
     return Reserve(
-        activation_bytes=int(float(rule["activation_gib"][kind]) * gib),
-        non_torch_bytes=int(float(rule["non_torch_gib"]["tp1" if tp == 1 else "tp_many"]) * gib),
-        cuda_graph_bytes=int(float(rule["cuda_graph_gib"]) * gib),
-        sampler_bytes=int(float(rule["sampler_gib"]) * gib),
+        activation_bytes=int(rule.activation_gib[kind] * gib),
+        non_torch_bytes=int(rule.non_torch_gib["tp1" if tp == 1 else "tp_many"] * gib),
+        cuda_graph_bytes=int(rule.cuda_graph_gib * gib),
+        sampler_bytes=int(rule.sampler_gib * gib),
         kind=kind,
     )
 
 
 def _utilization(s: Settings, hw: Hardware) -> tuple[float, str, list[str]]:
     notes: list[str] = []
-    cap = hw.data.get("gpu_memory_utilization_max")
+    cap = hw.gpu_memory_utilization_max
     if s.gpu_memory_utilization is not None:
         value, why = s.gpu_memory_utilization, "--gpu-memory-utilization"
-    elif isinstance(hw.data.get("gpu_memory_utilization"), float):
-        value, why = float(hw.data["gpu_memory_utilization"]), f"{hw.name}'s recommended value"
+    elif hw.gpu_memory_utilization is not None:
+        value, why = hw.gpu_memory_utilization, f"{hw.name}'s recommended value"
     else:
-        rt = load_runtime(s.runtime or DEFAULT_RUNTIME)
-        value = float(rt.data.get("serve", {}).get("gpu_memory_utilization_default", 0.92))
+        rt = load_runtime(s.runtime)
+        runtime_default = rt.serve.gpu_memory_utilization_default
+        value = runtime_default if runtime_default is not None else memory().utilization_default
         why = f"{rt.name}'s default"
     if not 0 < value <= 1:
         raise UsageError(f"--gpu-memory-utilization {value} is outside (0, 1]")
-    if isinstance(cap, float) and value > cap:
+    if cap is not None and value > cap:
         notes.append(
             f"gpu_memory_utilization {value} is above {hw.name}'s cap of {cap} (unified memory page-thrashes above it)"
         )
@@ -310,11 +312,7 @@ def plan_checkpoint(
     util, util_why, util_notes = _utilization(settings, hw)
     notes += util_notes
     defaults = facts.serve_defaults(hw, device.bytes)
-    batched = (
-        settings.max_num_batched_tokens
-        or int(hw.data.get("max_num_batched_tokens") or 0)
-        or defaults.max_num_batched_tokens
-    )
+    batched = settings.max_num_batched_tokens or (hw.max_num_batched_tokens or 0) or defaults.max_num_batched_tokens
     p = pages(
         cache,
         max_num_batched_tokens=batched,

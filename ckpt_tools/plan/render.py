@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..knowledge.runtimes import default_runtime_id
 from .layers import FULL, GDN, MLA, SLIDING
 from .planner import MemoryPlan
 
@@ -76,7 +77,7 @@ def text(plan: MemoryPlan, *, explain: bool = False) -> str:
         if s.hardware.lower() in plan.hardware_name.lower()
         else f"{plan.hardware_name} ({s.hardware})"
     )
-    head = f"ckpt plan {plan.target} on {where}, tensor parallel {plan.tp}, {s.runtime or 'vllm-0.33'}" + (
+    head = f"ckpt plan {plan.target} on {where}, tensor parallel {plan.tp}, {s.runtime or default_runtime_id()}" + (
         f", drafter {plan.drafter}" if plan.drafter else ""
     )
     out = [head, *("  " + ln for ln in summary_lines(plan)), *("  " + ln for ln in answer_lines(plan))]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..detect.resolve import component_of
-from ..knowledge import Family
+from ..knowledge.architectures import Family
 from ..model.tensors import TensorInfo
 from . import facts
 

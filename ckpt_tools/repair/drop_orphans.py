@@ -16,12 +16,11 @@ from ..errors import UsageError
 from ..model.checkpoint import Checkpoint
 from ..model.modules import ROLES, SCALE_ROLES, split_name
 from ..pipeline import Analysis
-from ..rules.base import find_rule
+from ..rules.ck302_orphan_scale import OrphanScale
 from .plan import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "drop-orphans"
-SLUG = "orphan-scale"
 # Quantization parameters only: scales and zero points (what the orphan-scale rule reports). Never a weight or bias.
 DROPPABLE_ROLES = SCALE_ROLES | {"zero_point"}
 
@@ -34,14 +33,13 @@ def job(tensors: Sequence[str] = ()) -> Job:
             return plan(analysis.checkpoint, explicit, "--tensor")
         return plan(analysis.checkpoint, orphans_found(analysis), "the orphan-scale finding")
 
-    return Job(NAME, SLUG, False, build)
+    return Job(NAME, OrphanScale.slug, False, build)
 
 
 def orphans_found(analysis: Analysis) -> tuple[str, ...]:
-    if find_rule(SLUG) is None:
-        raise UsageError("this ckpt has no orphan-scale rule; name the tensors to drop with --tensor NAME")
+    """The tensors the `orphan-scale` findings' plans name: `details["orphans"]` (the full list), else `tensors`."""
     names: dict[str, None] = {}
-    for f in fixable_findings(analysis, SLUG):
+    for f in fixable_findings(analysis, OrphanScale.slug):
         listed = f.details.get("orphans") or f.tensors
         names.update(dict.fromkeys(listed))
     return tuple(names)

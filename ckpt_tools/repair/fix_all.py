@@ -12,6 +12,8 @@ jobs leaves a consistent checkpoint, and running `ckpt fix` again carries on.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from ..pipeline import analyze
 from ..report.model import Report
@@ -23,11 +25,39 @@ from .runner import Job, RepairResult, refuse_pending, run
 ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orphans.job)
 
 
+@dataclass(frozen=True)
+class FixAllResult:
+    """What `ckpt fix` did: one result per job that ran, in order, and the findings no job repairs."""
+
+    target: str
+    dry_run: bool
+    before: Report  # doctor on the checkpoint before the first job
+    results: tuple[RepairResult, ...]
+    not_repaired: tuple[Finding, ...]  # findings with a `fix` command that is not one of the jobs (reported only)
+
+    @property
+    def verdict(self) -> Report:
+        """Doctor's verdict on the checkpoint as the run leaves it: the last job's own (its after-check, or on a
+        dry run the state now: each dry-run plan is made on the unchanged checkpoint, so no prediction covers them
+        all)."""
+        if not self.results:
+            return self.before
+        last = self.results[-1]
+        return last.after or last.before
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "dry_run": self.dry_run,
+            "repairs": [r.to_dict() for r in self.results],
+            "not_repaired": [f.to_dict() for f in self.not_repaired],
+        }
+
+
 def fix_all(
     target: str, *, dry_run: bool = False, progress: bool | None = None, runtime: str | None = None, force: bool = False
-) -> tuple[list[RepairResult], list[Finding]]:
-    """Run every job whose finding is present and fixable. Returns the results, and the findings whose `fix` command
-    is not one of these jobs (reported, not touched)."""
+) -> FixAllResult:
+    """Run every job whose finding is present and fixable, each on the checkpoint the previous one left."""
     local = resolve_local(target)  # refuse Hub targets before reading anything
     if dry_run:
         refuse_pending(local)
@@ -45,7 +75,8 @@ def fix_all(
         if result.after is not None:
             present = fixable_slugs(result.after, keep=present)
     handled = {job.slug for job in jobs}
-    return results, [f for f in report.sorted_findings() if f.fix and f.slug not in handled]
+    others = tuple(f for f in report.sorted_findings() if f.fix and f.slug not in handled)
+    return FixAllResult(target, dry_run, report, tuple(results), others)
 
 
 def fixable_slugs(report: Report, keep: Iterable[str] = ()) -> set[str]:

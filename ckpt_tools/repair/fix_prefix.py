@@ -1,21 +1,21 @@
 """`fix-prefix`: rename tensors from one prefix to another in every shard header and in the index `weight_map`.
 
-Without an explicit plan it applies the `misnested-prefix` finding's, computed by the rule itself
-(`ck201_misnested_prefix.rename_plan`). Names change; dtypes, shapes, offsets, `__metadata__` and every data byte do
+Without explicit pairs it applies the `misnested-prefix` finding's plan: the prefix pairs of its
+`details["rename"]`. Names change; dtypes, shapes, offsets, `__metadata__` and every data byte do
 not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md §8.2): "renaming keys is free").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import MappingProxyType
 
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
-from ..rules.ck201_misnested_prefix import MisnestedPrefix, rename_plan
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
 from .plan import Plan, ShardEdit, nothing
-from .runner import Job, context, fixable_findings
+from .runner import Job, fixable_findings
 
 NAME = "fix-prefix"
 
@@ -27,7 +27,7 @@ def job(pairs: Sequence[tuple[str, str]] = ()) -> Job:
     def build(analysis: Analysis, target: str) -> Plan:
         if explicit:
             return explicit_plan(analysis.checkpoint, explicit)
-        return finding_plan(analysis, target)
+        return finding_plan(analysis)
 
     return Job(NAME, MisnestedPrefix.slug, False, build)
 
@@ -44,32 +44,36 @@ def normalize(old: str, new: str) -> tuple[str, str]:
     return old, new
 
 
-def finding_plan(analysis: Analysis, target: str) -> Plan:
-    if not fixable_findings(analysis, MisnestedPrefix.slug):
+def finding_plan(analysis: Analysis) -> Plan:
+    """The renames the `misnested-prefix` findings carry (`details["rename"]`: from, to, count per prefix pair),
+    applied to the tensor names as explicit pairs are; the rule is not run again."""
+    findings = fixable_findings(analysis, MisnestedPrefix.slug)
+    if not findings:
         return nothing(NAME, "no misnested-prefix finding: every tensor sits under a prefix the architecture loads")
-    groups = rename_plan(context(analysis, target))
-    renames = {name: new + name[len(old) :] for (old, new), names in groups.items() for name in names}
-    pairs = sorted(groups)
-    return _plan(analysis.checkpoint, renames, pairs, _counts(groups.items()))
+    pairs = list(dict.fromkeys((step["from"], step["to"]) for f in findings for step in f.details.get("rename", ())))
+    renames, counts = _renames(analysis.checkpoint, pairs)
+    return _plan(analysis.checkpoint, renames, pairs, counts)
 
 
 def explicit_plan(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> Plan:
-    renames: dict[str, str] = {}
-    counts: dict[tuple[str, str], int] = {}
-    for name in ckpt.tensors:
-        for old, new in pairs:  # the first matching pair wins
-            if name.startswith(old):
-                renames[name] = new + name[len(old) :]
-                counts[(old, new)] = counts.get((old, new), 0) + 1
-                break
+    renames, counts = _renames(ckpt, pairs)
     for pair in pairs:
         if pair not in counts:
             raise UsageError(f"no tensor name starts with `{pair[0]}`; `ckpt inspect TARGET -t '*'` lists them")
     return _plan(ckpt, renames, list(pairs), counts)
 
 
-def _counts(groups: Iterable[tuple[tuple[str, str], list[str]]]) -> dict[tuple[str, str], int]:
-    return {pair: len(names) for pair, names in groups}
+def _renames(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> tuple[dict[str, str], dict[tuple[str, str], int]]:
+    """(old name -> new name, tensors per pair) over the shard tensors; the first matching pair wins."""
+    renames: dict[str, str] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for name in ckpt.tensors:
+        for old, new in pairs:
+            if name.startswith(old):
+                renames[name] = new + name[len(old) :]
+                counts[(old, new)] = counts.get((old, new), 0) + 1
+                break
+    return renames, counts
 
 
 def _plan(

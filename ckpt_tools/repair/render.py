@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..report.model import Report
-from ..rules.base import Finding
+from .fix_all import FixAllResult
 from .runner import RepairResult
 from .steps import RewriteStep, Step
 
@@ -75,13 +75,14 @@ def render_result(result: RepairResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_fix_all(target: str, results: list[RepairResult], others: list[Finding], dry_run: bool) -> str:
+def render_fix_all(fixed: FixAllResult) -> str:
+    results = fixed.results
     if not results:
-        out = [f"ckpt fix {target}", "nothing to do: no finding with an automatic repair"]
+        out = [f"ckpt fix {fixed.target}", "nothing to do: no finding with an automatic repair"]
     else:
         out = [render_result(r).rstrip("\n") for r in results]
-    for f in others:
+    for f in fixed.not_repaired:
         out.append(f"not repaired by `ckpt fix`: {f.code} {f.slug}; run `{f.fix}`")
-    if dry_run and len(results) > 1:
+    if fixed.dry_run and len(results) > 1:
         out.append("(each later plan is made again on the checkpoint the earlier repairs leave)")
     return "\n\n".join(out) + "\n" if results else "\n".join(out) + "\n"

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import TargetError, UsageError
 from ..pipeline import Analysis, analyze, rejudge
 from ..report.model import Report
-from ..rules.base import Context, Finding
+from ..rules.base import Finding
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, recover, run_journaled
@@ -33,23 +33,31 @@ class Job:
     build: Callable[[Analysis, str], Plan]  # (analysis, target) -> plan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RepairResult:
+    """What one repair job did (or, on a dry run, would do) to one checkpoint, with doctor's verdicts around it."""
+
     job: str
     target: str
     plan: Plan
     steps: tuple[Step, ...]
-    dry_run: bool
-    applied: bool
-    bytes_written: int
-    seconds: float
-    copy_methods: tuple[str, ...]
-    recovered: str | None  # an interrupted repair completed before this one
-    before: Report
-    after: Report | None
+    before: Report  # doctor on the checkpoint as the job found it
+    dry_run: bool = False
+    applied: bool = False
+    bytes_written: int = 0
+    seconds: float = 0.0
+    copy_methods: tuple[str, ...] = ()
+    recovered: str | None = None  # an interrupted repair completed before this one
+    after: Report | None = None  # doctor after the job wrote (None: nothing was written)
     predicted: Report | None = None  # doctor on the planned headers, before anything is written
     forced: bool = False  # applied with --force although the prediction has more errors than before
     blocked: str | None = None  # dry run: why the repair itself could not run here (read-only files)
+
+    @property
+    def verdict(self) -> Report:
+        """Doctor's verdict on the checkpoint as this job leaves it: the after-check once written, the prediction on
+        a dry run, the verdict before when there was nothing to do."""
+        return self.after or self.predicted or self.before
 
     @property
     def worse(self) -> bool:
@@ -97,11 +105,6 @@ def step_summary(step: Step) -> dict[str, Any]:
 
 def report_summary(report: Report) -> dict[str, Any]:
     return {"summary": report.summary, "findings": [f"{f.code} {f.slug}" for f in report.sorted_findings()]}
-
-
-def context(analysis: Analysis, target: str) -> Context:
-    """The rule context of an analysis, for jobs that reuse a rule's own computation."""
-    return Context(ckpt=analysis.checkpoint, det=analysis.detection, hardware=(), target=target)
 
 
 def fixable_findings(analysis: Analysis, slug: str) -> list[Finding]:
@@ -152,19 +155,13 @@ def run(
             except TargetError as exc:
                 blocked = str(exc)
         return RepairResult(
-            job.name,
-            target,
-            plan,
-            steps,
-            True,
-            False,
-            0,
-            0.0,
-            (),
-            None,
-            analysis.report,
-            None,
-            predicted,
+            job=job.name,
+            target=target,
+            plan=plan,
+            steps=steps,
+            before=analysis.report,
+            dry_run=True,
+            predicted=predicted,
             blocked=blocked,
         )
 
@@ -175,7 +172,7 @@ def run(
         plan, steps = _plan(analysis, job, target, local)
         if not steps:
             return RepairResult(
-                job.name, target, plan, steps, False, False, 0, 0.0, (), recovered, analysis.report, None
+                job=job.name, target=target, plan=plan, steps=steps, before=analysis.report, recovered=recovered
             )
         predicted = predict(analysis, plan, steps)
         if not force:
@@ -191,21 +188,20 @@ def run(
     after = (
         analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
     )
-    worse = predicted.summary["error"] > analysis.report.summary["error"]
+    worse = predicted is not None and predicted.summary["error"] > analysis.report.summary["error"]
     return RepairResult(
-        job.name,
-        target,
-        plan,
-        steps,
-        False,
-        True,
-        writer.written,
-        seconds,
-        tuple(sorted(writer.copied_with)),
-        recovered,
-        analysis.report,
-        after,
-        predicted,
+        job=job.name,
+        target=target,
+        plan=plan,
+        steps=steps,
+        before=analysis.report,
+        applied=True,
+        bytes_written=writer.written,
+        seconds=seconds,
+        copy_methods=tuple(sorted(writer.copied_with)),
+        recovered=recovered,
+        after=after,
+        predicted=predicted,
         forced=force and worse,
     )
 

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .. import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
 
+if TYPE_CHECKING:
+    from ..suppress import SuppressedFinding
+
 SCHEMA_VERSION = 1
+
+
+class SkippedRule(TypedDict):
+    """A rule that did not run, and why: an entry of `skipped_rules` in the JSON report."""
+
+    code: str
+    slug: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -18,8 +29,8 @@ class Report:
     target: str
     checkpoint: Mapping[str, Any]
     findings: tuple[Finding, ...]
-    skipped: tuple[Mapping[str, str], ...] = ()  # rules that did not run, and why
-    suppressed: tuple[Mapping[str, Any], ...] = ()  # findings silenced by configuration, with the reason
+    skipped: tuple[SkippedRule, ...] = ()  # rules that did not run, and why
+    suppressed: tuple[SuppressedFinding, ...] = ()  # findings silenced by configuration, with the reason
     extra: Mapping[str, Any] = field(default_factory=dict)
     command: str = "doctor"  # the ckpt subcommand that produced it, for headings
 

@@ -20,7 +20,8 @@ import orjson
 
 from .. import __version__
 from ..model.modules import ROLES
-from ..rules.base import Finding, Rule, all_rules
+from ..rules.base import Finding, Rule, all_rules, rule_family
+from ..suppress import SuppressedFinding
 from .model import Report
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -28,8 +29,6 @@ INFO_URI = "https://github.com/ckpt-tools/ckpt-tools"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 SRCROOT = "%SRCROOT%"  # the base GitHub code scanning resolves relative URIs against (the repository checkout)
 FINGERPRINT_KEY = "ckptFinding/v1"
-# Rule families by code prefix (docs/architecture.md, Conventions): shown as tags in code-scanning UIs.
-FAMILIES = {"CK1": "integrity", "CK2": "naming", "CK3": "config", "CK4": "scales", "CK5": "scale-values"}
 
 
 def render(report: Report, *, color: bool = False) -> str:
@@ -60,7 +59,8 @@ def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
     help_text = "\n\n".join(f"{k}\n{v}" for k, v in sections) or rule.title
     help_markdown = "\n\n".join(f"**{k}**\n\n{v}" for k, v in sections) or rule.title
-    tags = [FAMILIES.get(rule.code[:3], "other"), "quantization"]
+    family = rule_family(rule.code)  # shown as a tag in code-scanning UIs
+    tags = [family.tag if family else "other", "quantization"]
     if rule.fixable:
         tags.append("fixable")
     return {
@@ -142,17 +142,15 @@ def _result(f: Finding, base: _Base, index: Mapping[str, int]) -> dict[str, Any]
     return result
 
 
-def _suppressed_result(s: Mapping[str, Any], base: _Base, index: Mapping[str, int]) -> dict[str, Any]:
+def _suppressed_result(s: SuppressedFinding, base: _Base, index: Mapping[str, int]) -> dict[str, Any]:
     """A finding silenced by configuration stays visible as a suppressed result, as SARIF intends."""
-    code = str(s["code"])
+    code = s["code"]
     finding = Finding(
         code=code,
-        slug=str(s.get("slug") or ""),
-        severity=str(s["severity"]) if s.get("severity") in LEVELS else "warning",
-        message=str(s.get("message") or s.get("reason") or code),
-        files=tuple(s.get("files") or ()),
-        tensors=tuple(s.get("tensors") or ()),
-        count=int(s.get("count") or 0),
+        slug=s.get("slug") or "",
+        severity=s["severity"] if s.get("severity") in LEVELS else "warning",
+        message=s.get("message") or s.get("reason") or code,
+        count=s.get("tensors", 0),  # a `tensors` entry records how many it silenced, not their names
     )
     result = _result(finding, base, index)
     result["suppressions"] = [{"kind": "external", "justification": str(s.get("reason") or "suppressed")}]

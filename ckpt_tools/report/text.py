@@ -13,7 +13,8 @@ def _paint(text: str, style: str, color: bool) -> str:
     return f"{COLORS[style]}{text}{RESET}" if color else text
 
 
-def _size(n: float) -> str:
+def human_size(n: float) -> str:
+    """`1.5 GB`: decimal units, as file browsers and the Hub show sizes."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -45,7 +46,7 @@ def checkpoint_lines(ck: dict) -> list[str]:
         f"  model         {ck.get('architecture') or 'unknown architecture'}"
         + (f" ({ck['model_type']})" if ck.get("model_type") else "")
         + f"; components: {', '.join(ck.get('components') or []) or 'none'}",
-        f"  files         {ck['shards']} shard(s), {ck['tensors']:,} tensors, {_size(ck['bytes'])}"
+        f"  files         {ck['shards']} shard(s), {ck['tensors']:,} tensors, {human_size(ck['bytes'])}"
         + (f"; KV cache {ck['kv_cache']}" if ck.get("kv_cache") else ""),
     ]
     if ck.get("runtime"):

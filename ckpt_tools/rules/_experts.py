@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..knowledge.modules import model_config
 from ..model.checkpoint import Checkpoint
 from ._memo import once_per
-
-EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class LayerGap:
 
 
 def configured_experts(ckpt: Checkpoint) -> int | None:
-    for key in EXPERT_COUNT_KEYS:
+    for key in model_config().expert_count_keys:
         value = ckpt.config_value(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

@@ -14,13 +14,39 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ..detect.resolve import Detection
-from ..knowledge import Hardware
+from ..knowledge.hardware import Hardware
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
 
 SEVERITIES = ("info", "warning", "error")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 MAX_LISTED_TENSORS = 20
+
+
+@dataclass(frozen=True)
+class RuleFamily:
+    """A block of rule codes (docs/architecture.md, Conventions): `tag` labels it in SARIF, `title` in docs/rules.md."""
+
+    prefix: str  # `CK1`: codes CK100-CK199
+    tag: str
+    title: str
+
+    @property
+    def heading(self) -> str:
+        return f"{self.prefix}xx: {self.title}"
+
+
+RULE_FAMILIES = (
+    RuleFamily("CK1", "integrity", "file and shard integrity"),
+    RuleFamily("CK2", "naming", "naming and prefixes"),
+    RuleFamily("CK3", "config", "config vs tensors"),
+    RuleFamily("CK4", "scales", "scale presence and shape"),
+    RuleFamily("CK5", "scale-values", "scale values"),
+)
+
+
+def rule_family(code: str) -> RuleFamily | None:
+    return next((f for f in RULE_FAMILIES if code.startswith(f.prefix)), None)
 
 
 @dataclass(frozen=True)

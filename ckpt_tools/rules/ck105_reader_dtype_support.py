@@ -4,7 +4,7 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import attrgetter
 
-from ..catalogue import dtype_support
+from ..knowledge.dtypes import dtype_support
 from .base import Context, Finding, Rule, files_of, register
 
 

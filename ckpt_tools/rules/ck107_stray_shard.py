@@ -3,7 +3,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 
-from ..catalogue import alternate_weights
+from ..knowledge.layouts import alternate_weights
 from .base import Context, Finding, Rule, register
 
 

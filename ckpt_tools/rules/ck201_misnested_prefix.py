@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..knowledge import markers
+from ..knowledge.architectures import markers
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 

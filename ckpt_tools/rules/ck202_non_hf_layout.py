@@ -3,8 +3,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..catalogue import ForeignLayout, family_is_explicit, foreign_layouts
-from ..knowledge import markers
+from ..knowledge.architectures import is_explicit, markers
+from ..knowledge.layouts import ForeignLayout, foreign_layouts
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
@@ -18,7 +18,7 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
     lacks, grouped by prefix)."""
     family = ctx.det.family
-    explicit = family_is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
+    explicit = is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
     unrooted: dict[str, list[str]] = defaultdict(list)
     layouts: dict[str, ForeignLayout] = {}
     homeless: dict[str, list[str]] = defaultdict(list)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..catalogue import classify_kv
+from ..knowledge.kv_scales import classify
 from .base import Context, Finding, Rule, files_of, register
 from .ck303_kv_cache_config_mismatch import kv_tensors
 
@@ -47,7 +47,7 @@ class KvScaleNaming(Rule):
         by_spelling: dict[str, list[str]] = defaultdict(list)
         spellings = {}
         for name in kv_tensors(ctx):
-            spelling = classify_kv(name)
+            spelling = classify(name)
             if spelling is None:
                 continue
             if spelling.status == "deprecated" or (spelling.status == "method-only" and method not in spelling.methods):

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from types import MappingProxyType
 
-from ..catalogue import fused_groups_for
 from ..detect.resolve import ModuleRow
+from ..knowledge.modules import fused_groups_for
 from .base import Context, Finding, Rule, module_files, register
 from .ck201_misnested_prefix import rename_plan
 from .ck202_non_hf_layout import misplaced_names

@@ -4,26 +4,26 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..catalogue import KV_SUFFIXES, is_kv_scale_name, kv_runtime
 from ..detect.resolve import component_of
+from ..knowledge.kv_scales import KvRuntime, attention, is_kv_scale_name, kv_runtime
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 from .ck304_quant_config_mismatch import _kv_word, _nested
 
-ATTENTION_PROJ = ("q_proj", "k_proj", "qkv_proj")
-ATTENTION_NAMES = ("self_attn", "attention", "attn")
 # Segments between the attention module and a KV scale: `self_attn.k_proj.k_scale`, `self_attn.attn.k_scale`.
 _OWNER = re.compile(r"^(?P<attn>.+?)(\.(k_proj|v_proj|q_proj|qkv_proj|qkqkv_proj|attn))?\.[a-z_]+$")
 
 
 def attention_layers(ctx: Context) -> list[str]:
-    """Attention modules of the language model: parents of q/k/qkv projections named like an attention block."""
+    """Attention modules of the language model: parents of q/k/qkv projections named like an attention block
+    (rules/kv_scales.toml [attention])."""
+    where = attention()
     out = set()
     for name in ctx.ckpt.modules:
         parent, _, last = name.rpartition(".")
         if (
-            last in ATTENTION_PROJ
-            and parent.rsplit(".", 1)[-1] in ATTENTION_NAMES
+            last in where.projections
+            and parent.rsplit(".", 1)[-1] in where.blocks
             and component_of(name, ctx.det.family) == "text"
         ):
             out.add(parent)
@@ -32,7 +32,7 @@ def attention_layers(ctx: Context) -> list[str]:
 
 @once_per
 def kv_tensors(ctx: Context) -> list[str]:
-    tails = (*KV_SUFFIXES, "output_scale")  # a cheap superset test first: this runs over every tensor name
+    tails = (*attention().scale_suffixes, "output_scale")  # a cheap superset test first: this runs over every name
     return sorted(
         n
         for n in ctx.ckpt.tensors
@@ -57,6 +57,26 @@ def _is_dynamic(scheme: Any) -> bool:
 def _kv_phrase(kv: str | None) -> str:
     """`fp8` -> "fp8 KV-cache quantization"; None -> "no KV-cache quantization" (no article to get wrong)."""
     return f"{kv} KV-cache quantization" if kv else "no KV-cache quantization"
+
+
+def _layers_without_scales(ctx: Context, layers: list[str], tensors: list[str]) -> list[tuple[str, list[str]]]:
+    """(attention layer, the k/v scales it lacks) for layers with neither a scale nor a projection output scale."""
+    owners: dict[str, set[str]] = {}
+    for n in tensors:
+        owners.setdefault(_owner(n), set()).add(n.rsplit(".", 1)[-1])
+    missing = []
+    for layer in layers:
+        have = owners.get(layer, set())
+        if "kv_scale" in have:
+            continue
+        lacks = [
+            s
+            for s in ("k_scale", "v_scale")
+            if s not in have and f"{layer}.{s[0]}_proj.output_scale" not in ctx.ckpt.tensors
+        ]
+        if lacks:
+            missing.append((layer, lacks))
+    return missing
 
 
 @register
@@ -98,28 +118,13 @@ class KvCacheConfigMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         disagree = list(self._configs_disagree(ctx))
         yield from disagree
-        det = ctx.det
         scheme = _raw_scheme(ctx)
         tensors = kv_tensors(ctx)
-        source = det.config.source or "config.json"
-        if det.kv_cache is None:
+        source = ctx.det.config.source or "config.json"
+        if ctx.det.kv_cache is None:
             # Declared only in hf_quant_config.json: the disagreement above already says the cache runs unquantized.
             if tensors and not disagree:
-                files = files_of(ctx.ckpt, tensors)
-                if det.producer == "compressed-tensors":
-                    effect = (
-                        "compressed-tensors without a kv_cache_scheme ignores them silently, so even "
-                        "`--kv-cache-dtype fp8` runs with scale 1.0"
-                    )
-                else:
-                    effect = "they are used only if you pass `--kv-cache-dtype fp8`; otherwise the cache stays BF16"
-                yield self.finding(
-                    f"{len(tensors)} KV-cache scale tensor(s) are present but {source} declares no KV-cache "
-                    f"quantization: {effect}. Declare the KV scheme they were calibrated for.",
-                    tensors=tensors,
-                    files=files | {ctx.det.config.file},
-                    details={"declared": None, "kv_scale_tensors": len(tensors)},
-                )
+                yield self._undeclared(ctx, tensors, source)
             return
         yield from self._unsupported(ctx, scheme, source)
         if _is_dynamic(scheme):
@@ -127,79 +132,94 @@ class KvCacheConfigMismatch(Rule):
         layers = attention_layers(ctx)
         if not tensors:
             if layers:
-                yield self.finding(
-                    f"{source} declares {_kv_phrase(det.kv_cache)} but the checkpoint has no k_scale / v_scale "
-                    f"tensors: vLLM quantizes K and V with scale 1.0 on all {len(layers)} attention layer(s). "
-                    f"Re-export with KV-cache calibration, or drop the declaration.",
-                    files=[ctx.det.config.file],
-                    count=len(layers),
-                    details={"declared": det.kv_cache, "attention_layers": len(layers)},
-                )
+                yield self._no_scales(ctx, layers, source)
             return
-        owners: dict[str, set[str]] = {}
-        for n in tensors:
-            owners.setdefault(_owner(n), set()).add(n.rsplit(".", 1)[-1])
-        missing = []
-        for layer in layers:
-            have = owners.get(layer, set())
-            if "kv_scale" in have:
-                continue
-            lacks = [
-                s
-                for s in ("k_scale", "v_scale")
-                if s not in have and f"{layer}.{s[0]}_proj.output_scale" not in ctx.ckpt.tensors
-            ]
-            if lacks:
-                missing.append((layer, lacks))
+        missing = _layers_without_scales(ctx, layers, tensors)
         if missing:
-            shown = "; ".join(f"`{layer}` lacks {', '.join(lacks)}" for layer, lacks in missing[:3])
-            yield self.finding(
-                f"{len(missing)} of {len(layers)} attention layer(s) have no KV-cache scale although {source} declares "
-                f"a {det.kv_cache} KV cache ({shown}): those layers run with scale 1.0. Re-export with KV-cache "
-                f"calibration over every layer.",
-                tensors=[f"{layer}.{s}" for layer, lacks in missing for s in lacks],
-                files=[ctx.det.config.file],
-                count=len(missing),
-                details={"declared": det.kv_cache, "layers_without_scales": [m[0] for m in missing[:200]]},
+            yield self._some_layers_without_scales(ctx, layers, missing, source)
+
+    def _undeclared(self, ctx: Context, tensors: list[str], source: str) -> Finding:
+        if ctx.det.producer == "compressed-tensors":
+            effect = (
+                "compressed-tensors without a kv_cache_scheme ignores them silently, so even "
+                "`--kv-cache-dtype fp8` runs with scale 1.0"
             )
+        else:
+            effect = "they are used only if you pass `--kv-cache-dtype fp8`; otherwise the cache stays BF16"
+        return self.finding(
+            f"{len(tensors)} KV-cache scale tensor(s) are present but {source} declares no KV-cache "
+            f"quantization: {effect}. Declare the KV scheme they were calibrated for.",
+            tensors=tensors,
+            files=files_of(ctx.ckpt, tensors) | {ctx.det.config.file},
+            details={"declared": None, "kv_scale_tensors": len(tensors)},
+        )
+
+    def _no_scales(self, ctx: Context, layers: list[str], source: str) -> Finding:
+        return self.finding(
+            f"{source} declares {_kv_phrase(ctx.det.kv_cache)} but the checkpoint has no k_scale / v_scale "
+            f"tensors: vLLM quantizes K and V with scale 1.0 on all {len(layers)} attention layer(s). "
+            f"Re-export with KV-cache calibration, or drop the declaration.",
+            files=[ctx.det.config.file],
+            count=len(layers),
+            details={"declared": ctx.det.kv_cache, "attention_layers": len(layers)},
+        )
+
+    def _some_layers_without_scales(
+        self, ctx: Context, layers: list[str], missing: list[tuple[str, list[str]]], source: str
+    ) -> Finding:
+        shown = "; ".join(f"`{layer}` lacks {', '.join(lacks)}" for layer, lacks in missing[:3])
+        return self.finding(
+            f"{len(missing)} of {len(layers)} attention layer(s) have no KV-cache scale although {source} declares "
+            f"a {ctx.det.kv_cache} KV cache ({shown}): those layers run with scale 1.0. Re-export with KV-cache "
+            f"calibration over every layer.",
+            tensors=[f"{layer}.{s}" for layer, lacks in missing for s in lacks],
+            files=[ctx.det.config.file],
+            count=len(missing),
+            details={"declared": ctx.det.kv_cache, "layers_without_scales": [m[0] for m in missing[:200]]},
+        )
 
     def _unsupported(self, ctx: Context, scheme: Any, source: str) -> Iterable[Finding]:
         rt = kv_runtime(ctx.det.runtime.id)
-        if not rt:
+        if rt is None:
             return
-        producer = ctx.det.producer
-        if producer == "compressed-tensors" and isinstance(scheme, dict):
-            problems = []
-            if scheme.get("type") != rt["ct_kv_type"] or scheme.get("num_bits") != rt["ct_kv_num_bits"]:
-                problems.append(f"type {scheme.get('type')} with {scheme.get('num_bits')} bits")
-            strategy = scheme.get("strategy", "tensor")
-            if strategy not in rt["ct_kv_strategies"]:
-                problems.append(f"strategy {strategy}")
-            if scheme.get("symmetric", True) is False:
-                problems.append("asymmetric")
-            if problems:
-                yield self.finding(
-                    f"{source} declares kv_cache_scheme with {', '.join(problems)}; {ctx.det.runtime.name} supports "
-                    f"only num_bits={rt['ct_kv_num_bits']}, type={rt['ct_kv_type']}, symmetric, strategy "
-                    f"{' or '.join(rt['ct_kv_strategies'])}, and refuses to start (NotImplementedError).",
-                    files=[ctx.det.config.file],
-                    count=1,
-                    severity="error",
-                    details={"kv_cache_scheme": scheme},
-                )
-        elif producer == "modelopt":
-            word = _kv_word(scheme)
-            accepted = rt["modelopt_kv_algos"]
-            if isinstance(scheme, dict):
-                word = {"float8": "fp8", "float4": "nvfp4"}.get(f"{scheme.get('type')}{scheme.get('num_bits')}", word)
-            if word and word not in accepted:
-                yield self.finding(
-                    f"{source} declares KV-cache algo {word!r}, which {ctx.det.runtime.name} does not map (it knows "
-                    f"{', '.join(accepted)}): it logs \"Unknown kv_cache_quant_algo\" and runs an unquantized KV cache.",
-                    files=[ctx.det.config.file],
-                    count=1,
-                    details={"kv_cache_quant_algo": word, "accepted": list(accepted)},
-                )
+        if ctx.det.producer == "compressed-tensors" and isinstance(scheme, dict):
+            yield from self._ct_unsupported(ctx, rt, scheme, source)
+        elif ctx.det.producer == "modelopt":
+            yield from self._modelopt_unsupported(ctx, rt, scheme, source)
+
+    def _ct_unsupported(self, ctx: Context, rt: KvRuntime, scheme: dict[str, Any], source: str) -> Iterable[Finding]:
+        problems = []
+        if scheme.get("type") != rt.ct_kv_type or scheme.get("num_bits") != rt.ct_kv_num_bits:
+            problems.append(f"type {scheme.get('type')} with {scheme.get('num_bits')} bits")
+        strategy = scheme.get("strategy", "tensor")
+        if strategy not in rt.ct_kv_strategies:
+            problems.append(f"strategy {strategy}")
+        if scheme.get("symmetric", True) is False:
+            problems.append("asymmetric")
+        if problems:
+            yield self.finding(
+                f"{source} declares kv_cache_scheme with {', '.join(problems)}; {ctx.det.runtime.name} supports "
+                f"only num_bits={rt.ct_kv_num_bits}, type={rt.ct_kv_type}, symmetric, strategy "
+                f"{' or '.join(rt.ct_kv_strategies)}, and refuses to start (NotImplementedError).",
+                files=[ctx.det.config.file],
+                count=1,
+                severity="error",
+                details={"kv_cache_scheme": scheme},
+            )
+
+    def _modelopt_unsupported(self, ctx: Context, rt: KvRuntime, scheme: Any, source: str) -> Iterable[Finding]:
+        word = _kv_word(scheme)
+        accepted = rt.modelopt_kv_algos
+        if isinstance(scheme, dict):
+            word = {"float8": "fp8", "float4": "nvfp4"}.get(f"{scheme.get('type')}{scheme.get('num_bits')}", word)
+        if word and word not in accepted:
+            yield self.finding(
+                f"{source} declares KV-cache algo {word!r}, which {ctx.det.runtime.name} does not map (it knows "
+                f"{', '.join(accepted)}): it logs \"Unknown kv_cache_quant_algo\" and runs an unquantized KV cache.",
+                files=[ctx.det.config.file],
+                count=1,
+                details={"kv_cache_quant_algo": word, "accepted": list(accepted)},
+            )
 
     def _configs_disagree(self, ctx: Context) -> Iterable[Finding]:
         cfg = (ctx.ckpt.config or {}).get("quantization_config")

@@ -4,8 +4,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..catalogue import ComponentExpectation, component_expectations, family_is_explicit
 from ..detect.resolve import component_lookup, component_of
+from ..knowledge.architectures import is_explicit
+from ..knowledge.layouts import ComponentExpectation, component_expectations
 from .base import Context, Finding, Rule, register
 
 
@@ -88,7 +89,7 @@ class MissingComponent(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         family = ctx.det.family
-        explicit = family_is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
+        explicit = is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
         for entry in component_expectations():
             declared = _declared(ctx, entry)
             if declared is None:

@@ -4,7 +4,7 @@ import math
 from collections.abc import Iterable
 from functools import cache
 
-from ..catalogue import global_scale_conventions
+from ..knowledge.scales import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES

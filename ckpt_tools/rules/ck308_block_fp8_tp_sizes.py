@@ -4,8 +4,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..catalogue import fused_groups_for, parallel, scale_schemes
 from ..detect.resolve import ModuleRow
+from ..knowledge.modules import fused_groups_for, parallel
+from ..knowledge.scales import schemes
 from .base import Context, Finding, Rule, register
 
 
@@ -43,7 +44,7 @@ def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
     if block:
         return block
     if ctx.det.producer == "modelopt":
-        for s in scale_schemes():
+        for s in schemes():
             if s.producer == "modelopt" and s.kind == "fp8" and s.block_size:
                 return s.block_size
     return None
@@ -54,41 +55,43 @@ def block_rows(ctx: Context) -> list[ModuleRow]:
 
 
 def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
+    """The linears vLLM builds from these rows: single column / row modules, fused groups, one per experts prefix."""
     par = parallel()
-    shard_of: dict[str, tuple[str, str]] = {}
-    for g in fused_groups_for(ctx.det.family.id):
-        for s in g.shards:
-            shard_of[s] = (g.fused, g.id)
+    group_of = {shard: g for g in fused_groups_for(ctx.det.family.id) for shard in g.shards}
     out: list[Layer] = []
-    fused: dict[str, list[tuple[int, tuple[int, ...]]]] = defaultdict(list)  # shard position, weight shape
+    fused: dict[str, list[tuple[int, tuple[int, ...]]]] = defaultdict(list)  # position in the group, shape
     experts: dict[str, dict[str, int]] = defaultdict(dict)
     for row in rows:
-        w = ctx.ckpt.modules[row.name].weight
-        if w is None:
+        module = ctx.ckpt.modules[row.name]
+        if module.weight is None:
             continue
-        n, k = w.shape
+        n, k = module.weight.shape
         parent, _, last = row.name.rpartition(".")
-        where = ctx.ckpt.modules[row.name].expert
-        if where is not None:
-            experts[where[0]][where[2]] = n if where[2] in par.column else k
-            continue
-        if last in shard_of:
-            fused_name, gid = shard_of[last]
-            group = next(g for g in fused_groups_for(ctx.det.family.id) if g.id == gid)
-            fused[f"{parent}.{fused_name}"].append((group.shards.index(last), w.shape))
+        if module.expert is not None:
+            prefix, _, proj = module.expert
+            experts[prefix][proj] = n if proj in par.column else k
+        elif last in group_of:
+            group = group_of[last]
+            fused[f"{parent}.{group.fused}"].append((group.shards.index(last), module.weight.shape))
         elif last in par.row:
             out.append(Layer(row.name, "row", (n,), k))
         elif last in par.column:
             out.append(Layer(row.name, "column", (n,), k))
-    for name, members in fused.items():
-        members.sort(key=lambda m: m[0])
-        shapes = [shape for _, shape in members]
-        out.append(Layer(name, "column", tuple(s[0] for s in shapes), shapes[0][1], name.endswith("qkv_proj")))
-    for prefix, sizes in experts.items():
-        inter = next((sizes[p] for p in ("gate_proj", "up_proj", "w1", "w3", "down_proj", "w2") if p in sizes), None)
-        if inter:
-            out.append(Layer(prefix, "experts", (inter,), inter))
+    out += [_fused_layer(name, members) for name, members in fused.items()]
+    out += [layer for prefix, sizes in experts.items() if (layer := _experts_layer(prefix, sizes)) is not None]
     return out
+
+
+def _fused_layer(name: str, members: list[tuple[int, tuple[int, ...]]]) -> Layer:
+    """A merged column-parallel linear (q/k/v, gate/up): its shards' output sizes in the fused order."""
+    shapes = [shape for _, shape in sorted(members, key=lambda m: m[0])]
+    return Layer(name, "column", tuple(s[0] for s in shapes), shapes[0][1], name.endswith("qkv_proj"))
+
+
+def _experts_layer(prefix: str, sizes: dict[str, int]) -> Layer | None:
+    """The fused MoE of one experts prefix, sized by its intermediate size (any projection tells it)."""
+    inter = next((sizes[p] for p in ("gate_proj", "up_proj", "w1", "w3", "down_proj", "w2") if p in sizes), None)
+    return Layer(prefix, "experts", (inter,), inter) if inter else None
 
 
 def _heads_ok(ctx: Context, tp: int) -> str | None:
@@ -104,23 +107,34 @@ def _heads_ok(ctx: Context, tp: int) -> str | None:
 def _block_ok(ctx: Context, layer: Layer, tp: int, bn: int, bk: int) -> str | None:
     """vLLM's validate_fp8_block_shape (linear.py / fp8_utils.py) and the block-FP8 MoE checks, for one TP size."""
     if layer.style == "experts":
-        inter = layer.out_sizes[0]
-        if inter % tp:
-            return f"{layer.name}: moe intermediate size {inter} is not divisible by {tp}"
-        part = inter // tp
-        if part % bn:
-            return f"{layer.name}: gate/up output {part} per GPU is not divisible by block_n {bn}"
-        if tp > 1 and part % bk:
-            return f"{layer.name}: down input {part} per GPU is not divisible by block_k {bk}"
-        return None
+        return _experts_ok(layer, tp, bn, bk)
     if layer.style == "row":
-        k = layer.in_features
-        if k % tp:
-            return f"{layer.name}: input size {k} is not divisible by {tp}"
-        if tp > 1 and (k // tp) % bk:
-            return f"{layer.name}: input_size_per_partition {k // tp} is not divisible by block_k {bk}"
-        return None
-    kv = ctx.ckpt.config_value("num_key_value_heads")
+        return _row_ok(layer, tp, bk)
+    return _column_ok(layer, tp, bn, ctx.ckpt.config_value("num_key_value_heads"))
+
+
+def _experts_ok(layer: Layer, tp: int, bn: int, bk: int) -> str | None:
+    inter = layer.out_sizes[0]
+    if inter % tp:
+        return f"{layer.name}: moe intermediate size {inter} is not divisible by {tp}"
+    part = inter // tp
+    if part % bn:
+        return f"{layer.name}: gate/up output {part} per GPU is not divisible by block_n {bn}"
+    if tp > 1 and part % bk:
+        return f"{layer.name}: down input {part} per GPU is not divisible by block_k {bk}"
+    return None
+
+
+def _row_ok(layer: Layer, tp: int, bk: int) -> str | None:
+    k = layer.in_features
+    if k % tp:
+        return f"{layer.name}: input size {k} is not divisible by {tp}"
+    if tp > 1 and (k // tp) % bk:
+        return f"{layer.name}: input_size_per_partition {k // tp} is not divisible by block_k {bk}"
+    return None
+
+
+def _column_ok(layer: Layer, tp: int, bn: int, kv: object) -> str | None:
     parts = []
     for i, size in enumerate(layer.out_sizes):
         if layer.is_qkv and i > 0 and isinstance(kv, int) and kv and tp > kv:
@@ -134,6 +148,45 @@ def _block_ok(ctx: Context, layer: Layer, tp: int, bn: int, bk: int) -> str | No
         if part % bn:
             return f"{layer.name}: output_partition_size {part} is not divisible by block_n {bn}"
     return None
+
+
+@dataclass(frozen=True)
+class TpVerdicts:
+    """Per tensor-parallel candidate: valid, ruled out by the attention heads, or ruled out by a block (why)."""
+
+    valid: tuple[int, ...]
+    by_heads: tuple[int, ...]
+    blocked: dict[int, str]
+
+
+def tp_verdicts(ctx: Context, built: list[Layer], bn: int, bk: int) -> TpVerdicts:
+    valid, by_heads, blocked = [], [], {}
+    for tp in parallel().tp_candidates:
+        if _heads_ok(ctx, tp) is not None:
+            by_heads.append(tp)
+            continue
+        reason = next((r for layer in built if (r := _block_ok(ctx, layer, tp, bn, bk))), None)
+        if reason is None:
+            valid.append(tp)
+        else:
+            blocked[tp] = reason
+    return TpVerdicts(tuple(valid), tuple(by_heads), blocked)
+
+
+def _message(verdicts: TpVerdicts, bn: int, bk: int, moe: bool) -> str:
+    ruled = ", ".join(str(tp) for tp in verdicts.blocked)
+    tp, why = next(iter(verdicts.blocked.items()))
+    message = (
+        f"Block-FP8 weights ({bn}x{bk} blocks) rule out --tensor-parallel-size {ruled} (e.g. TP {tp}: {why}); "
+        f"vLLM refuses to start there."
+    )
+    if verdicts.valid:
+        message += f" Valid sizes: {', '.join(map(str, verdicts.valid))}."
+    else:
+        message += " No tensor-parallel size works: re-export with a smaller block."
+    if moe:
+        message += " With --enable-expert-parallel the MoE layers are not split by TP."
+    return message
 
 
 @register
@@ -169,47 +222,23 @@ class BlockFp8TpSizes(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         rows = block_rows(ctx)
-        if not rows:
-            return
-        block = _block_size(ctx, rows)
+        block = _block_size(ctx, rows) if rows else None
         if block is None:
             return
         bn, bk = block
         built = layers(ctx, rows)
-        valid, by_heads, blocked = [], [], {}
-        for tp in parallel().tp_candidates:
-            heads = _heads_ok(ctx, tp)
-            if heads is not None:
-                by_heads.append(tp)
-                continue
-            reason = next((r for layer in built if (r := _block_ok(ctx, layer, tp, bn, bk))), None)
-            if reason is None:
-                valid.append(tp)
-            else:
-                blocked[tp] = reason
-        if not blocked:
+        verdicts = tp_verdicts(ctx, built, bn, bk)
+        if not verdicts.blocked:
             return
-        ruled = ", ".join(str(tp) for tp in blocked)
-        first = next(iter(blocked.items()))
-        message = (
-            f"Block-FP8 weights ({bn}x{bk} blocks) rule out --tensor-parallel-size {ruled} (e.g. TP {first[0]}: "
-            f"{first[1]}); vLLM refuses to start there."
-        )
-        if valid:
-            message += f" Valid sizes: {', '.join(map(str, valid))}."
-        else:
-            message += " No tensor-parallel size works: re-export with a smaller block."
-        if any(layer.style == "experts" for layer in built):
-            message += " With --enable-expert-parallel the MoE layers are not split by TP."
         yield self.finding(
-            message,
+            _message(verdicts, bn, bk, any(layer.style == "experts" for layer in built)),
             files=["config.json"],
-            count=len(blocked),
-            severity="warning" if valid else "error",
+            count=len(verdicts.blocked),
+            severity="warning" if verdicts.valid else "error",
             details={
                 "block_size": [bn, bk],
-                "valid_tp_sizes": valid,
-                "ruled_out": {str(k): v for k, v in blocked.items()},
-                "ruled_out_by_heads": by_heads,
+                "valid_tp_sizes": list(verdicts.valid),
+                "ruled_out": {str(k): v for k, v in verdicts.blocked.items()},
+                "ruled_out_by_heads": list(verdicts.by_heads),
             },
         )

@@ -34,7 +34,7 @@ class UnsupportedQuantAlgo(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         det = ctx.det
-        hints = det.runtime.data.get("hints", {})
+        hints = det.runtime.hints
         hint = hints.get(det.quant_algo or "") if det.quant_algo else None
         source = det.config.source
         if det.rejection:
@@ -48,7 +48,7 @@ class UnsupportedQuantAlgo(Rule):
                 details={"runtime": det.runtime.id, "quant_algo": det.quant_algo},
             )
             return
-        if det.runtime.modelopt.get("loads_pre_quant_scale", True):
+        if det.runtime.quantization.modelopt.loads_pre_quant_scale:
             return
         pqs = sorted(n for n in ctx.ckpt.tensors if n.endswith(".pre_quant_scale"))
         if pqs:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..knowledge import transformers_classes
+from ..knowledge.transformers import transformers_classes
 from .base import Context, Finding, Rule, register
 
 

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..knowledge import Hardware
+from ..knowledge.hardware import Hardware
+from ..knowledge.scales import global_scales
 from ..model.modules import join_name
 from ._experts import partially_missing
 from .base import Context, Finding, Rule, module_files, register
-
-INPUT_SUFFIXES = ("input_scale", "input_global_scale")
 
 
 def kernel_consequence(profiles: tuple[Hardware, ...]) -> str:
@@ -88,7 +87,7 @@ class Nvfp4WeightOnly(Rule):
         # Only modules without input scales on disk are reported below, so only those are filtered.
         rows = [r for r in rows if r.disk.activation == "A16"]
         if partial:
-            rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in INPUT_SUFFIXES)]
+            rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in global_scales().input)]
         lacking = sorted(r.name for r in rows)
         if not lacking:
             return

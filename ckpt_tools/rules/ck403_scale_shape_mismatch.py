@@ -5,8 +5,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalogue import ScaleScheme, TensorSpec, scheme_for
 from ..detect.resolve import ModuleRow
+from ..knowledge.scales import ScaleScheme, TensorSpec, scheme_for
 from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ..model.tensors import TensorInfo

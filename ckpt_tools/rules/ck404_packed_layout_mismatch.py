@@ -3,8 +3,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..catalogue import ScaleScheme, scheme_for
 from ..detect.resolve import ModuleRow
+from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
 from ..model.layouts import LayoutMemo
 from ..model.modules import Module

@@ -22,6 +22,11 @@ def nan_counts(ckpt: Checkpoint) -> dict[str, int]:
     return out
 
 
+def scrub_target(t: TensorInfo) -> dict[str, object]:
+    """What `scrub-nan` needs to find a flagged tensor's NaN bytes: its shard, data offsets and 8-bit encoding."""
+    return {"shard": t.shard, "data_offsets": [t.begin, t.end], "encoding": value_dtype(t)}
+
+
 def _maxima(ckpt: Checkpoint, names: list[str]) -> str:
     """What `scrub-nan` writes, per format of the flagged tensors (E4M3 448 = 0x7E, E8M0 2^127 = 0xFE, ...)."""
     formats = sorted({value_dtype(ckpt.tensors[n]) for n in names})
@@ -74,6 +79,7 @@ class NanFp8Scale(Rule):
         total = sum(counts.values())
         files = files_of(ctx.ckpt, names)
         worst = max(names, key=lambda n: counts[n])
+        scales = {n: scrub_target(ctx.ckpt.tensors[n]) for n in names}  # the scrub-nan plan: where to look, as what
         yield self.finding(
             f"{total} NaN byte(s) in {len(names)} FP8 scale tensor(s) (most in `{worst}`: {counts[worst]}); the "
             f"affected blocks dequantize to NaN and the model outputs `!!!!` or fails to load. Run the fix to "
@@ -81,5 +87,5 @@ class NanFp8Scale(Rule):
             tensors=names,
             files=files,
             fix=ctx.command("scrub-nan"),
-            details={"nan_bytes": {n: counts[n] for n in names[:200]}, "total_nan_bytes": total},
+            details={"nan_bytes": {n: counts[n] for n in names}, "total_nan_bytes": total, "scales": scales},
         )

@@ -3,20 +3,25 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
-from ..catalogue import fused_groups_for
+from ..knowledge.modules import fused_groups_for
+from ..knowledge.scales import global_scales
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
 from ._memo import once_per
 from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
-WEIGHT_GLOBAL = ("weight_scale_2", "weight_global_scale")
-INPUT_GLOBAL = ("input_scale", "input_global_scale")
-_GLOBAL_SUFFIXES = frozenset(WEIGHT_GLOBAL + INPUT_GLOBAL)
 RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
 ERROR_RATIO = 1.5  # above this a shard's weights dequantize at least a third off: garbage, not accuracy loss
+
+
+@cache
+def _global_suffixes() -> frozenset[str]:
+    g = global_scales()
+    return frozenset(g.weight + g.input)
 
 
 @once_per
@@ -102,22 +107,23 @@ class FusedScaleMismatch(Rule):
         """One-element float weight / input global scales (a few bytes each)."""
         return (
             tensor.dtype in WIDE_FLOAT_DTYPES
-            and tensor.name.rpartition(".")[2] in _GLOBAL_SUFFIXES
+            and tensor.name.rpartition(".")[2] in _global_suffixes()
             and tensor.numel == 1
         )
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         if not ctx.ckpt.values:
             return
+        scales = global_scales()
         for suffixes, what, effect in (
             (
-                WEIGHT_GLOBAL,
+                scales.weight,
                 "weight global scales",
                 "vLLM keeps one scale per fused layer, so the other shards' weights dequantize off by up to {ratio:.3g}x. "
                 "Re-export with synchronised global scales.",
             ),
             (
-                INPUT_GLOBAL,
+                scales.input,
                 "input global scales",
                 "vLLM quantizes the fused input with one scale (the max), which is correct but coarser for the other "
                 "shards.",
@@ -127,7 +133,7 @@ class FusedScaleMismatch(Rule):
             if not found:
                 continue
             worst = found[0]["ratio"]
-            severity = "info" if suffixes is INPUT_GLOBAL else "error" if worst >= ERROR_RATIO else "warning"
+            severity = "info" if suffixes is scales.input else "error" if worst >= ERROR_RATIO else "warning"
             yield self.finding(
                 f"{len(found)} fused layer(s) have different {what} across their shards (worst {_example(found[0])}); "
                 + effect.format(ratio=worst),

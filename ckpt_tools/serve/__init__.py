@@ -9,11 +9,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
+from ..knowledge.hardware import Hardware
+from ..knowledge.hardware import hardware as hardware_profile
+from ..knowledge.runtimes import Runtime, runtime_for_image
+from ..knowledge.runtimes import runtime as runtime_profile
 from ..report.model import Report
 from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
-from .profiles import ServeHardware, ServeRuntime, runtime_for_image, serve_hardware, serve_runtime
 
 __all__ = [
     "CheckServeResult",
@@ -26,12 +29,13 @@ __all__ = [
 ]
 
 
-def _profiles(runtime: str | None, hardware: str | None) -> tuple[ServeRuntime, ServeHardware | None]:
-    rt = serve_runtime(runtime)
-    return rt, serve_hardware(hardware or rt.serve.get("default_hardware"))
+def _profiles(runtime: str | None, hardware: str | None) -> tuple[Runtime, Hardware | None]:
+    rt = runtime_profile(runtime)
+    wanted = hardware or rt.serve.default_hardware
+    return rt, hardware_profile(wanted) if wanted else None
 
 
-def _hardware_ids(hw: ServeHardware | None) -> tuple[str, ...]:
+def _hardware_ids(hw: Hardware | None) -> tuple[str, ...]:
     return (hw.id,) if hw is not None else ()
 
 
@@ -109,7 +113,7 @@ def planned_command(the_plan: ServePlan):
 
 
 def serve_verdict(
-    analysis, cmd, rt: ServeRuntime, hw: ServeHardware | None, the_plan: ServePlan, *, drafter_path: str | None = None
+    analysis, cmd, rt: Runtime, hw: Hardware | None, the_plan: ServePlan, *, drafter_path: str | None = None
 ) -> tuple[Finding, ...]:
     """The one verdict of serving a checkpoint with a command: doctor's findings on the checkpoint (same analysis,
     same severities), then check-serve's findings on the command (its flags and environment, and whether its
@@ -161,7 +165,7 @@ def check_serve(
     target = _inputs.target(target)
     runtime, hardware = _inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware")
     words = split_command(_inputs.command(command))
-    rt = serve_runtime(runtime)
+    rt = runtime_profile(runtime)
     if runtime is None:
         image = _image_of(words)
         by_image = runtime_for_image(image) if image else None
@@ -213,12 +217,12 @@ def _image_of(words: Sequence[str]) -> str | None:
     if "docker" not in words[:3]:
         return None
     try:
-        return parse_command(words, serve_runtime(None)).image
+        return parse_command(words, runtime_profile(None)).image
     except Exception:  # noqa: BLE001 - a bad command is reported by the real parse below
         return None
 
 
-def _speculative_of(cmd, rt: ServeRuntime) -> tuple[str | None, str | None]:
+def _speculative_of(cmd, rt: Runtime) -> tuple[str | None, str | None]:
     """(drafter path, canonical method) of the command's speculative config, for the reference plan."""
     import json
 

@@ -33,7 +33,7 @@ def _mounts(plan: ServePlan) -> list[tuple[str, str, str]]:
         mounts.append(("${HF_HOME:-$HOME/.cache/huggingface}", "/root/.cache/huggingface", "rw"))
     if plan.drafter and plan.drafter.get("path") == DRAFTER_MOUNT:
         mounts.append((host_mount(DRAFTER_DIR_VAR, "drafter checkpoint"), DRAFTER_MOUNT, "ro"))
-    cache = plan.runtime.serve.get("cache_dir")
+    cache = plan.runtime.serve.cache_dir
     if cache:
         # Persists compiled graphs and autotuner results across restarts (aeon manual, "Canonical command").
         mounts.append(("./vllm-cache", cache, "rw"))
@@ -57,7 +57,7 @@ def docker_run(plan: ServePlan, model_host: str | None = None, drafter_host: str
     for host, inside, mode in _mounts(plan):
         suffix = ":ro" if mode == "ro" else ""
         lines.append(f"  -v {_shell_word(host + ':' + inside + suffix)}")
-    entry = rt.serve.get("entrypoint", "vllm")
+    entry = rt.serve.entrypoint
     command = list(plan.argv)
     if command and command[0] == entry:
         command = command[1:]
@@ -69,7 +69,7 @@ def docker_run(plan: ServePlan, model_host: str | None = None, drafter_host: str
 
 def compose(plan: ServePlan, model_host: str | None = None, drafter_host: str | None = None) -> str:
     rt = plan.runtime
-    entry = rt.serve.get("entrypoint", "vllm")
+    entry = rt.serve.entrypoint
     command = list(plan.argv)
     if command and command[0] == entry:
         command = command[1:]
@@ -104,7 +104,7 @@ def _yaml(value: str) -> str:
 
 def model_card(plan: ServePlan, model_host: str | None = None, drafter_host: str | None = None) -> str:
     rt = plan.runtime
-    hw = f" on {plan.hardware.profile.name}" if plan.hardware else ""
+    hw = f" on {plan.hardware.name}" if plan.hardware else ""
     out = [
         "## How to serve",
         "",

@@ -8,25 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..knowledge.runtimes import Runtime
+from ..knowledge.serving import serving
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
-from .profiles import ServeRuntime, drafter_kinds
-
-# vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key (0.33.0 wheel): the smallest of
-# these keys of the text config wins.
-MAX_LEN_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_target_positions",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-# vllm/config/model.py _get_and_verify_max_len: these RoPE types already include their factor.
-ROPE_TYPES_PRESCALED = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
 
 
 @dataclass(frozen=True)
@@ -53,8 +39,10 @@ class CheckpointFacts:
 
 
 def derived_max_model_len(text_config: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """The context length vLLM derives from a text config, and the key it came from (rules/serving.toml [context])."""
+    rule = serving().context
     best: tuple[float, str | None] = (float("inf"), None)
-    for key in MAX_LEN_KEYS:
+    for key in rule.max_len_keys:
         value = text_config.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < best[0]:
             best = (value, key)
@@ -65,7 +53,7 @@ def derived_max_model_len(text_config: Mapping[str, Any]) -> tuple[int | None, s
     if isinstance(rope, dict):
         kind = rope.get("rope_type") or rope.get("type")
         factor = rope.get("factor")
-        if kind not in ROPE_TYPES_PRESCALED and isinstance(factor, (int, float)) and factor:
+        if kind not in rule.rope_types_prescaled and isinstance(factor, (int, float)) and factor:
             length *= factor
     return int(length), best[1]
 
@@ -83,7 +71,7 @@ def config_refusal(ckpt: Checkpoint) -> str | None:
 
 def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
-    misnested = [f for f in report.findings if f.slug == "misnested-prefix"]
+    misnested = [f for f in report.findings if f.slug == MisnestedPrefix.slug]
     vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
     vision_bad = any(
         any(
@@ -114,19 +102,19 @@ def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     )
 
 
-def drafter_method(analysis: Analysis, rt: ServeRuntime) -> str | None:
+def drafter_method(analysis: Analysis, rt: Runtime) -> str | None:
     """The speculative method of a drafter checkpoint (rules/serving.toml [[drafter]]), or None if unknown."""
     cfg = analysis.checkpoint.config or {}
     archs = [a for a in cfg.get("architectures") or [] if isinstance(a, str)]
     name = os.path.basename(os.path.normpath(analysis.report.target)).lower()
-    for kind in drafter_kinds():
-        if any(k in cfg for k in kind.get("config_keys", ())):
-            return kind["method"]
-        if any(part in a for part in kind.get("architectures_contain", ()) for a in archs):
-            return kind["method"]
-        if any(part in name for part in kind.get("name_contains", ())):
-            return kind["method"]
-        table = kind.get("model_types_in_choices")
+    for kind in serving().drafters:
+        if any(k in cfg for k in kind.config_keys):
+            return kind.method
+        if any(part in a for part in kind.architectures_contain for a in archs):
+            return kind.method
+        if any(part in name for part in kind.name_contains):
+            return kind.method
+        table = kind.model_types_in_choices
         if table and cfg.get("model_type") in rt.choices(table):
-            return kind["method"]
+            return kind.method
     return None

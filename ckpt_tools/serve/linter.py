@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..detect.formats import format_for
+from ..knowledge.hardware import Hardware
+from ..knowledge.runtimes import Runtime, default_runtime_id
+from ..knowledge.serve_checks import check
+from ..knowledge.serving import serving
 from ..rules.base import Finding
 from .facts import CheckpointFacts
 from .parser import ParsedCommand, ParsedFlag
 from .planner import ServePlan
-from .profiles import ServeHardware, ServeRuntime, check, pairing, require_hardware_fits, serving_family
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 W4A4_ONLY_LINEAR = ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cudnn", "fbgemm")
@@ -56,8 +59,8 @@ def parse_int(text: str, kind: str) -> int:
 @dataclass
 class _Ctx:
     cmd: ParsedCommand
-    rt: ServeRuntime
-    hw: ServeHardware | None
+    rt: Runtime
+    hw: Hardware | None
     facts: CheckpointFacts
     plan: ServePlan
 
@@ -73,7 +76,7 @@ class _Ctx:
 
 
 def lint(
-    cmd: ParsedCommand, rt: ServeRuntime, hw: ServeHardware | None, facts: CheckpointFacts, plan: ServePlan
+    cmd: ParsedCommand, rt: Runtime, hw: Hardware | None, facts: CheckpointFacts, plan: ServePlan
 ) -> tuple[Finding, ...]:
     ctx = _Ctx(cmd, rt, hw, facts, plan)
     out: list[Finding] = []
@@ -160,16 +163,18 @@ def _value_problem(ctx: _Ctx, f: ParsedFlag) -> tuple[str, str | None] | None:
     except (ValueError, json.JSONDecodeError) as exc:
         return f"{f.name} {f.value!r} is not a valid {kind} ({exc})", ctx.planned(f.name)
     spec = info.spec
-    if ("gt" in spec and not number > spec["gt"]) or ("le" in spec and not number <= spec["le"]):
+    if (spec.gt is not None and not number > spec.gt) or (spec.le is not None and not number <= spec.le):
         return f"{f.name} {f.value} is out of range", ctx.planned(f.name)
     return None
 
 
 def _choice_fix(ctx: _Ctx, name: str) -> str | None:
-    fam = serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}
-    key = {"--tool-call-parser": "tool_call_parser", "--reasoning-parser": "reasoning_parser"}.get(name)
-    if key and fam.get(key):
-        return flag_text(name, fam[key])
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+    wanted = None
+    if fam is not None:
+        wanted = {"--tool-call-parser": fam.tool_call_parser, "--reasoning-parser": fam.reasoning_parser}.get(name)
+    if wanted:
+        return flag_text(name, wanted)
     return ctx.planned(name)
 
 
@@ -177,28 +182,28 @@ def _choice_fix(ctx: _Ctx, name: str) -> str | None:
 
 
 def _env(ctx: _Ctx) -> Iterable[Finding]:
-    removed = ctx.rt.env_removed
-    traps = list(ctx.rt.env_traps) + list(ctx.hw.env_traps if ctx.hw else ())
+    removed = ctx.rt.env.removed
+    traps = list(ctx.rt.env.traps) + list(ctx.hw.env_traps if ctx.hw else ())
     for name, value in ctx.cmd.env.items():
         if name in removed:
             entry = removed[name]
             yield _f(
                 "removed-env-var",
-                f"{name} was removed: {ctx.rt.name} ignores it ({entry['source']})",
-                fix=f"remove {name}; use {entry['replacement']}",
+                f"{name} was removed: {ctx.rt.name} ignores it ({entry.source})",
+                fix=f"remove {name}; use {entry.replacement}",
                 variable=name,
             )
             continue
-        hit = next((t for t in traps if t["name"] == name and ("value" not in t or t["value"] == value)), None)
+        hit = next((t for t in traps if t.name == name and (t.value is None or t.value == value)), None)
         if hit:
             yield _f(
                 "env-trap",
-                f"{name}={value}: {hit['message']} ({hit['source']})",
-                fix=hit["fix"],
-                severity=hit.get("severity"),
+                f"{name}={value}: {hit.message} ({hit.source})",
+                fix=hit.fix,
+                severity=hit.severity,
                 variable=name,
             )
-        elif name.startswith("VLLM_") and ctx.rt.env_known and name not in ctx.rt.env_known:
+        elif name.startswith("VLLM_") and ctx.rt.env.known and name not in ctx.rt.env.known:
             yield _f(
                 "unknown-env-var",
                 f"{name} is not an environment variable of {ctx.rt.name}: vLLM logs 'Unknown "
@@ -282,7 +287,7 @@ def _context(ctx: _Ctx) -> Iterable[Finding]:
     except ValueError:
         return
     if asked > derived:
-        env = ctx.rt.behaviour.get("long_max_model_len_env")
+        env = ctx.rt.behaviour.long_max_model_len_env
         allowed = env and ctx.cmd.env.get(env) not in (None, "", "0")
         yield _f(
             "max-model-len-exceeded",
@@ -306,7 +311,7 @@ def _vision(ctx: _Ctx) -> Iterable[Finding]:
             limits = ctx.cmd.json_value("--limit-mm-per-prompt")
         except json.JSONDecodeError:
             return
-        modalities = ctx.rt.flags["--limit-mm-per-prompt"].spec.get("modalities", ())
+        modalities = ctx.rt.flags["--limit-mm-per-prompt"].spec.modalities
         bad = [k for k in (limits or {}) if k not in modalities] if isinstance(limits, dict) else ["(not an object)"]
         if bad:
             yield _f(
@@ -342,15 +347,10 @@ def _count(v: Any) -> int:
 
 
 def _parsers(ctx: _Ctx) -> Iterable[Finding]:
-    fam = serving_family(ctx.facts.architecture, ctx.facts.model_type)
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
     tool = ctx.value("--tool-call-parser")
     auto = ctx.cmd.last("--enable-auto-tool-choice")
-    if (
-        auto is not None
-        and not auto.negated
-        and tool is None
-        and ctx.rt.behaviour.get("auto_tool_choice_requires_parser")
-    ):
+    if auto is not None and not auto.negated and tool is None and ctx.rt.behaviour.auto_tool_choice_requires_parser:
         yield _f(
             "auto-tool-choice-without-parser",
             "--enable-auto-tool-choice without --tool-call-parser: vLLM "
@@ -359,17 +359,19 @@ def _parsers(ctx: _Ctx) -> Iterable[Finding]:
         )
     if fam is None:
         return
-    for name, key in (("--tool-call-parser", "tool_call_parser"), ("--reasoning-parser", "reasoning_parser")):
+    for name, wanted, ok in (
+        ("--tool-call-parser", fam.tool_call_parser, list(fam.tool_call_parsers_ok)),
+        ("--reasoning-parser", fam.reasoning_parser, list(fam.reasoning_parsers_ok)),
+    ):
         value = ctx.value(name)
-        ok = fam.get(key + "s_ok")
         info = ctx.rt.flags.get(name)
         if value is None or not ok or info is None or info.choices is None or value not in info.choices:
             continue
         if value not in ok:
             yield _f(
                 "parser-mismatch",
-                f"{name} {value} does not fit {fam['name']} (expected one of {ok})",
-                fix=flag_text(name, fam[key]),
+                f"{name} {value} does not fit {fam.name} (expected one of {ok})",
+                fix=flag_text(name, wanted),
             )
 
 
@@ -383,7 +385,7 @@ def _backends(ctx: _Ctx) -> Iterable[Finding]:
     moe = moe.lower().replace("-", "_") if moe else None
     if facts.weight_only_nvfp4:
         if linear in W4A4_ONLY_LINEAR:
-            crash = ctx.rt.behaviour.get("linear_backend_w4a4_on_a16") == "crash"
+            crash = ctx.rt.behaviour.linear_backend_w4a4_on_a16 == "crash"
             yield _f(
                 "backend-activation-mismatch",
                 f"--linear-backend {linear} runs W4A4 only, but this checkpoint's NVFP4 layers have no input "
@@ -403,7 +405,7 @@ def _backends(ctx: _Ctx) -> Iterable[Finding]:
                 f"does not support the deployment configuration'",
                 fix="remove --moe-backend",
             )
-    elif ctx.hw is not None and ctx.hw.profile.native_fp4 and facts.activation_mode == "W4A4":
+    elif ctx.hw is not None and ctx.hw.native_fp4 and facts.activation_mode == "W4A4":
         for name, value in (("--linear-backend", linear), ("--moe-backend", moe)):
             if value == "marlin":
                 yield _f(
@@ -414,7 +416,7 @@ def _backends(ctx: _Ctx) -> Iterable[Finding]:
                 )
     if (
         ctx.hw is not None
-        and not ctx.hw.profile.native_fp4
+        and not ctx.hw.native_fp4
         and moe in ("cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cutedsl")
     ):
         yield _f(
@@ -463,13 +465,13 @@ def _speculative(ctx: _Ctx) -> Iterable[Finding]:
         )
     mtp_aliases = ctx.rt.choices("mtp_model_types")
     canonical = "mtp" if method in mtp_aliases else method
-    pair = pairing(ctx.facts.architecture, canonical) if canonical else None
+    pair = serving().pairing(ctx.facts.architecture, canonical) if canonical else None
     n = spec.get("num_speculative_tokens")
-    if pair and isinstance(n, int) and n != pair["num_speculative_tokens"]:
+    if pair and isinstance(n, int) and n != pair.num_speculative_tokens:
         yield _f(
             "speculative-tokens-untuned",
             f"num_speculative_tokens {n}; the measured optimum for "
-            f"{pair['drafter']} is {pair['num_speculative_tokens']} ({pair['source']})",
+            f"{pair.drafter} is {pair.num_speculative_tokens} ({pair.source})",
             fix=ctx.planned("--speculative-config"),
         )
     if canonical == "dflash":
@@ -478,19 +480,19 @@ def _speculative(ctx: _Ctx) -> Iterable[Finding]:
 
 def _dflash(ctx: _Ctx, spec: dict) -> Iterable[Finding]:
     rules = ctx.rt.dflash
-    if not rules:
+    if rules is None:
         return
-    allowed = rules.get("kv_cache_dtypes", ["auto"])
+    allowed = rules.kv_cache_dtypes
     kv = ctx.value("--kv-cache-dtype")
     if kv is not None and kv not in allowed:
         yield _f(
             "dflash-kv-cache-dtype",
             f"--kv-cache-dtype {kv} with a DFlash drafter on {ctx.rt.name}: no "
-            f"non-causal attention backend supports it ({rules['source']})",
+            f"non-causal attention backend supports it ({rules.source})",
             fix="remove --kv-cache-dtype",
         )
-    fam = serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}
-    want_drafter = fam.get("dflash_drafter_attention_backend") or rules.get("drafter_attention_backend")
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+    want_drafter = (fam.dflash_drafter_attention_backend if fam else None) or rules.drafter_attention_backend
     have = spec.get("attention_backend")
     have = str(have).upper() if have is not None else None
     if want_drafter == "forbidden" and have is not None:
@@ -508,7 +510,7 @@ def _dflash(ctx: _Ctx, spec: dict) -> Iterable[Finding]:
             fix=ctx.planned("--speculative-config"),
         )
     body = ctx.value("--attention-backend")
-    target = rules.get("target_attention_backend")
+    target = rules.target_attention_backend
     if body is not None and target and body.upper() not in (target, "AUTO"):
         yield _f(
             "dflash-attention-backend",
@@ -536,7 +538,7 @@ def _mamba(ctx: _Ctx) -> Iterable[Finding]:
             "--mamba-block-size without --enable-prefix-caching: vLLM raises unless prefix caching ends up enabled",
             fix="remove --mamba-block-size",
         )
-    elif (serving_family(ctx.facts.architecture, ctx.facts.model_type) or {}).get("prefix_caching"):
+    elif _family_prefix_caching(ctx):
         yield _f(
             "mamba-block-size",
             "--mamba-block-size on a family whose hybrid cache geometry vLLM derives: "
@@ -549,7 +551,7 @@ def _mamba(ctx: _Ctx) -> Iterable[Finding]:
 def _limits(ctx: _Ctx) -> Iterable[Finding]:
     hw = ctx.hw
     util = ctx.value("--gpu-memory-utilization")
-    cap = hw.get("gpu_memory_utilization_max") if hw else None
+    cap = hw.gpu_memory_utilization_max if hw else None
     if hw is not None and util is not None and cap is not None:
         try:
             if float(util) > cap:
@@ -567,8 +569,8 @@ def _limits(ctx: _Ctx) -> Iterable[Finding]:
         n = parse_int(tokens, "human_int")
     except ValueError:
         return
-    ceiling = ctx.rt.serve.get("compile_range_max_batched_tokens")
-    hw_max = hw.get("max_num_batched_tokens_max") if hw else None
+    ceiling = ctx.rt.serve.compile_range_max_batched_tokens
+    hw_max = hw.max_num_batched_tokens_max if hw else None
     limit = min(x for x in (ceiling, hw_max, float("inf")) if x is not None)
     if n > limit:
         reason = (
@@ -583,15 +585,18 @@ def _limits(ctx: _Ctx) -> Iterable[Finding]:
         )
 
 
+def _family_prefix_caching(ctx: _Ctx) -> bool:
+    fam = serving().family(ctx.facts.architecture, ctx.facts.model_type)
+    return fam is not None and fam.prefix_caching
+
+
 def _image(ctx: _Ctx) -> Iterable[Finding]:
-    mismatch = require_hardware_fits(ctx.rt, ctx.hw)
+    mismatch = ctx.rt.hardware_mismatch(ctx.hw)
     if mismatch:
-        yield _f("runtime-hardware-mismatch", mismatch, fix="--runtime vllm-0.33")
+        yield _f("runtime-hardware-mismatch", mismatch, fix=f"--runtime {default_runtime_id()}")
     image = ctx.cmd.image
     if image is None:
         return
     tail = image.rsplit("/", 1)[-1]
     if ":" not in tail or tail.endswith(":latest"):
-        yield _f(
-            "unpinned-image", f"{image} is a moving tag; this check used {ctx.rt.id}", fix=ctx.rt.serve.get("image")
-        )
+        yield _f("unpinned-image", f"{image} is a moving tag; this check used {ctx.rt.id}", fix=ctx.rt.image)

@@ -8,13 +8,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from ..errors import CkptError
+from ..knowledge.hardware import Hardware
+from ..knowledge.runtimes import Runtime
+from ..knowledge.serve_checks import check
 from ..pipeline import Analysis
 from ..plan import MemoryPlan, Settings, plan_for
 from ..plan.render import size
 from ..rules.base import Finding
 from .parser import ParsedCommand
 from .planner import PlannedFlag, ServePlan
-from .profiles import ServeHardware, ServeRuntime, check
 
 PLAN_SOURCE = (
     "ckpt plan (rules/memory.toml: vllm/v1/kv_cache_interface.py and vllm/v1/core/kv_cache_planning.py "
@@ -89,7 +91,7 @@ def _float(cmd: ParsedCommand, name: str) -> float | None:
 
 
 def memory_findings(
-    cmd: ParsedCommand, rt: ServeRuntime, hw: ServeHardware | None, analysis: Analysis, drafter_path: str | None
+    cmd: ParsedCommand, rt: Runtime, hw: Hardware | None, analysis: Analysis, drafter_path: str | None
 ) -> Iterable[Finding]:
     """`memory-does-not-fit` when the command's --max-model-len x --max-num-seqs cannot fit the KV budget."""
     if hw is None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from .profiles import FlagInfo, ServeRuntime, docker_value_options
+from ..knowledge.runtimes import FlagInfo, Runtime
+from ..knowledge.serving import serving
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def split_command(words: Sequence[str]) -> list[str]:
     return list(words)
 
 
-def parse_command(words: Sequence[str], rt: ServeRuntime) -> ParsedCommand:
+def parse_command(words: Sequence[str], rt: Runtime) -> ParsedCommand:
     argv = split_command(words)
     if not argv:
         raise UsageError("no command to check: pass it after `--`, e.g. `ckpt check-serve MODEL -- vllm serve ...`")
@@ -94,7 +95,7 @@ def parse_command(words: Sequence[str], rt: ServeRuntime) -> ParsedCommand:
 
 def _serve(
     argv: list[str],
-    rt: ServeRuntime,
+    rt: Runtime,
     env: dict[str, str | None],
     *,
     kind: str,
@@ -120,7 +121,7 @@ def _serve(
     return ParsedCommand(kind, model, tuple(flags), env, image, mounts, tuple(problems))
 
 
-def _options(args: list[str], rt: ServeRuntime) -> tuple[list[ParsedFlag], str | None, list[str]]:
+def _options(args: list[str], rt: Runtime) -> tuple[list[ParsedFlag], str | None, list[str]]:
     flags: list[ParsedFlag] = []
     model = None
     problems: list[str] = []
@@ -177,8 +178,8 @@ def _takes_value(info: FlagInfo, negated: bool) -> bool:
     return info.arity in ("value", "optional_value") and not negated
 
 
-def _docker(args: list[str], rt: ServeRuntime, env: dict[str, str | None]) -> ParsedCommand:
-    value_opts = docker_value_options()
+def _docker(args: list[str], rt: Runtime, env: dict[str, str | None]) -> ParsedCommand:
+    value_opts = serving().docker_value_options
     mounts: list[tuple[str, str]] = []
     entrypoint = None
     i = 0

@@ -11,11 +11,13 @@ from typing import Any
 
 from ..detect.formats import format_for
 from ..errors import UsageError
-from ..knowledge import runtime_ids
+from ..knowledge.hardware import Hardware
+from ..knowledge.runtimes import Runtime, runtime_ids
+from ..knowledge.serving import ServingFamily, serving
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
+from ..rules.ck312_unsupported_architecture import UnsupportedArchitecture
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
-from .profiles import ServeHardware, ServeRuntime, pairing, serving_family
 
 SPEC_METHODS_NEEDING_DRAFTER = ("dflash", "dspark", "eagle", "eagle3", "draft_model")
 
@@ -46,8 +48,8 @@ class ServePlan:
     """The result of `ckpt serve-flags` (docs/report.schema.json "Serve flags")."""
 
     target: str
-    runtime: ServeRuntime
-    hardware: ServeHardware | None
+    runtime: Runtime
+    hardware: Hardware | None
     model_path: str
     flags: tuple[PlannedFlag, ...]
     env: Mapping[str, str]
@@ -87,11 +89,11 @@ class ServePlan:
         mode, hw = self.facts.activation_mode, self.hardware
         if mode is None or hw is None:
             return None
-        return hw.profile.nvfp4_w4a4 if mode == "W4A4" else hw.profile.nvfp4_w4a16
+        return hw.nvfp4_w4a4 if mode == "W4A4" else hw.nvfp4_w4a16
 
     @property
     def argv(self) -> tuple[str, ...]:
-        out = [*self.runtime.serve.get("command", ("vllm", "serve")), self.model_path]
+        out = [*self.runtime.serve.command, self.model_path]
         for f in self.flags:
             out.append(f.flag)
             if f.value is not None:
@@ -118,7 +120,7 @@ class ServePlan:
             # additions beyond the contract's required fields
             "findings": [f.to_dict() for f in self.sorted_findings()],
             "summary": self.summary,
-            "image": self.runtime.serve.get("image"),
+            "image": self.runtime.image,
             "blocked": self.blocked,
             "alternatives": list(self.alternatives),
             "notes": list(self.notes),
@@ -152,7 +154,7 @@ def accepting_runtimes(analysis: Analysis, current: str) -> tuple[str, ...]:
 
 
 class _Builder:
-    def __init__(self, rt: ServeRuntime) -> None:
+    def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.flags: list[PlannedFlag] = []
         self.warnings: list[str] = []
@@ -168,8 +170,8 @@ class _Builder:
 
 def plan(
     analysis: Analysis,
-    rt: ServeRuntime,
-    hw: ServeHardware | None,
+    rt: Runtime,
+    hw: Hardware | None,
     options: PlanOptions,
     *,
     drafter: Analysis | None = None,
@@ -184,7 +186,7 @@ def plan(
         (
             f
             for f in analysis.report.findings
-            if f.slug == "unsupported-architecture" and f.severity == "error" and f.details.get("architecture")
+            if f.slug == UnsupportedArchitecture.slug and f.severity == "error" and f.details.get("architecture")
         ),
         None,
     )
@@ -196,7 +198,7 @@ def plan(
         )
 
     for finding in analysis.report.findings:
-        if finding.slug == "unsupported-architecture" and finding is not refused_arch:
+        if finding.slug == UnsupportedArchitecture.slug and finding is not refused_arch:
             b.warnings.append(finding.message)  # served, if at all, through the Transformers modeling backend
 
     _quantization(b, facts, rt)
@@ -209,7 +211,7 @@ def plan(
         )
     _max_model_len(b, facts, rt, options)
     _hardware_limits(b, hw, rt, options)
-    fam = serving_family(facts.architecture, facts.model_type)
+    fam = serving().family(facts.architecture, facts.model_type)
     _family(b, facts, fam, rt)
     drafter_info = _speculative(b, facts, fam, rt, options, drafter)
     _kernel_notes(b, facts, hw)
@@ -229,7 +231,7 @@ def plan(
     )
 
 
-def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None:
+def _quantization(b: _Builder, facts: CheckpointFacts, rt: Runtime) -> None:
     src = (
         "vllm/config/model.py ModelConfig._verify_quantization, vLLM 0.33.0 (docs/reference/vllm-0.33.md §1.1-1.5); "
         + rt.source_of("--quantization")
@@ -256,7 +258,7 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
             ),
             src,
         )
-        deprecated = rt.data.get("quantization", {}).get("deprecated_methods", [])
+        deprecated = rt.quantization.deprecated_methods
         if facts.vllm_quantization in deprecated:
             b.add(
                 "--allow-deprecated-quantization",
@@ -272,7 +274,7 @@ def _quantization(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime) -> None
         b.notes.append("--quantization omitted: the runtime does not resolve a method for this checkpoint")
 
 
-def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, options: PlanOptions) -> None:
+def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: Runtime, options: PlanOptions) -> None:
     derived = facts.max_model_len
     src = (
         "vllm/config/model.py _get_and_verify_max_len, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.5); config.json "
@@ -285,7 +287,7 @@ def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, option
         if derived is not None and asked > derived:
             # vLLM raises unless this variable is set; with it, it starts and warns. The risk (RoPE positions past the
             # trained context) is check-serve's max-model-len-exceeded warning on this command: see serve_verdict.
-            env = rt.behaviour.get("long_max_model_len_env")
+            env = rt.behaviour.long_max_model_len_env
             if env:
                 b.env[env] = "1"
         b.add("--max-model-len", str(asked), "context length asked for with --max-model-len", src)
@@ -298,52 +300,51 @@ def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: ServeRuntime, option
         )
 
 
-def _hardware_limits(b: _Builder, hw: ServeHardware | None, rt: ServeRuntime, options: PlanOptions) -> None:
+def _hardware_limits(b: _Builder, hw: Hardware | None, rt: Runtime, options: PlanOptions) -> None:
     if hw is None:
         if options.colocated:
             b.warnings.append("--colocated needs --hardware: the memory share for sidecars is per hardware profile")
         return
-    key = "gpu_memory_utilization_colocated" if options.colocated else "gpu_memory_utilization"
-    util = hw.get(key)
+    util = hw.gpu_memory_utilization_colocated if options.colocated else hw.gpu_memory_utilization
     if util is not None:
-        default = rt.serve.get("gpu_memory_utilization_default")  # not every image profile records one
+        default = rt.serve.gpu_memory_utilization_default  # not every image profile records one
         why = (
             "leaves unified memory to the sidecars sharing the GPU"
             if options.colocated
-            else f"{hw.id} shares its memory between CPU and GPU; above {hw.get('gpu_memory_utilization_max')} it "
+            else f"{hw.id} shares its memory between CPU and GPU; above {hw.gpu_memory_utilization_max} it "
             f"page-thrashes" + (f" (the runtime's default is {default})" if default is not None else "")
         )
-        b.add("--gpu-memory-utilization", f"{util:.2f}", why, hw.source)
+        b.add("--gpu-memory-utilization", f"{util:.2f}", why, hw.serving_citation)
     elif options.colocated:
         b.warnings.append(
             f"{hw.id} has no measured memory share for sidecars: set --gpu-memory-utilization to "
             f"(GPU memory - sidecar memory) / GPU memory yourself"
         )
-    tokens = hw.get("max_num_batched_tokens")
+    tokens = hw.max_num_batched_tokens
     if tokens is not None:
-        ceiling = rt.serve.get("compile_range_max_batched_tokens")
+        ceiling = rt.serve.compile_range_max_batched_tokens
         b.add(
             "--max-num-batched-tokens",
             str(tokens),
             "stays inside the compiled range and frees activation memory; chunked prefill keeps the full context"
             + (f" (compile-range ceiling {ceiling})" if ceiling else ""),
-            hw.source,
+            hw.serving_citation,
         )
 
 
-def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime) -> None:
+def _family(b: _Builder, facts: CheckpointFacts, fam: ServingFamily | None, rt: Runtime) -> None:
     if fam is None:
         b.notes.append(f"no serving entry for {facts.architecture or facts.model_type}: no parsers or limits emitted")
         return
-    src = f"rules/serving.toml ({fam['id']}): {fam['source']}"
-    if fam.get("prefix_caching"):
+    src = f"rules/serving.toml ({fam.id}): {fam.source}"
+    if fam.prefix_caching:
         b.add(
             "--enable-prefix-caching",
             None,
             "hybrid attention family: prefix caching on, --mamba-block-size left for vLLM to derive",
             src,
         )
-    limits = fam.get("mm_limits")
+    limits = fam.mm_limits
     if facts.has_vision and not facts.vision_loadable:
         b.warnings.append(
             "the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
@@ -361,18 +362,18 @@ def _family(b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, 
         b.notes.append(
             "vision tower present; no tuned limits for this family, vLLM's default (999 per modality) applies"
         )
-    if fam.get("reasoning_parser"):
-        b.add("--reasoning-parser", fam["reasoning_parser"], "the family's reasoning format", src)
-    if fam.get("tool_call_parser"):
+    if fam.reasoning_parser:
+        b.add("--reasoning-parser", fam.reasoning_parser, "the family's reasoning format", src)
+    if fam.tool_call_parser:
         b.add("--enable-auto-tool-choice", None, "tool calls need auto tool choice and a parser", src)
-        b.add("--tool-call-parser", fam["tool_call_parser"], "the family's tool-call format", src)
+        b.add("--tool-call-parser", fam.tool_call_parser, "the family's tool-call format", src)
 
 
 def _speculative(
     b: _Builder,
     facts: CheckpointFacts,
-    fam: Mapping[str, Any] | None,
-    rt: ServeRuntime,
+    fam: ServingFamily | None,
+    rt: Runtime,
     options: PlanOptions,
     drafter: Analysis | None,
 ) -> dict[str, Any] | None:
@@ -386,7 +387,7 @@ def _speculative(
                 f"cannot tell the speculative method of drafter {drafter.report.target} from its "
                 f"config.json or folder name; pass --speculative-method"
             )
-    elif method is None and facts.has_mtp and pairing(facts.architecture, "mtp"):
+    elif method is None and facts.has_mtp and serving().pairing(facts.architecture, "mtp"):
         method = "mtp"
     if method is None:
         return None
@@ -395,17 +396,17 @@ def _speculative(
         raise UsageError(f"{rt.id} has no speculative method {method!r}; choose one of: {', '.join(methods)}")
     if method in SPEC_METHODS_NEEDING_DRAFTER and options.drafter_path is None:
         raise UsageError(f"speculative method {method} needs --drafter DIR")
-    pair = pairing(facts.architecture, method)
+    pair = serving().pairing(facts.architecture, method)
     config: dict[str, Any] = {"method": method}
     if options.drafter_path is not None and method not in ("mtp", "ngram", "ngram_gpu", "suffix"):
         config["model"] = options.drafter_path
     src = (
-        f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair['source']}"
+        f"vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2); rules/serving.toml [[pairing]]: {pair.source}"
         if pair
         else "vllm/config/speculative.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §7.2)"
     )
     if pair:
-        config["num_speculative_tokens"] = int(pair["num_speculative_tokens"])
+        config["num_speculative_tokens"] = pair.num_speculative_tokens
     else:
         config["num_speculative_tokens"] = 1 if method == "mtp" else 4
         b.warnings.append(
@@ -418,7 +419,7 @@ def _speculative(
         "--speculative-config",
         spec_json(config),
         f"{method} speculative decoding"
-        + (f" with the tuned {config['num_speculative_tokens']} draft tokens ({pair['drafter']})" if pair else ""),
+        + (f" with the tuned {config['num_speculative_tokens']} draft tokens ({pair.drafter})" if pair else ""),
         src,
     )
     info: dict[str, Any] = {"method": method, "path": options.drafter_path}
@@ -435,28 +436,28 @@ def _speculative(
 
 
 def _dflash(
-    b: _Builder, facts: CheckpointFacts, fam: Mapping[str, Any] | None, rt: ServeRuntime, config: dict[str, Any]
+    b: _Builder, facts: CheckpointFacts, fam: ServingFamily | None, rt: Runtime, config: dict[str, Any]
 ) -> None:
     rules = rt.dflash
-    if not rules:
+    if rules is None:
         return
-    src = f"rules/runtimes ({rt.id}) [speculative.dflash]: {rules['source']}"
-    allowed = rules.get("kv_cache_dtypes", ["auto"])
+    src = f"rules/runtimes ({rt.id}) [speculative.dflash]: {rules.source}"
+    allowed = rules.kv_cache_dtypes
     if facts.kv_cache and facts.kv_cache not in allowed and "auto" in allowed and len(allowed) == 1:
         b.warnings.append(
             f"the checkpoint declares a {facts.kv_cache} KV cache, which `auto` selects; DFlash on "
             f"{rt.name} needs BF16 KV: expect 'No valid attention backend found' at start-up"
         )
-    target_backend = rules.get("target_attention_backend")
+    target_backend = rules.target_attention_backend
     if target_backend:
         b.add("--attention-backend", target_backend, "the body backend DFlash's KV-sharing path is validated with", src)
-    drafter_backend = (fam or {}).get("dflash_drafter_attention_backend") or rules.get("drafter_attention_backend")
+    drafter_backend = (fam.dflash_drafter_attention_backend if fam else None) or rules.drafter_attention_backend
     if drafter_backend and drafter_backend != "forbidden":
         # vLLM does not inherit the target's backend into the drafter.
         config["attention_backend"] = drafter_backend
 
 
-def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: ServeHardware | None) -> None:
+def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: Hardware | None) -> None:
     if facts.activation_mode is None:
         return
     if facts.weight_only_nvfp4:
@@ -465,18 +466,18 @@ def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: ServeHardware | None)
             f"weight-only kernel (Marlin/Humming/CuTe-DSL W4A16); do not force a W4A4 backend "
             f"(flashinfer_cutlass, cutlass)"
         )
-    elif hw is not None and hw.profile.native_fp4:
+    elif hw is not None and hw.native_fp4:
         b.notes.append(
             f"W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4 and auto-selects "
-            f"{hw.profile.nvfp4_w4a4} on {hw.id}"
+            f"{hw.nvfp4_w4a4} on {hw.id}"
         )
     elif hw is None:
         b.notes.append(
             "W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
             "tensor cores (Hopper) it falls back to Marlin weight-only"
         )
-    if hw is not None and not hw.profile.native_fp4:
-        kernel = hw.profile.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
+    if hw is not None and not hw.native_fp4:
+        kernel = hw.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
         b.warnings.append(
             f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
             f"(activations stay 16-bit, input scales are unused)"

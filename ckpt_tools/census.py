@@ -1,0 +1,218 @@
+"""What `ckpt inspect` shows, as data: the dtype census per component, the per-layer scheme table, the memory figures
+and a tensor listing. Built from an `Analysis` (headers only), rendered as JSON or text; judges nothing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .detect.resolve import Detection, ModuleRow, component_lookup
+from .model.checkpoint import Checkpoint
+from .model.tensors import TensorInfo
+from .report.model import SCHEMA_VERSION
+from .report.text import checkpoint_lines, hub_lines, human_size
+
+if TYPE_CHECKING:
+    from .pipeline import Analysis
+
+LAYER = re.compile(r"^(.*?\.(?:layers|blocks|h)\.\d+)\.")  # a layer prefix, up to and including the layer index
+
+
+@dataclass(frozen=True)
+class CensusRow:
+    """Tensors of one dtype in one component, and their bytes on disk."""
+
+    component: str
+    dtype: str
+    tensors: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """The schemes of one layer's modules (declared by the config, with the on-disk one where it differs)."""
+
+    layer: str
+    schemes: Mapping[str, int]  # scheme label -> modules
+    summary: str  # "2x W4A4 NVFP4, 1x unquantized"
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """A checkpoint's census. `tensors` lists the tensors matching `pattern` (None when no pattern was given)."""
+
+    target: str
+    checkpoint: Mapping[str, Any]  # the report's `checkpoint` object
+    hub: Mapping[str, Any] | None  # which Hub commit was read; None for a local target
+    census: tuple[CensusRow, ...]
+    modules: tuple[ModuleRow, ...]
+    layers: tuple[LayerRow, ...]
+    memory: Mapping[str, Any]  # `plan.memory_figures`: weights, KV cache per token, recurrent state
+    pattern: str | None = None
+    tensors: tuple[TensorInfo, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `ckpt inspect --format json` object."""
+        from . import __version__
+
+        out: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "ckpt", "version": __version__},
+            "target": self.target,
+            "checkpoint": dict(self.checkpoint),
+            **({"hub": self.hub} if self.hub is not None else {}),
+            "census": [
+                {"component": r.component, "dtype": r.dtype, "tensors": r.tensors, "bytes": r.bytes}
+                for r in self.census
+            ],
+            "modules": [
+                {
+                    "name": r.name,
+                    "component": r.component,
+                    "declared": r.declared.label,
+                    "disk": r.disk.label,
+                    "covered_by": r.covered_by,
+                    "group": r.group,
+                }
+                for r in self.modules
+            ],
+            "layers": [{"layer": r.layer, "schemes": dict(r.schemes), "summary": r.summary} for r in self.layers],
+            "memory": self.memory,
+        }
+        if self.tensors is not None:
+            out["tensors"] = [
+                {
+                    "name": t.name,
+                    "dtype": t.dtype,
+                    "shape": list(t.shape),
+                    "shard": t.shard,
+                    "data_offsets": [t.begin, t.end],
+                }
+                for t in self.tensors
+            ]
+        return out
+
+    def render_text(self) -> str:
+        """What `ckpt inspect` prints."""
+        out = [
+            f"ckpt inspect {self.target}",
+            *checkpoint_lines(dict(self.checkpoint)),
+            *hub_lines(dict(self.hub) if self.hub is not None else None),
+            "",
+            "dtype census:",
+        ]
+        out += [
+            f"  {r.component:<8} {r.dtype:<12} {r.tensors:>8,} tensors  {human_size(r.bytes):>10}" for r in self.census
+        ]
+        out += ["", *memory_lines(self.memory), "", "schemes per layer (declared by the config -> on disk):"]
+        out += [f"  {r.layer:<48} {r.summary}" for r in self.layers]
+        if self.tensors is not None:
+            out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
+            out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]
+        return "\n".join(out) + "\n"
+
+
+def inspection(analysis: Analysis, pattern: str | None = None) -> Inspection:
+    """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing."""
+    from .plan import memory_figures
+
+    ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
+    hub = report.extra.get("hub")
+    return Inspection(
+        target=report.target,
+        checkpoint=MappingProxyType(dict(report.checkpoint)),
+        hub=hub,
+        census=census(ckpt, det),
+        modules=tuple(det.rows),
+        layers=layer_table(det.rows),
+        memory=memory_figures(analysis),
+        pattern=pattern or None,
+        tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
+    )
+
+
+def inspect(
+    path_or_repo: str | os.PathLike[str],
+    *,
+    tensors: str | None = None,
+    runtime: str | None = None,
+    revision: str | None = None,
+) -> Inspection:
+    """Census of a checkpoint, as `ckpt inspect` prints it: headers only, and one shard of a sharded checkpoint is
+    accepted (its census describes that shard). `tensors` is a glob over tensor names to list.
+
+    Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect, as `doctor` does."""
+    from . import _inputs
+    from .pipeline import analyze
+
+    result = analyze(
+        _inputs.target(path_or_repo, "path_or_repo"),
+        runtime=_inputs.optional_id(runtime, "runtime"),
+        headers_only=True,
+        revision=revision,
+        lone_shard=True,
+    )
+    return inspection(result, tensors)
+
+
+def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
+    """Tensors and bytes per (component, dtype), sorted."""
+    component_of = component_lookup(det.family)
+    counts: Counter[tuple[str, str]] = Counter()
+    sizes: Counter[tuple[str, str]] = Counter()
+    for t in ckpt.tensors.values():
+        key = (component_of(t.name), t.dtype)
+        counts[key] += 1
+        sizes[key] += t.nbytes
+    return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
+
+
+def layer_table(rows: Sequence[ModuleRow]) -> tuple[LayerRow, ...]:
+    """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9)."""
+    groups: dict[str, Counter[str]] = {}
+    for r in rows:
+        m = LAYER.match(r.name)
+        layer = m.group(1) if m else r.name
+        same = r.declared == r.disk or (not r.disk.quantized and not r.declared.quantized)
+        label = r.declared.label if same else f"{r.declared.label} (disk: {r.disk.label})"
+        groups.setdefault(layer, Counter())[label] += 1
+
+    def natural(name: str) -> list[int | str]:
+        return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+    return tuple(
+        LayerRow(layer, MappingProxyType(dict(c)), ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())))
+        for layer, c in sorted(groups.items(), key=lambda kv: natural(kv[0]))
+    )
+
+
+def memory_lines(memory: Mapping[str, Any]) -> list[str]:
+    """Weights and KV figures (ckpt plan gives the budget on a GPU)."""
+    w = memory["weights"]
+    out = [
+        "memory (ckpt plan TARGET --hardware ID for the fit on a GPU):",
+        f"  weights   {w['bytes']:,} B (" + ", ".join(f"{k} {v:,} B" for k, v in w["by_component"].items()) + ")",
+    ]
+    kv = memory.get("kv_cache")
+    if kv is None:
+        return [*out, f"  KV cache  unknown: {memory.get('kv_cache_unknown')}"]
+    out.append(
+        f"  KV cache  {kv['bytes_per_token']:,} B per token ({kv['dtype']}, {kv['attention_layers']} "
+        f"attention layer{'s' if kv['attention_layers'] != 1 else ''}"
+        + (f", {kv['sliding_window_layers']} sliding-window" if kv["sliding_window_layers"] else "")
+        + ")"
+    )
+    state = memory["state"]
+    if state["layers"]:
+        out.append(
+            f"  state     {state['bytes_per_sequence']:,} B per sequence "
+            f"({state['layers']} linear-attention layer{'s' if state['layers'] != 1 else ''})"
+        )
+    return out

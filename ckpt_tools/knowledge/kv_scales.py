@@ -1,0 +1,132 @@
+"""rules/kv_scales.toml: KV-cache scale spellings, the attention-module names they hang off, and what each runtime
+accepts as a declared KV-cache quantization."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from ._load import REQUIRED, Table, build_file
+
+STATUSES = ("loaded", "deprecated", "method-only")
+
+
+@dataclass(frozen=True)
+class KvSpelling:
+    id: str
+    pattern: re.Pattern[str]
+    writer: str
+    status: str
+    methods: tuple[str, ...]
+    consequence: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Where KV scales live: their suffixes, and the module names that make a block an attention block."""
+
+    scale_suffixes: tuple[str, ...]  # `*.k_scale`, ... (plus a q/k/v projection's `output_scale`)
+    projections: tuple[str, ...]  # q/k/qkv projections whose parent is an attention block
+    blocks: tuple[str, ...]  # last segment of an attention block's name
+    source: str
+
+
+@dataclass(frozen=True)
+class KvRuntime:
+    """What a runtime accepts as a declared KV-cache quantization (`[runtime."<profile id>"]`)."""
+
+    modelopt_kv_algos: tuple[str, ...]
+    ct_kv_type: str
+    ct_kv_num_bits: int
+    ct_kv_strategies: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class KvScales:
+    spellings: tuple[KvSpelling, ...]
+    attention: Attention
+    runtimes: Mapping[str, KvRuntime]
+
+
+def _spelling(t: Table) -> KvSpelling:
+    return KvSpelling(
+        t.string("id"),
+        t.regex("pattern"),
+        t.string("writer"),
+        t.choice("status", STATUSES),
+        t.strs("methods"),
+        t.opt_string("consequence"),
+        t.string("source"),
+    )
+
+
+def _runtime(_: str, t: Table) -> KvRuntime:
+    return KvRuntime(
+        t.strs("modelopt_kv_algos", REQUIRED),
+        t.string("ct_kv_type"),
+        t.integer("ct_kv_num_bits"),
+        t.strs("ct_kv_strategies", REQUIRED),
+        t.string("source"),
+    )
+
+
+def parse(root: Table) -> KvScales:
+    attention = root.table("attention")
+    out = KvScales(
+        spellings=root.each("spelling", _spelling, required=True),
+        attention=Attention(
+            attention.strs("scale_suffixes", REQUIRED),
+            attention.strs("projections", REQUIRED),
+            attention.strs("blocks", REQUIRED),
+            attention.string("source"),
+        ),
+        runtimes=root.table("runtime").sub_tables(_runtime),
+    )
+    attention.done()
+    return out
+
+
+@cache
+def kv_scales() -> KvScales:
+    return build_file("kv_scales.toml", parse, "kv-scales/1")
+
+
+def spellings() -> tuple[KvSpelling, ...]:
+    return kv_scales().spellings
+
+
+def attention() -> Attention:
+    return kv_scales().attention
+
+
+_PROJ_OUTPUT = re.compile(r"\.[kvq]_proj\.output_scale$")
+
+
+def is_kv_scale_name(name: str) -> bool:
+    """A tensor that is a KV-cache (attention) scale: `*.k_scale`, `*.v_scale`, `*.q_scale`, `*.kv_scale`, or a
+    q/k/v projection's `output_scale`."""
+    suffix = name.rsplit(".", 1)[-1]
+    if suffix in attention().scale_suffixes:
+        return True
+    return suffix == "output_scale" and bool(_PROJ_OUTPUT.search(name))
+
+
+def classify(name: str) -> KvSpelling | None:
+    """The first spelling whose pattern matches the tensor name."""
+    for spelling in spellings():
+        if spelling.pattern.search(name):
+            return spelling
+    return None
+
+
+def kv_runtime(runtime_id: str) -> KvRuntime | None:
+    """What a runtime accepts as a declared KV-cache quantization; the newest profile listed when the runtime has no
+    entry of its own, None when the file lists none."""
+    table = kv_scales().runtimes
+    if runtime_id in table:
+        return table[runtime_id]
+    return table[sorted(table)[-1]] if table else None
