@@ -9,11 +9,12 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .detect.resolve import Detection, ModuleRow, component_lookup
+from .knowledge.hardware import Hardware
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
@@ -42,6 +43,8 @@ class LayerRow:
     layer: str
     schemes: Mapping[str, int]  # scheme label -> modules
     summary: str  # "2x W4A4 NVFP4, 1x unquantized"
+    # hardware id -> the kernel families vLLM picks for the layer's quantized modules (ckpt_tools/kernels.py)
+    kernel: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,10 @@ class Inspection:
                 }
                 for r in self.modules
             ],
-            "layers": [{"layer": r.layer, "schemes": dict(r.schemes), "summary": r.summary} for r in self.layers],
+            "layers": [
+                {"layer": r.layer, "schemes": dict(r.schemes), "summary": r.summary, "kernel": dict(r.kernel)}
+                for r in self.layers
+            ],
             "memory": self.memory,
         }
         if self.tensors is not None:
@@ -112,18 +118,27 @@ class Inspection:
             f"  {r.component:<8} {r.dtype:<12} {r.tensors:>8,} tensors  {human_size(r.bytes):>10}" for r in self.census
         ]
         out += ["", *memory_lines(self.memory), "", "schemes per layer (declared by the config -> on disk):"]
-        out += [f"  {r.layer:<48} {r.summary}" for r in self.layers]
+        for r in self.layers:
+            out.append(f"  {r.layer:<48} {r.summary}")
+            if len(r.kernel) == 1:
+                out[-1] += f"  [kernel: {next(iter(r.kernel.values()))}]"
+            elif r.kernel:
+                out.append(" " * 51 + "kernel: " + "; ".join(f"{hw} {k}" for hw, k in r.kernel.items()))
         if self.tensors is not None:
             out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
             out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]
         return "\n".join(out) + "\n"
 
 
-def inspection(analysis: Analysis, pattern: str | None = None) -> Inspection:
-    """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing."""
+def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequence[str] = ()) -> Inspection:
+    """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing; the kernel
+    column names `hardware` (profile ids), else the runtime's default GPU, else every profile."""
+    from .kernels import default_profiles
+    from .knowledge.hardware import hardware as profile
     from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
+    profiles = tuple(profile(h) for h in hardware) if hardware else default_profiles(det.runtime)
     hub = report.extra.get("hub")
     return Inspection(
         target=report.target,
@@ -131,7 +146,7 @@ def inspection(analysis: Analysis, pattern: str | None = None) -> Inspection:
         hub=hub,
         census=census(ckpt, det),
         modules=tuple(det.rows),
-        layers=layer_table(det.rows),
+        layers=layer_table(det.rows, det, profiles),
         memory=memory_figures(analysis),
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
@@ -144,9 +159,11 @@ def inspect(
     tensors: str | None = None,
     runtime: str | None = None,
     revision: str | None = None,
+    hardware: str | Sequence[str] = (),
 ) -> Inspection:
     """Census of a checkpoint, as `ckpt inspect` prints it: headers only, and one shard of a sharded checkpoint is
-    accepted (its census describes that shard). `tensors` is a glob over tensor names to list.
+    accepted (its census describes that shard). `tensors` is a glob over tensor names to list; `hardware` (a profile
+    id or a list of them) picks the GPUs of the per-layer kernel column (default: the runtime's, else every one).
 
     Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect, as `doctor` does."""
     from . import _inputs
@@ -159,7 +176,7 @@ def inspect(
         revision=revision,
         lone_shard=True,
     )
-    return inspection(result, tensors)
+    return inspection(result, tensors, _inputs.ids(hardware, "hardware"))
 
 
 def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
@@ -174,12 +191,19 @@ def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 
-def layer_table(rows: Sequence[ModuleRow]) -> tuple[LayerRow, ...]:
-    """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9)."""
+def layer_table(
+    rows: Sequence[ModuleRow], det: Detection | None = None, profiles: Sequence[Hardware] = ()
+) -> tuple[LayerRow, ...]:
+    """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9), and with
+    `det` and `profiles`, the kernel families vLLM picks per profile for each layer."""
+    from .kernels import row_kernels
+
     groups: dict[str, Counter[str]] = {}
+    members: dict[str, list[ModuleRow]] = {}
     for r in rows:
         m = LAYER.match(r.name)
         layer = m.group(1) if m else r.name
+        members.setdefault(layer, []).append(r)
         same = r.declared == r.disk or (not r.disk.quantized and not r.declared.quantized)
         label = r.declared.label if same else f"{r.declared.label} (disk: {r.disk.label})"
         groups.setdefault(layer, Counter())[label] += 1
@@ -188,7 +212,12 @@ def layer_table(rows: Sequence[ModuleRow]) -> tuple[LayerRow, ...]:
         return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
     return tuple(
-        LayerRow(layer, MappingProxyType(dict(c)), ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())))
+        LayerRow(
+            layer,
+            MappingProxyType(dict(c)),
+            ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())),
+            MappingProxyType(row_kernels(det, members[layer], profiles) if det is not None else {}),
+        )
         for layer, c in sorted(groups.items(), key=lambda kv: natural(kv[0]))
     )
 

@@ -164,6 +164,44 @@ def op_scale_values(folder: Path, pattern: str, factor: float) -> None:
     _rewrite_values(folder, pattern, lambda _d, old: [v * factor for v in old], "scale_values")
 
 
+def op_zero_channels(folder: Path, pattern: str, rows: list[int] = (), columns: list[int] = ()) -> None:
+    """Zero whole rows (first axis, everything after it) or columns (last axis) of every matching tensor, in its own
+    bytes: +0 is all-zero bytes in every float format."""
+    rx = re.compile(pattern)
+    hit = False
+
+    def edit(ts):
+        nonlocal hit
+        out = []
+        for name, d, s, data in ts:
+            if rx.search(name) and len(s) >= 2 and data:
+                hit = True
+                item = len(data) // max(1, _numel(s))
+                width = _numel(s[1:]) * item
+                buf = bytearray(data)
+                for r in rows:
+                    buf[r * width : (r + 1) * width] = bytes(width)
+                last = s[-1] * item
+                for c in columns:
+                    for off in range(c * item, len(buf), last):
+                        buf[off : off + item] = bytes(item)
+                data = bytes(buf)
+            out.append((name, d, s, data))
+        return out
+
+    for shard in shards(folder):
+        rewrite(shard, edit)
+    if not hit:
+        raise AssertionError(f"zero_channels {pattern!r} matched no 2-D tensor")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for x in shape:
+        n *= x
+    return n
+
+
 def op_patch_bytes(folder: Path, tensor: str, positions: Mapping[str, int]) -> None:
     from tests.corrupt import patch_tensor_bytes
 
@@ -301,6 +339,7 @@ OPS: dict[str, Callable[..., None]] = {
     "set_values": op_set_values,
     "scale_values": op_scale_values,
     "patch_bytes": op_patch_bytes,
+    "zero_channels": op_zero_channels,
     "edit_json": op_edit_json,
     "filter_json": op_filter_json,
     "append_json": op_append_json,

@@ -12,7 +12,7 @@ A case file is TOML named after a rule's slug::
     expect = { severity = "error", tensors = ["lm_head.input_scale"], message = ["lm_head"] }
     also = ["CK106"]                    # other rules this corruption legitimately triggers
     findings = 1                        # optional: exactly this many findings of the rule
-    headers_only = false                # optional: analyze options (also `runtime`, `producer_schema`)
+    headers_only = false                # optional: analyze options (also `runtime`, `producer_schema`, `hardware`)
     requires = ["compressed_tensors"]   # optional: modules the case needs; skipped where they are missing
 
 A `fail` case needs at least one finding of the rule that matches every `expect` field: `severity`, `count`,
@@ -108,6 +108,7 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
         headers_only=headers_only,
         runtime=case.get("runtime"),
         producer_schema=bool(case.get("producer_schema", False)),
+        hardware_ids=tuple(case.get("hardware", ())),
     ).report
     mine = [f for f in report.findings if f.code == rule]
     summary = "\n".join(f"  {f.code} {f.severity}: {f.message}" for f in report.findings)

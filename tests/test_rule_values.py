@@ -7,7 +7,7 @@ from ckpt_tools.pipeline import analyze
 from ckpt_tools.rules._values import decode, scalar
 from tests.corrupt import GENUINE
 
-VALUE_RULES = {"CK307", "CK501", "CK502", "CK503"}
+VALUE_RULES = {"CK307", "CK501", "CK502", "CK503", "CK504"}
 
 
 def test_modelopt_global_and_input_scales_are_read() -> None:

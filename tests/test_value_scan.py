@@ -265,14 +265,17 @@ def test_a_rule_suppressed_outright_is_not_read(tmp_path: Path) -> None:
     folder = copy_fixture("modelopt-llama-nvfp4", tmp_path / "m")
     patch_tensor_bytes(folder, BLOCK, {0: 0x7F})
     full = analyze(str(folder))
-    assert [f.code for f in full.report.findings] == ["CK501"]
-    (folder / ".ckpt.toml").write_text('ignore = [{rule = "CK501", reason = "scrubbed downstream"}]\n')
+    assert [f.code for f in full.report.findings if f.severity != "info"] == ["CK501"]
+    # zero-scale-row (CK504) reads the same 8-bit block scales: both must go for those bytes to stay unread.
+    (folder / ".ckpt.toml").write_text(
+        'ignore = [{rule = "CK501", reason = "scrubbed downstream"}, {rule = "CK504", reason = "checked upstream"}]\n'
+    )
     quiet = analyze(str(folder))
-    assert not quiet.report.findings
-    assert [s["code"] for s in quiet.report.skipped] == ["CK501"]
+    assert not [f for f in quiet.report.findings if f.severity != "info"]
+    assert [s["code"] for s in quiet.report.skipped] == ["CK501", "CK504"]
     assert "scrubbed downstream" in quiet.report.skipped[0]["reason"]
     scanned = {quiet.checkpoint.tensors[n].dtype for n in quiet.checkpoint.values}
-    assert scanned == {"F32"}  # the 8-bit block scales (CK501's) were not read; the global scales were
+    assert scanned == {"F32"}  # the 8-bit block scales (CK501's, CK504's) were not read; the global scales were
     run, silenced = value_rules(())
     assert not silenced and wanted_values(run)(quiet.checkpoint.tensors[BLOCK])
 
@@ -437,3 +440,82 @@ def test_local_reads_are_hinted_and_work_where_hints_are_refused(
 
     monkeypatch.setattr(os, "posix_fadvise", refuse)
     assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+
+
+# ---- zero output channels (zero-scale-row, CK504) -----------------------------------------------------------------
+
+
+def _zero_codes(dtype: str) -> list[bytes]:
+    """Every encoding of zero in a dtype (+0 and, where the format has it, -0)."""
+    if dtype in FLOAT8_DTYPES:
+        return [bytes([c]) for c in range(256) if reference_class(dtype, c) == "zero"]
+    return [wide_bytes(dtype, [0.0]), wide_bytes(dtype, [-0.0])]
+
+
+def _nonzero_code(dtype: str, rng: random.Random) -> bytes:
+    if dtype in FLOAT8_DTYPES:
+        return bytes([rng.choice([c for c in range(256) if reference_class(dtype, c) != "zero"])])
+    return wide_bytes(dtype, [rng.choice([0.5, -2.0, math.nan, math.inf, 1e-7])])  # 1e-7: subnormal in F16
+
+
+def _channel_tensor(dtype: str, rows: int, cols: int, rng: random.Random) -> tuple[bytes, list[list[bool]]]:
+    """A (rows, cols) tensor where about a third of the rows and some columns are all zero, the zeros in any
+    encoding; returns its bytes and the zero mask."""
+    zero_rows = {r for r in range(rows) if rng.random() < 0.35}
+    zero_cols = {c for c in range(cols) if rng.random() < 0.2}
+    mask, out = [], bytearray()
+    for r in range(rows):
+        row = []
+        for c in range(cols):
+            z = r in zero_rows or c in zero_cols or rng.random() < 0.3
+            out += rng.choice(_zero_codes(dtype)) if z else _nonzero_code(dtype, rng)
+            row.append(z)
+        mask.append(row)
+    return bytes(out), mask
+
+
+@pytest.mark.parametrize("dtype", sorted(STATS_DTYPES - {"F8_E8M0"}))
+def test_zero_channels_are_exact_whatever_the_chunking(dtype: str, tmp_path: Path) -> None:
+    rng = random.Random(f"zero-{dtype}")
+    rows_blob, rows_mask = _channel_tensor(dtype, 23, 7, rng)  # weight_scale (out, in / group): channels are rows
+    cols_blob, cols_mask = _channel_tensor(dtype, 5, 31, rng)  # GPTQ `scales` (groups, out): channels are columns
+    experts_blob, experts_mask = _channel_tensor(dtype, 12, 1, rng)  # per-channel (out, 1), as (2, 6, 1) experts
+    tensors = [
+        ("m.weight_scale", dtype, [23, 7], rows_blob),
+        ("m.scales", dtype, [5, 31], cols_blob),
+        ("e.weight_scale", dtype, [2, 6, 1], experts_blob),
+        ("m.input_scale", dtype, [12], experts_blob),  # no channel layout: not counted
+    ]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    shards = {s.name: s for s in ckpt.shards}
+    zero_rows = [r for r, row in enumerate(rows_mask) if all(row)]
+    zero_cols = [c for c in range(31) if all(cols_mask[r][c] for r in range(5))]
+    zero_experts = [r for r, row in enumerate(experts_mask) if all(row)]
+    assert zero_rows and zero_cols and zero_experts  # the seed exercises every layout
+    item = 1 if dtype in FLOAT8_DTYPES else len(wide_bytes(dtype, [0.0]))
+    for chunk in (item, 3 * item, 5 * item, 64, 1 << 20):
+        result = scan_values(source, list(ckpt.tensors.values()), shards, chunk=chunk)
+        got = {n: (result.get(n).channels, result.get(n).zero_rows, result.get(n).first_zero_row) for n in result}
+        assert got["m.weight_scale"] == (23, len(zero_rows), zero_rows[0]), chunk
+        assert got["m.scales"] == (31, len(zero_cols), zero_cols[0]), chunk
+        assert got["e.weight_scale"] == (12, len(zero_experts), zero_experts[0]), chunk
+        assert got["m.input_scale"] == (0, 0, None)
+
+
+def test_zero_channels_of_an_all_zero_tensor_and_a_clean_one(tmp_path: Path) -> None:
+    tensors = [
+        ("z.weight_scale", "F8_E4M3", [64, 16], bytes(1024)),
+        ("z.scales", "F16", [4, 8], bytes(64)),
+        ("c.weight_scale", "F8_E4M3", [64, 16], bytes([0x38]) * 1024),
+        ("x.weight_scale", "F8_E8M0", [64, 16], bytes(1024)),  # 0x00 is 2^-127 in E8M0, not zero
+    ]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards}, chunk=100)
+    assert (result.get("z.weight_scale").zero_rows, result.get("z.weight_scale").first_zero_row) == (64, 0)
+    assert (result.get("z.scales").channels, result.get("z.scales").zero_rows) == (8, 8)
+    assert result.get("c.weight_scale").zero_rows == 0 and result.get("c.weight_scale").channels == 64
+    assert result.get("x.weight_scale").zero_rows == 0

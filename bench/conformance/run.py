@@ -11,6 +11,8 @@ Checks per case (see bench/conformance/README section in the top-level README):
      `ModelConfig` for the checkpoint it names.
   4. plan: `ckpt plan`'s per-layer KV bytes per token and recurrent state per sequence against vLLM's own KV-cache
      specs (plan_check.py), for every fixture and the configs of tests/plan_configs.py.
+  5. kernels: rules/kernels.toml against vLLM's own kernel selection functions on each GPU capability, where they
+     run on CPU (kernel_check.py).
 Prints the agreement table and a one-line score; writes the same as Markdown; exits 1 on any disagreement.
 """
 
@@ -28,6 +30,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+import kernel_check  # noqa: E402
 import plan_check  # noqa: E402
 import vllm_side as vs  # noqa: E402 - sets the CPU platform before vLLM is imported
 from cases import Case, all_cases  # noqa: E402
@@ -119,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     plan_rows = [] if args.only else plan_check.run()
     plan_line, plan_clean = plan_check.score(plan_rows) if plan_rows else ("", True)
     clean &= plan_clean
+    kernel_rows = [] if args.only else kernel_check.run()
+    kernel_line, kernel_clean = kernel_check.score(kernel_rows) if kernel_rows else ("", True)
+    clean &= kernel_clean
     # Corrupted copies live in a fresh temporary folder: name it once, so reports of two runs compare line by line.
     body = [ln.replace(tmp, "<copies>") for ln in table(rows)]
     print("\n".join(body))
@@ -126,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     print(line)
     if plan_line:
         print(plan_line)
+    if kernel_line:
+        print(kernel_line)
     diffs = [ln.replace(tmp, "<copies>") for ln in details(rows)]
     if diffs:
         print("\n".join(["", "Disagreements and notes:", *diffs]))
@@ -145,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         *(diffs or ["None."]),
         "",
         *(plan_check.section(plan_rows) if plan_rows else []),
+        "",
+        *(kernel_check.section(kernel_rows) if kernel_rows else []),
     ]
     if not args.only:
         args.out.write_text("\n".join(md))

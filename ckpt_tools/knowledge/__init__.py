@@ -6,6 +6,7 @@
 | `dtypes` | dtypes.toml | `dtype_support()` |
 | `formats` | formats.toml | `formats()`, `format_for(method)`, `unsupported_hints()`, `made_by_table()` |
 | `hardware` | hardware.toml | `profiles()`, `hardware(id)` |
+| `kernels` | kernels.toml | `kernel_table()`: the kernel selection per scheme, layer kind and GPU (applied by `ckpt_tools/kernels.py`) |
 | `kv_scales` | kv_scales.toml | `spellings()`, `classify(name)`, `is_kv_scale_name(name)`, `attention()`, `kv_runtime(id)` |
 | `layouts` | layouts.toml | `foreign_layouts()`, `component_expectations()`, `alternate_weights()` |
 | `memory` | memory.toml | `memory()` |

@@ -10,6 +10,7 @@ FNUZ: no negative zero, 0x80 is the only NaN; E8M0: exponent only, 0xFF is NaN) 
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -51,6 +52,27 @@ def value_dtype(tensor: TensorInfo) -> str:
     if tensor.dtype == "U8" and ROLES.get(tensor.name.rpartition(".")[2]) in U8_AS_E8M0_ROLES:
         return "F8_E8M0"
     return tensor.dtype
+
+
+# Weight scale roles whose rows are output channels: `weight_scale` / `weight_scale_inv` are (out, k) or
+# (experts, out, k) with k = 1 (per channel), in / group (NVFP4 / MX / int groups) or in / 128 (FP8 blocks, whose rows
+# are blocks of 128 channels); GPTQ / AWQ `scales` are (groups, out): their channels are columns.
+_ROW_ROLES = frozenset({"weight_scale"})
+_COLUMN_ROLES = frozenset({"signed_weight_scale"})
+
+
+def channel_layout(tensor: TensorInfo) -> tuple[str, int] | None:
+    """How a weight scale tensor's output channels lie in its bytes: ("rows", elements per channel) for contiguous
+    rows, ("columns", channels) for channels along the last axis, None when no such layout is known (scalars,
+    1-D scales, other roles)."""
+    if tensor.numel <= 1 or len(tensor.shape) < 2 or not tensor.shape[-1]:
+        return None
+    role = ROLES.get(tensor.name.rpartition(".")[2])
+    if role in _ROW_ROLES:
+        return ("rows", tensor.shape[-1])
+    if role in _COLUMN_ROLES and len(tensor.shape) == 2:
+        return ("columns", tensor.shape[-1])
+    return None
 
 
 def decode_code(dtype: str, code: int) -> float:
@@ -110,6 +132,7 @@ class Float8Table:
     values: tuple[float, ...]  # code -> value
     probe: bytes
     ascii_first: bool
+    zero_mask: bytes  # translate table: zero codes (+0, -0) -> 0x00, every other code -> 0x01
 
 
 @cache
@@ -125,6 +148,7 @@ def float8_table(dtype: str) -> Float8Table:
         values=tuple(decode_code(dtype, c) for c in range(256)),
         probe=probe,
         ascii_first=ascii_first,
+        zero_mask=bytes(0 if classes[c] == ZERO else 1 for c in range(256)),
     )
 
 
@@ -151,6 +175,9 @@ class TensorStats:
     min: float | None = None
     max: float | None = None
     values: tuple[float, ...] | None = None
+    channels: int = 0
+    zero_rows: int = 0
+    first_zero_row: int | None = None
 
     @property
     def nonfinite(self) -> int:
@@ -205,18 +232,149 @@ _NEG_SIGN = bytes(range(0x80))  # translate(None, this) keeps the bytes whose to
 WIDE_STEP = 64 * 1024  # bytes of F32 / BF16 / F16 decoded at a time (a multiple of every item size)
 
 
+_ZERO_RUN = re.compile(b"\x00+")
+
+
+@cache
+def _zero_run(length: int) -> bytes:
+    return bytes(length)
+
+
+class ZeroChannels:
+    """Which output channels of a scale tensor are all zero, from zero masks (one byte per element, 0x00 = zero)
+    of the pieces that hold zeros; pieces without zeros cost nothing but closing an open run. Memory: O(1) for row
+    layouts, one counter per channel for column layouts (allocated on the first zero)."""
+
+    __slots__ = ("first", "full", "kind", "numel", "open", "per_column", "rows", "size")
+
+    def __init__(self, layout: tuple[str, int], numel: int) -> None:
+        self.kind, self.size = layout
+        self.numel = numel
+        self.open: int | None = None  # rows: start of a zero run that reached the end of the last piece
+        self.rows = 0  # rows: channels found all zero so far
+        self.first: int | None = None
+        self.full = 0  # columns: whole rows of the tensor that are zero (each adds one zero to every column)
+        self.per_column: list[int] | None = None  # columns: zeros per column outside those whole rows
+
+    @property
+    def channels(self) -> int:
+        return self.numel // self.size if self.kind == "rows" else self.size
+
+    def clean(self, base: int) -> None:
+        """The piece starting at element `base` holds no zero."""
+        if self.open is not None:
+            self._close(self.open, base)
+            self.open = None
+
+    def zeros(self, data: bytes, base: int, count: int | None = None, table: bytes | None = None) -> None:
+        """A piece starting at element `base` that holds `count` zeros (None: unknown): `data` is its zero mask
+        (0x00 zero, 0x01 not), or, with `table`, its 8-bit codes and the translate table that makes that mask. Only
+        the parts that can hold a whole zero row are translated: the piece's edges when they are zero, and the rows
+        whose first element is."""
+        if self.kind == "columns":
+            self._columns(data.translate(table) if table is not None else data, base)
+            return
+        n = len(data)
+        mask = None
+        if (data[0] if table is None else table[data[0]]) == 0 or (data[-1] if table is None else table[data[-1]]) == 0:
+            mask = data.translate(table) if table is not None else data  # a run touches an edge: rare
+            lead = mask.find(b"\x01")
+            if lead < 0:
+                if self.open is None:
+                    self.open = base
+                return
+            end = mask.rfind(b"\x01") + 1
+        else:
+            lead, end = 0, n
+        start = 0
+        if self.open is not None:
+            self._close(self.open, base + lead)
+            self.open, start = None, lead
+        if count is None or count >= self.size:  # fewer zeros than a row: no row lies inside [start, end)
+            self._inside(data, table, base, start, end)
+        if end < n:
+            self.open = base + end
+
+    def _inside(self, data: bytes, table: bytes | None, base: int, start: int, end: int) -> None:
+        """Count the zero rows lying wholly in [start, end) of the piece, which begins and ends with a nonzero
+        element (or at the piece's edge): only rows whose first element is zero are compared, found in a strided
+        slice."""
+        width = self.size
+        r0, r1 = -(-(base + start) // width), (base + end) // width
+        if r1 <= r0:
+            return
+        o0 = r0 * width - base
+        starts = data[o0 : o0 + (r1 - r0) * width : width]  # each row's first element
+        if table is not None:
+            starts = starts.translate(table)
+        if width == 1:
+            zeros = starts.count(b"\x00")
+            if zeros:
+                self._found(zeros, r0 + starts.find(b"\x00"))
+            return
+        needle = _zero_run(width)
+        k = starts.find(b"\x00")
+        while k >= 0:
+            off = o0 + k * width
+            row = data[off : off + width]
+            if (row.translate(table) if table is not None else row) == needle:
+                self._found(1, r0 + k)
+            k = starts.find(b"\x00", k + 1)
+
+    def _found(self, rows: int, first: int) -> None:
+        self.rows += rows
+        if self.first is None:
+            self.first = first
+
+    def _close(self, a: int, b: int) -> None:
+        """Elements [a, b) are zero: count the rows inside."""
+        first, last = -(-a // self.size), b // self.size
+        if last > first:
+            self._found(last - first, first)
+
+    def _columns(self, mask: bytes, base: int) -> None:
+        width = self.size
+        if self.per_column is None:
+            self.per_column = [0] * width
+        counts = self.per_column
+        for m in _ZERO_RUN.finditer(mask):
+            a, b = base + m.start(), base + m.end()
+            r0, r1 = -(-a // width), b // width
+            spans: tuple[tuple[int, int], ...] = ((a, b),)
+            if r1 > r0:  # whole rows inside the run: one counter, not one per element
+                self.full += r1 - r0
+                spans = ((a, r0 * width), (r1 * width, b))
+            for lo, hi in spans:
+                for i in range(lo, hi):
+                    counts[i % width] += 1
+
+    def result(self) -> tuple[int, int, int | None]:
+        """(channels, zero channels, first zero channel)."""
+        if self.kind == "rows":
+            self.clean(self.numel)
+            return self.channels, self.rows, self.first
+        rows = self.numel // self.size
+        if self.per_column is None:
+            zero = list(range(self.size)) if rows and self.full == rows else []
+        else:
+            zero = [c for c, z in enumerate(self.per_column) if z + self.full == rows]
+        return self.size, len(zero), zero[0] if zero else None
+
+
 class Accumulator:
     """Statistics of one tensor fed in pieces of whole elements, in order (a piece may end anywhere inside the
-    tensor; the scan splits its chunks on element boundaries)."""
+    tensor; the scan splits its chunks on element boundaries). With a `layout` (`channel_layout`), it also finds
+    the output channels whose scales are all zero."""
 
-    __slots__ = ("count", "dtype", "inf", "max", "min", "nan", "negative", "small", "subnormal", "zero")
+    __slots__ = ("channels", "count", "dtype", "inf", "max", "min", "nan", "negative", "small", "subnormal", "zero")
 
-    def __init__(self, dtype: str, numel: int) -> None:
+    def __init__(self, dtype: str, numel: int, layout: tuple[str, int] | None = None) -> None:
         self.dtype = dtype
         self.count = self.nan = self.inf = self.zero = self.negative = self.subnormal = 0
         self.min: float | None = None
         self.max: float | None = None
         self.small: bytearray | None = bytearray() if numel <= SMALL_TENSOR_ELEMENTS else None
+        self.channels = ZeroChannels(layout, numel) if layout is not None else None
 
     def feed(self, piece: bytes) -> None:
         if self.small is not None:
@@ -231,14 +389,25 @@ class Accumulator:
 
     def _feed_float8(self, piece: bytes) -> None:
         table = float8_table(self.dtype)
+        base = self.count
         self.count += len(piece)
+        channels = self.channels
         if _all_zero(piece):  # holes of sparse files, zero-filled tensors
             self._add_class(table.classes[0], len(piece))
+            if channels is not None:
+                if table.classes[0] == ZERO:
+                    channels.zeros(piece, base)  # all 0x00: the piece is its own zero mask
+                else:
+                    channels.clean(base)
             return
         if (not table.ascii_first or piece.isascii()) and not any(c in piece for c in table.probe):
+            if channels is not None:
+                channels.clean(base)
             return  # every code positive, normal and finite: the common case, at memchr speed
         rest = piece.translate(None, table.plain)  # typically empty or tiny: C speed over the piece
         if not rest:
+            if channels is not None:
+                channels.clean(base)
             return
         classes = rest.translate(table.classes)
         counts = [0] * 7
@@ -252,6 +421,11 @@ class Accumulator:
         for cls, n in enumerate(counts):
             if n:
                 self._add_class(cls, n)
+        if channels is not None:
+            if counts[ZERO]:
+                channels.zeros(piece, base, counts[ZERO], table.zero_mask)
+            else:
+                channels.clean(base)
 
     def _add_class(self, cls: int, n: int) -> None:
         if cls == NAN:
@@ -268,12 +442,16 @@ class Accumulator:
     def _feed_wide(self, piece: bytes) -> None:
         values = _decode_wide(self.dtype, piece)
         n = len(values)
+        base = self.count
         self.count += n
         if not n:
             return
+        channels = self.channels
         if _all_zero(piece):
             self.zero += n
             self._extend(0.0, 0.0)
+            if channels is not None:
+                channels.zeros(bytes(n), base)
             return
         size = ITEM_SIZE[self.dtype]
         top = piece[size - 1 :: size]  # sign and high exponent bits of every element
@@ -283,6 +461,8 @@ class Accumulator:
             # No element can be zero, subnormal, infinite or NaN: every value is a finite normal.
             self.negative += signed
             self._extend(min(values), max(values))
+            if channels is not None:
+                channels.clean(base)
             return
         values = list(values)
         finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
@@ -296,6 +476,11 @@ class Accumulator:
         self.subnormal += sum(1 for v in finite if v != 0 and -tiny < v < tiny)
         if finite:
             self._extend(min(finite), max(finite))
+        if channels is not None:
+            if zero:
+                channels.zeros(bytes(map(bool, values)), base, zero)  # 0.0 and -0.0 -> 0x00, any other -> 0x01
+            else:
+                channels.clean(base)
 
     def _extend(self, lo: float, hi: float) -> None:
         self.min = lo if self.min is None or lo < self.min else self.min
@@ -309,8 +494,21 @@ class Accumulator:
             if self.dtype in FLOAT8_DTYPES:
                 finite = [v for v in values if math.isfinite(v)]
                 lo, hi = (min(finite), max(finite)) if finite else (None, None)
+        channels, zero_rows, first = self.channels.result() if self.channels is not None else (0, 0, None)
         return TensorStats(
-            self.dtype, self.count, self.nan, self.inf, self.zero, self.negative, self.subnormal, lo, hi, values
+            self.dtype,
+            self.count,
+            self.nan,
+            self.inf,
+            self.zero,
+            self.negative,
+            self.subnormal,
+            lo,
+            hi,
+            values,
+            channels,
+            zero_rows,
+            first,
         )
 
 

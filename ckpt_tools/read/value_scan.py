@@ -24,7 +24,15 @@ from types import MappingProxyType
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
-from ..model.values import ITEM_SIZE, STATS_DTYPES, Accumulator, TensorStats, ValueStats, value_dtype
+from ..model.values import (
+    ITEM_SIZE,
+    STATS_DTYPES,
+    Accumulator,
+    TensorStats,
+    ValueStats,
+    channel_layout,
+    value_dtype,
+)
 from .source import Source
 
 CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
@@ -205,7 +213,7 @@ def scan_shard(
     progress: Callable[[int], object] = lambda n: None,
 ) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors."""
-    accs = [Accumulator(value_dtype(t), t.numel) for t in plan.tensors]
+    accs = [Accumulator(value_dtype(t), t.numel, channel_layout(t)) for t in plan.tensors]
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
     try:

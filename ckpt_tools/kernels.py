@@ -1,0 +1,156 @@
+"""Which kernel family vLLM auto-selects for each quantized module on each hardware profile (rules/kernels.toml).
+
+One job: apply the selection table to a scheme, a layer kind (linear / fused MoE) and a GPU's compute capability.
+The kernel-selection rule (CK405), inspect's per-layer `kernel` field and the JSON report all ask `kernels_for`, so
+they cannot disagree. Schema: rules/README.md ("kernels.toml").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .detect.resolve import Detection, ModuleRow
+from .detect.schemes import Scheme
+from .knowledge.hardware import Hardware, hardware
+from .knowledge.hardware import profiles as hardware_profiles
+from .knowledge.kernels import Selection, kernel_table
+from .knowledge.runtimes import Runtime
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What vLLM runs one module with on one GPU: `family` None means no kernel (vLLM raises `no_kernel`);
+    `fallback` says why the family is a slow fallback for this checkpoint, else None."""
+
+    family: str | None
+    fallback: str | None
+    selection: str
+    source: str
+    no_kernel: str
+
+    @property
+    def label(self) -> str:
+        if self.family is None:
+            return "no kernel"
+        return f"{self.family} (slow fallback)" if self.fallback else self.family
+
+
+def selections() -> tuple[Selection, ...]:
+    return kernel_table().selections
+
+
+def table_version() -> str:
+    """The vLLM release whose selection rules/kernels.toml restates."""
+    return kernel_table().vllm_version
+
+
+def default_profiles(runtime: Runtime) -> tuple[Hardware, ...]:
+    """The profiles kernels are named for when no `--hardware` is given: the runtime's default GPU (an image built
+    for one), else every profile."""
+    default = runtime.serve.default_hardware
+    return (hardware(default),) if default else hardware_profiles()
+
+
+def capability(hw: Hardware) -> int:
+    """A profile's compute capability as vLLM compares it: "12.1" -> 121."""
+    major, _, minor = hw.compute_capability.partition(".")
+    return int(major) * 10 + int(minor or 0)
+
+
+def layer_kind(module: str) -> str:
+    """`moe` for expert projections and fused expert banks (vLLM's FusedMoE), else `linear`."""
+    return "moe" if ".experts." in module or module.endswith(".experts") else "linear"
+
+
+def select(
+    scheme: Scheme, layer: str, hw: Hardware, group_size: int | None = None, method: str | None = None
+) -> Kernel | None:
+    """The kernel family for one scheme and layer kind on one GPU, under the `--quantization` method vLLM resolved;
+    None when the table does not model the scheme."""
+    if not scheme.quantized:
+        return None
+    for sel in selections():
+        if not sel.covers(scheme, layer, method):
+            continue
+        cc = capability(hw)
+        for pick in sel.picks:
+            if pick.matches(cc, group_size):
+                family = pick.kernel if pick.kernel is not None else str(getattr(hw, sel.hardware_key or ""))
+                return Kernel(family, pick.fallback, sel.id, sel.source, sel.no_kernel)
+        return Kernel(None, None, sel.id, sel.source, sel.no_kernel)
+    return None
+
+
+def group_size(det: Detection, row: ModuleRow) -> int | None:
+    """The weight group size the config gives this module (compressed-tensors group, GPTQ / AWQ / AutoRound
+    top level), or None."""
+    data: Mapping[str, Any] = det.config.data or {}
+    groups = data.get("config_groups")
+    if isinstance(groups, dict) and isinstance(row.group, str) and row.group in groups:
+        weights = groups[row.group].get("weights") if isinstance(groups[row.group], dict) else None
+        value = weights.get("group_size") if isinstance(weights, dict) else None
+    else:
+        value = data.get("group_size")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class KernelUse:
+    """One (scheme, layer kind) class of modules and the kernel it gets on one GPU."""
+
+    hardware: str
+    scheme: str
+    layer: str
+    modules: int
+    kernel: Kernel
+
+
+def loads(det: Detection) -> bool:
+    """Whether vLLM builds kernels for this checkpoint at all: a method it resolves and no config-time refusal."""
+    return det.vllm_quantization is not None and not det.rejection
+
+
+def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]:
+    """Per profile, per (declared scheme, layer kind): the kernel vLLM builds, in a stable order; [] for a
+    checkpoint vLLM refuses."""
+    if not loads(det):
+        return []
+    # Keyed by label, not by Scheme: a hostile config's detail may be unhashable.
+    classes: dict[tuple[str, str, int | None], list] = {}
+    for r in det.rows:
+        if r.declared.quantized:
+            key = (r.declared.label, layer_kind(r.name), group_size(det, r))
+            classes.setdefault(key, [r.declared, 0])[1] += 1
+    out = []
+    for hw in profiles:
+        for (label, layer, gs), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            k = select(scheme, layer, hw, gs, det.vllm_quantization)
+            if k is not None:
+                if k.family is None and gs is not None:
+                    k = replace(k, no_kernel=k.no_kernel.replace("group_size = N", f"group_size = {gs}"))
+                out.append(KernelUse(hw.id, label, layer, n, k))
+    return out
+
+
+def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Hardware]) -> dict[str, str]:
+    """Hardware id -> the kernel labels of these modules (one layer of inspect's table), joined; {} when none of
+    them is quantized with a modelled scheme or vLLM refuses the checkpoint."""
+    out: dict[str, str] = {}
+    if not loads(det):
+        return out
+    for hw in profiles:
+        by_kind: dict[str, list[str]] = {}
+        for r in rows:
+            kind = layer_kind(r.name)
+            k = select(r.declared, kind, hw, group_size(det, r), det.vllm_quantization)
+            if k is not None and k.label not in by_kind.get(kind, []):
+                by_kind.setdefault(kind, []).append(k.label)
+        if len(by_kind) == 1:
+            out[hw.id] = "; ".join(next(iter(by_kind.values())))
+        elif by_kind:
+            out[hw.id] = "; ".join(
+                f"{'experts' if kind == 'moe' else 'linear'}: {', '.join(by_kind[kind])}" for kind in sorted(by_kind)
+            )
+    return out
