@@ -8,6 +8,7 @@ from ..model.modules import COMPRESSED_TENSORS_SUFFIXES
 from .base import Context, Finding, Rule, files_of, module_files, register
 
 MODELOPT_NVFP4 = {"weight_scale_2", "input_scale"}
+_CT_FOREIGN = frozenset({*MODELOPT_NVFP4, "weight"})  # under compressed-tensors, a plain `weight` is foreign too
 
 
 def _nested(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -180,16 +181,19 @@ class QuantConfigMismatch(Rule):
 
     def _naming(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
         producer = ctx.det.producer
-        wrong: list[str] = []
-        for r in declared_q:
-            if r.declared.kind != "nvfp4" or r.disk.kind != "nvfp4":
-                continue
-            suffixes = ctx.ckpt.modules[r.name].tensors  # membership tests only: no set per module
-            if (
-                producer == "compressed-tensors"
-                and (any(s in suffixes for s in MODELOPT_NVFP4) or "weight" in suffixes)
-            ) or (producer == "modelopt" and any(s in suffixes for s in COMPRESSED_TENSORS_SUFFIXES)):
-                wrong.append(r.name)
+        # The other producer's names: a module carrying any of them is named wrongly (a C-level disjointness test
+        # on the module's own suffix view, no set built per module).
+        foreign = {"compressed-tensors": _CT_FOREIGN, "modelopt": COMPRESSED_TENSORS_SUFFIXES}.get(producer)
+        if foreign is None:
+            return
+        modules = ctx.ckpt.modules
+        wrong = [
+            r.name
+            for r in declared_q
+            if r.declared.kind == "nvfp4"
+            and r.disk.kind == "nvfp4"
+            and not modules[r.name].tensors.keys().isdisjoint(foreign)
+        ]
         if wrong:
             other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"
             yield self.finding(
