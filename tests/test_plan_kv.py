@@ -27,6 +27,7 @@ import pytest
 
 from ckpt_tools.plan.budget import pages
 from ckpt_tools.plan.layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
+from tests.memory_models import SEED_TEXT
 from tests.plan_configs import CONFIGS
 
 GENUINE = Path(__file__).resolve().parents[1] / "fixtures" / "genuine"
@@ -103,22 +104,9 @@ def test_sliding_window_requests_stop_at_the_window() -> None:
 
 def _seed_cache() -> CacheModel:
     """The attention of Qwen3.6-35B-A3B (the AEON-7 model card's model: Qwen3_5MoeForConditionalGeneration, 40
-    layers, full attention every 4th; heads and dims from the public Qwen3.5/3.6-35B-A3B config)."""
-    text = {
-        "num_hidden_layers": 40,
-        "full_attention_interval": 4,
-        "hidden_size": 2048,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "dtype": "bfloat16",
-    }
-    return cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
+    layers, full attention every 4th; heads and dims from the public Qwen3.5/3.6-35B-A3B config, as
+    tests/memory_models.py builds its checkpoint)."""
+    return cache_model(SEED_TEXT, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
 
 
 def test_seed_model_figures() -> None:
