@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 
 import orjson
-
-from ckpt_tools.write.header import encode_header
+from synth import Tensor, write_checkpoint
 
 LAYERS, EXPERTS, SHARDS = 60, 256, 160
 HIDDEN, MOE_INTER = 2048, 768
@@ -52,13 +51,6 @@ def dense_tensors(layer: int, hidden: int, experts: int):
     yield f"{p}.post_attention_layernorm.weight", "BF16", [hidden]
 
 
-def _nbytes(dtype: str, shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
-
-
 def build(
     root: Path,
     *,
@@ -71,8 +63,7 @@ def build(
 ) -> int:
     """Write the synthetic under `root`. `dense` adds each layer's attention, shared expert, router and norms and the
     embeddings (a whole model rather than its experts alone)."""
-    root.mkdir(parents=True, exist_ok=True)
-    tensors = []
+    tensors: list[Tensor] = []
     for layer in range(layers):
         if dense:
             tensors += dense_tensors(layer, hidden, experts)
@@ -83,23 +74,6 @@ def build(
             ("model.norm.weight", "BF16", [hidden]),
             ("lm_head.weight", "BF16", [4096, hidden]),
         ]
-    per = -(-len(tensors) // shards)
-    weight_map, total = {}, 0
-    for s in range(shards):
-        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        entries, offset = {}, 0
-        for tname, dtype, shape in tensors[s * per : (s + 1) * per]:
-            n = _nbytes(dtype, shape)
-            entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[tname] = name
-        header = encode_header(entries, {"format": "pt"})
-        with open(root / name, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)  # sparse: the data region takes no disk space
-        total += offset
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (root / "model.safetensors.index.json").write_text(json.dumps(index))
     cfg = {
         "architectures": ["Qwen3MoeForCausalLM"],
         "model_type": "qwen3_moe",
@@ -110,8 +84,7 @@ def build(
             "producer": {"name": "modelopt"},
         },
     }
-    (root / "config.json").write_text(json.dumps(cfg))
-    return len(tensors)
+    return write_checkpoint(root, tensors, shards=shards, config=cfg).tensors
 
 
 def read_headers(root: Path) -> list[bytes]:

@@ -34,10 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from synth import write_checkpoint
+
 from ckpt_tools.repair import fix_prefix, run
-from ckpt_tools.write.header import encode_header
 
 CONFIG = {
     "architectures": ["Qwen3_5MoeForConditionalGeneration"],
@@ -98,36 +100,15 @@ def make_sparse_checkpoint(folder: Path, weight_bytes: int, shards: int = SHARDS
     no disk. Tensors are dealt to shards in name order, each shard's header laid out like the safetensors writer's
     (sorted by name), and each tensor is a 1-D BF16 vector sized in proportion to its relative size."""
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG))
     names = sorted(tensor_names())
     unit = weight_bytes // sum(r for _, _, r in names) // 2 * 2
-    per = -(-len(names) // shards)
-    weight_map: dict[str, str] = {}
-    header_bytes = 0
-    total = 0
-    for k in range(shards):
-        chunk = names[k * per : (k + 1) * per]
-        file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
-        entries: dict[str, dict[str, object]] = {}
-        offset = 0
-        for name, dtype, rel in chunk:
-            n = rel * unit
-            entries[name] = {"dtype": dtype, "shape": [n // 2], "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[name] = file
-        header = encode_header(entries, {"format": "pt"})
-        with open(folder / file, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)
-        header_bytes += len(header)
-        total += offset
-    index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True)
-    (folder / "model.safetensors.index.json").write_text(index + "\n")
+    tensors = [(name, dtype, [rel * unit // 2]) for name, dtype, rel in names]
+    out = write_checkpoint(folder, tensors, shards=shards, config=CONFIG, index_indent=2, index_sort_keys=True)
     return {
-        "tensors": len(names),
-        "weight_bytes": total,
-        "shard_header_bytes": header_bytes,
-        "index_bytes": len(index) + 1,
+        "tensors": out.tensors,
+        "weight_bytes": out.data_bytes,
+        "shard_header_bytes": out.header_bytes,
+        "index_bytes": out.index_bytes,
     }
 
 
@@ -386,35 +367,12 @@ def seed_tensors() -> list[tuple[str, str, list[int]]]:
     return out
 
 
-DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
-
-
 def make_seed_checkpoint(folder: Path) -> dict[str, int]:
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(SEED_CONFIG))
-    names = sorted(seed_tensors())
-    per = -(-len(names) // SEED_SHARDS)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for k in range(SEED_SHARDS):
-        file = f"model-{k + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
-        entries: dict[str, dict[str, object]] = {}
-        offset = 0
-        for name, dtype, shape in names[k * per : (k + 1) * per]:
-            n = DTYPE_BYTES[dtype]
-            for d in shape:
-                n *= d
-            entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[name] = file
-        header = encode_header(entries, {"format": "pt"})
-        with open(folder / file, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)
-        total += offset
-    index = json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2, sort_keys=True)
-    (folder / "model.safetensors.index.json").write_text(index + "\n")
-    return {"tensors": len(names), "shards": SEED_SHARDS, "weight_bytes": total}
+    out = write_checkpoint(
+        folder, sorted(seed_tensors()), shards=SEED_SHARDS, config=SEED_CONFIG, index_indent=2, index_sort_keys=True
+    )
+    return {"tensors": out.tensors, "shards": SEED_SHARDS, "weight_bytes": out.data_bytes}
 
 
 def timed_process(argv: list[str]) -> tuple[float, int, float]:

@@ -9,8 +9,9 @@ same run. Usage:
 `--stages DIR` prints where one `doctor --headers-only` of the checkpoint in DIR spends its CPU time instead (one
 process, stage by stage: imports, read + validate, tensor map, modules, detection, each rule, the report).
 
-`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for
-before / after tables measured on the same synthetics.
+`--code DIR` runs the `ckpt` commands from another source tree (e.g. `git archive <commit> | tar -x -C DIR`);
+`--against DIR` runs every command from both trees, alternately, and prints a before / after table (a shared machine's
+load then falls on both alike).
 
 Synthetics (built once, reused while their parameters match; never committed):
 
@@ -18,6 +19,8 @@ Synthetics (built once, reused while their parameters match; never committed):
   layer, attention, shared expert and router per layer) in 10 / 50 / 163 shards, the layer count growing with the
   shard count (4 / 19 / 61 layers; `s163` is 189k tensors and 43 GB of FP8 block scales, like the real exports).
 - `m1`: the same layout with 1,024 experts per layer, 82 layers in 163 shards: just over a million tensors.
+- `seed-misnested` (with `seed`): repair_bench's seed-size ModelOpt NVFP4 export (123k tensors, 5 shards) with the
+  vision tower mis-nested, for the `fix-prefix` rows (rebuilt before every run, untimed).
 - `seed`: the seed model's layout (Qwen3.6-35B-A3B, `Qwen3_5MoeForConditionalGeneration`, compressed-tensors
   NVFP4 by llm-compressor): 40 hybrid layers (3 GatedDeltaNet : 1 full attention), 256 experts + a shared expert,
   the 27-block vision tower (333 tensors), real dimensions, 5 shards: 124k tensors, about 21 GB of (sparse) data.
@@ -29,8 +32,10 @@ Baselines, each a whole process like the command it is compared with:
 - `python`: a Python process that does nothing (`python -c pass`), the floor of `ckpt --help`.
 
 Times are the best of `--repeat` runs (warm page cache: the headers are a few hundred MB at most): wall time, and
-CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the child's own `ru_maxrss` from
-`wait4`, so every row is one process measured alone. The value scan of the sparse
+CPU time (user + system), which a loaded machine disturbs far less; peak RSS is the command's own `ru_maxrss` from
+`wait4` in a small launcher process (a child of this script would inherit its peak RSS), so every row is one process
+measured alone. The measured tree is byte-compiled first (`compileall`, as an
+installed package is) and the children read that bytecode. The value scan of the sparse
 synthetics reads holes (zeros from the kernel), so its rows measure memory, not disk speed.
 """
 
@@ -40,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import struct
 import subprocess
 import sys
@@ -51,8 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from header_bench import build as build_moe
-
-from ckpt_tools.write.header import encode_header
+from synth import write_checkpoint
 
 KIMI = {"hidden": 7168, "moe_inter": 2048, "dense": True}
 SYNTHETICS = {
@@ -235,37 +240,10 @@ def seed_config(ignore: list[str]) -> dict:
     }
 
 
-def _nbytes(dtype: str, shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n * {"F32": 4, "BF16": 2}.get(dtype, 1)
-
-
 def build_seed(root: Path) -> int:
-    root.mkdir(parents=True, exist_ok=True)
     tensors, ignore = seed_tensors()
     tensors.sort()  # the writer deals tensors to shards in name order
-    per = -(-len(tensors) // SEED_SHARDS)
-    weight_map, total = {}, 0
-    for s in range(SEED_SHARDS):
-        name = f"model-{s + 1:05d}-of-{SEED_SHARDS:05d}.safetensors"
-        entries, offset = {}, 0
-        for tname, dtype, shape in tensors[s * per : (s + 1) * per]:
-            n = _nbytes(dtype, shape)
-            entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[tname] = name
-        header = encode_header(entries, {"format": "pt"})
-        with open(root / name, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)
-        total += offset
-    (root / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-    )
-    (root / "config.json").write_text(json.dumps(seed_config(ignore), indent=2))
-    return len(tensors)
+    return write_checkpoint(root, tensors, shards=SEED_SHARDS, config=seed_config(ignore), index_indent=2).tensors
 
 
 def ensure(root: Path, name: str) -> Path:
@@ -285,6 +263,27 @@ def ensure(root: Path, name: str) -> Path:
     return folder
 
 
+def build_misnested_seed(folder: Path) -> None:
+    """repair_bench's seed-size ModelOpt NVFP4 export whose vision tower is mis-nested (the seed defect), afresh."""
+    from repair_bench import make_seed_checkpoint
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    make_seed_checkpoint(folder)
+
+
+def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measure) -> None:
+    """`ckpt fix-prefix` end to end on the mis-nested seed (rebuilt before every run: the repair changes it), by
+    default (value scan, before and after verdicts) and header-only, against its own orjson baseline."""
+    folder = root / "seed-misnested"
+    build_misnested_seed(folder)
+    base = best([sys.executable, "-c", BASELINE, str(folder)], repeat)
+    rows.append(("seed-fix", "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
+    rebuild = lambda: build_misnested_seed(folder)  # noqa: E731
+    for what, extra in (("fix-prefix", []), ("fix-prefix --headers-only", ["--headers-only"])):
+        measure("seed-fix", what, [*ckpt, "fix-prefix", str(folder), *extra], base, folder, repeat, rebuild)
+
+
 # ---- measuring ----------------------------------------------------------------------------------------------------
 
 
@@ -296,23 +295,69 @@ class Run:
     code: int
 
 
+def compile_tree(code_dir: str | None) -> None:
+    """Write the bytecode of the measured tree, as `pip install` does: an installed ckpt-tools starts from `.pyc`
+    files, and a `PYTHONDONTWRITEBYTECODE` environment would otherwise recompile every module in every run."""
+    import compileall
+
+    root = Path(code_dir) if code_dir else Path(__file__).resolve().parent.parent
+    compileall.compile_dir(str(root / "ckpt_tools"), quiet=1)
+
+
+# The measured command is started by a small launcher process: Linux carries a parent's peak RSS into a forked child's
+# `ru_maxrss` (the copied address space counts until exec), so a child of this script, which holds the synthetics'
+# tensor lists, would report at least this script's RSS. The launcher times the command and reads its rusage.
+LAUNCHER = r"""
+import os, subprocess, sys, time
+t0 = time.perf_counter()
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+_pid, status, usage = os.wait4(proc.pid, 0)
+seconds = time.perf_counter() - t0
+err = proc.stderr.read().decode(errors="replace")[-400:]
+sys.stderr.write(err)
+sys.stderr.write(f"\n{seconds} {usage.ru_utime + usage.ru_stime} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}\n")
+"""
+
+
 def run_once(argv: list[str], code_dir: str | None = None) -> Run:
     env = {**os.environ, "CKPT_NO_PROGRESS": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # read the bytecode `compile_tree` wrote
     if code_dir:
         env["PYTHONPATH"] = code_dir
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=code_dir)
-    _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
-    seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.strip()[-400:]}")
-    return Run(seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode)
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *argv], capture_output=True, text=True, env=env, cwd=code_dir, check=False
+    )
+    *err, last = proc.stderr.rstrip("\n").split("\n")
+    seconds, cpu, rss_kib, code = last.split()
+    if int(code) not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {code}: {chr(10).join(err).strip()[-400:]}")
+    return Run(float(seconds), float(cpu), int(rss_kib) / 1024, int(code))
 
 
-def best(argv: list[str], repeat: int, code_dir: str | None = None) -> Run:
-    runs = [run_once(argv, code_dir) for _ in range(repeat)]
+def best_of(runs: list[Run]) -> Run:
+    return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
+
+
+def best_pair(argv: list[str], repeat: int, code_dir: str | None, against: str, before=None) -> tuple[Run, Run]:
+    """(this tree, `against`): the same command from two source trees, run alternately, best of `repeat` each, so
+    that the machine's changing load falls on both alike."""
+    mine: list[Run] = []
+    theirs: list[Run] = []
+    for _ in range(repeat):
+        for tree, runs in ((against, theirs), (code_dir, mine)):
+            if before is not None:
+                before()
+            runs.append(run_once(argv, tree))
+    return best_of(mine), best_of(theirs)
+
+
+def best(argv: list[str], repeat: int, code_dir: str | None = None, before=None) -> Run:
+    """The best of `repeat` runs; `before()` runs ahead of each one, untimed (a repair's checkpoint is rebuilt)."""
+    runs = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        runs.append(run_once(argv, code_dir))
     return Run(min(r.seconds for r in runs), min(r.cpu for r in runs), max(r.rss_mib for r in runs), runs[0].code)
 
 
@@ -352,6 +397,7 @@ def stages(folder: str) -> None:
     ckpt = timed_stage("read + validate headers, index, configs", lambda: load_checkpoint(open_source(folder)))
     timed_stage("tensor map", lambda: ckpt.tensors)
     timed_stage("modules", lambda: ckpt.modules)
+    timed_stage("module layouts", lambda: ckpt.layouts)
     det = timed_stage("detection (vLLM resolution, per module)", lambda: detect(ckpt))
     timed_stage("experts", lambda: ckpt.experts)
     ctx = Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=folder)
@@ -377,12 +423,23 @@ def main() -> None:
     ap.add_argument("--skip-1m", action="store_true", help="leave out the million-tensor synthetic")
     ap.add_argument("--no-value-scan", action="store_true", help="leave out the default doctor (value scan) rows")
     ap.add_argument("--code", default=None, help="source tree to run the ckpt commands from (default: this one)")
+    ap.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="also run every command from this tree, alternately (before/after)",
+    )
     ap.add_argument("--stages", default=None, metavar="DIR", help="print one analysis' CPU time per stage, and stop")
     args = ap.parse_args()
     if args.stages:
         stages(args.stages)
         return
     code_dir = str(Path(args.code).resolve()) if args.code else None
+    against = str(Path(args.against).resolve()) if args.against else None
+    compile_tree(code_dir)
+    if against:
+        compile_tree(against)
+    previous: dict[int, Run] = {}  # row index -> the same command from `against`
     root = Path(args.dir)
     names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
     if args.skip_1m and "m1" in names:
@@ -391,8 +448,14 @@ def main() -> None:
     ckpt = [py, "-m", "ckpt_tools.cli.main"]
     rows: list[tuple[str, str, float, int, Run, Run]] = []
 
-    def measure(label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int) -> None:
-        r = best(argv, repeat, code_dir)
+    def measure(
+        label: str, what: str, argv: list[str], base: Run, folder: Path | None, repeat: int, before=None
+    ) -> None:
+        if against:
+            r, prev = best_pair(argv, repeat, code_dir, against, before)
+            previous[len(rows)] = prev
+        else:
+            r = best(argv, repeat, code_dir, before)
         mb = header_mb(folder) if folder else 0.0
         n = tensor_count(folder) if folder else 0
         rows.append((label, what, mb, n, r, base))
@@ -415,12 +478,17 @@ def main() -> None:
             measure(name, "inspect", [*ckpt, "inspect", str(folder)], base, folder, repeat)
             if not args.no_value_scan:
                 measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
+            fix_prefix_rows(root, ckpt, args.repeat, rows, measure)
 
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}; load average {os.getloadavg()[0]:.1f} at the end"
         + (f"; commands from {code_dir}" if code_dir else "")
     )
+    if against:
+        print(f"before: commands from {against}, run alternately with this tree's (after)")
+        print_pairs(rows, previous)
+        return
     print(
         "| synthetic | tensors | header MB | command | wall s | CPU s | peak RSS MiB | wall x baseline | CPU x baseline |"
     )
@@ -433,6 +501,27 @@ def main() -> None:
             if n
             else f"| - | - | - | {what} | {r.seconds:.3f} | {r.cpu:.3f} | {r.rss_mib:.0f} | {wall} | {cpu} "
             f"(vs `python -c pass`) |"
+        )
+
+
+def print_pairs(rows: list, previous: dict[int, Run]) -> None:
+    """The before / after table: CPU seconds and their ratio to the baseline process of the same synthetic."""
+    print(
+        "| synthetic | tensors | command | CPU s before | x baseline | CPU s after | x baseline | wall s after | "
+        "peak RSS MiB before / after |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for i, (label, what, _mb, n, r, base) in enumerate(rows):
+        prev = previous.get(i)
+        tensors = f"{n:,}" if n else "-"
+        if prev is None:
+            print(
+                f"| {label} | {tensors} | {what} | {r.cpu:.2f} | 1.00 | {r.cpu:.2f} | 1.00 | {r.seconds:.2f} | {r.rss_mib:.0f} |"
+            )
+            continue
+        print(
+            f"| {label} | {tensors} | {what} | {prev.cpu:.2f} | {prev.cpu / base.cpu:.2f} | {r.cpu:.2f} | "
+            f"{r.cpu / base.cpu:.2f} | {r.seconds:.2f} | {prev.rss_mib:.0f} / {r.rss_mib:.0f} |"
         )
 
 

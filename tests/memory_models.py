@@ -13,15 +13,10 @@ bench/seed_plan.py (the README sanity table).
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckpt_tools.write.header import encode_header
-
-Tensor = tuple[str, str, list[int]]
-BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+from bench.synth import Tensor, write_checkpoint
 
 
 def _nvfp4(prefix: str, out: int, inp: int) -> Iterator[Tensor]:
@@ -236,31 +231,7 @@ DENSE_CONFIG = {
 
 def _write(folder: Path, tensors: Iterator[Tensor], config: dict, shards: int) -> int:
     """Sparse shards and an index; returns the total tensor data bytes."""
-    folder.mkdir(parents=True, exist_ok=True)
-    items = list(tensors)
-    per = -(-len(items) // shards)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for s in range(shards):
-        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        entries, offset = {}, 0
-        for tname, dtype, shape in items[s * per : (s + 1) * per]:
-            n = BYTES[dtype]
-            for d in shape:
-                n *= d
-            entries[tname] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-            offset += n
-            weight_map[tname] = name
-        header = encode_header(entries, {"format": "pt"})
-        with open(folder / name, "wb") as fh:
-            fh.write(struct.pack("<Q", len(header)) + header)
-            fh.truncate(8 + len(header) + offset)  # the data region takes no disk space
-        total += offset
-    (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
-    )
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    return total
+    return write_checkpoint(folder, tensors, shards=shards, config=config).data_bytes
 
 
 def qwen36_35b_a3b_nvfp4(folder: Path, experts: int = 256) -> int:

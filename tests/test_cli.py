@@ -225,6 +225,55 @@ def test_help_imports_no_pipeline(args: list[str]) -> None:
     assert code in ("0", "2"), proc.stderr  # bare `ckpt` prints help and exits 2 (no_args_is_help)
 
 
+def test_command_run_imports_no_pydantic() -> None:
+    """Option values are coerced without typer's pydantic adapters when they are plain (cli/app.py); a bad value
+    still goes through typer's own coercion and its message (test_cli_polish covers those)."""
+    probe = HELP_PROBE.replace('m.split(".")[0] in (', 'm.split(".")[0] in ("pydantic", ').replace(
+        'or m.startswith(("ckpt_tools.pipeline", "ckpt_tools.read", "ckpt_tools.rules",\n'
+        '                                    "ckpt_tools.detect"))',
+        "",
+    )
+    target = str(GENUINE / "llmc-qwen35moe-nvfp4")
+    for args in (
+        ["doctor", target, "--headers-only", "-f", "json", "--fail-on", "none", "--hardware", "gb10"],
+        ["serve-flags", target, "--headers-only", "--fail-on", "none"],
+    ):
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        code, _, loaded = proc.stderr.strip().splitlines()[-1].partition(" ")
+        assert "pydantic" not in loaded, proc.stderr
+        assert code == "0", proc.stderr
+
+
+def test_plain_coercion_matches_typer() -> None:
+    """Every option and argument of every command: the fast coercion returns what typer's pydantic coercion returns
+    (value and type), or defers to it."""
+    import click
+    from typer._coercion import build_runtime_param
+    from typer.main import get_command
+
+    from ckpt_tools.cli.app import _MISS, _plain_coercion
+    from ckpt_tools.cli.main import app
+
+    samples = ["x", "", "3", "007", " 4", "1_0", "٣", "json", "JSON", "error", "none", True, False, ("a", "b"), ()]
+    root = get_command(app)
+    checked = 0
+    for name, command in [("", root), *root.commands.items()]:  # type: ignore[attr-defined]
+        for param in command.params:
+            desc = getattr(param, "type_descriptor", None)
+            fast = _plain_coercion(desc.annotation) if desc is not None else None
+            if fast is None:
+                continue
+            ctx = click.Context(command)
+            for value in samples:
+                got = fast(value)
+                if got is _MISS:
+                    continue
+                want = build_runtime_param(desc)._coerce_value(value, param=param, ctx=ctx)
+                assert (type(got), got) == (type(want), want), (name, param.name, value)
+                checked += 1
+    assert checked > 50
+
+
 def test_package_import_is_lazy_but_complete() -> None:
     code = (
         "import sys, ckpt_tools; lazy = 'ckpt_tools.pipeline' not in sys.modules; "

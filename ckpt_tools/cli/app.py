@@ -6,7 +6,11 @@ import errno
 import os
 import shlex
 import sys
+import types
+import typing
+from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import typer
 import typer.core
@@ -82,6 +86,107 @@ def _help_record(self, ctx):
 typer.core.TyperOption.get_help_record = _help_record  # type: ignore[method-assign]
 typer.core.TyperArgument.display_type_rich = _type_label  # type: ignore[method-assign]
 typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
+
+
+# ---- option values without pydantic ---------------------------------------------------------------------------------
+# typer (0.2x) coerces every option value through a pydantic TypeAdapter: importing pydantic and building one adapter
+# per option costs a command ~0.1 s before it starts. Our options are plain strings, flags, small integers, string
+# lists and str enums; a value that is already what the adapter would return is passed as the adapter would pass it,
+# and anything else (a bad value, an annotation not listed here) goes to typer's own coercion, so its errors and
+# messages are unchanged. Older typer versions have no such layer and are left alone.
+_MISS = object()
+
+
+def _never(value: object) -> object:
+    return _MISS
+
+
+def _as_bool(value: object) -> object:
+    return value if type(value) is bool else _MISS
+
+
+def _as_str(value: object) -> object:
+    return value if type(value) is str else _MISS
+
+
+def _as_int(value: object) -> object:
+    if type(value) is int:
+        return value
+    return int(value) if type(value) is str and value.isascii() and value.isdigit() else _MISS
+
+
+def _as_str_list(value: object) -> object:
+    if type(value) in (tuple, list) and all(type(v) is str for v in value):  # type: ignore[attr-defined]
+        return list(value)  # type: ignore[call-overload]
+    return _MISS
+
+
+def _as_member(enum: type[Enum]):
+    members = {m.value: m for m in enum}
+
+    def member(value: object) -> object:
+        if type(value) is enum:  # a default: typer passes the member itself
+            return value
+        return members.get(value, _MISS) if type(value) is str else _MISS
+
+    return member
+
+
+def _plain_coercion(annotation: object):
+    """The fast coercion of an annotation, or None for typer's own. `X | None` is X's: typer returns None itself."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union) and len(args) == 2 and type(None) in args:
+        annotation = args[0] if args[1] is type(None) else args[1]
+    if annotation is str:
+        return _as_str
+    if annotation is bool:
+        return _as_bool
+    if annotation is int:
+        return _as_int
+    if annotation == list[str]:
+        return _as_str_list
+    if isinstance(annotation, type) and issubclass(annotation, str) and issubclass(annotation, Enum):
+        return _as_member(annotation)
+    return None
+
+
+def _install_plain_coercion() -> None:
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+
+        param_class = typer.core._TyperParameter
+        param_class.get_runtime_param  # noqa: B018  (the hook this replaces)
+    except (ImportError, AttributeError):
+        return
+
+    @dataclass(frozen=True)
+    class PlainRuntimeParam(RuntimeParam):
+        fast: Any = None
+        descriptor: Any = None
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            out = self.fast(value)
+            if out is not _MISS:
+                return out
+            return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+    def get_runtime_param(self):
+        if self._runtime_param is None:
+            desc = self.type_descriptor
+            info = desc.parameter_info
+            custom = (
+                desc.is_file or desc.is_ranged or getattr(info, "parser", None) or getattr(info, "click_type", None)
+            )
+            fast = None if custom else _plain_coercion(desc.annotation)
+            # Even typer's own coercion is built only for a value that needs it: an option left at None never does.
+            self._runtime_param = PlainRuntimeParam(info, desc.annotation, fast=fast or _never, descriptor=desc)
+        return self._runtime_param
+
+    # typer has no hook for its coercion: the method is replaced, as the help's type column is above.
+    param_class.get_runtime_param = get_runtime_param  # type: ignore[method-assign]
+
+
+_install_plain_coercion()
 
 
 def _version(value: bool) -> None:

@@ -266,13 +266,24 @@ def _kv_cache(view: QuantConfigView, producer: str) -> str | None:
 
 def is_linear_candidate(module: Module) -> bool:
     """A module vLLM builds as a linear layer or expert projection: a 2-D (possibly packed) weight, not an embedding."""
+    fit = _linear_weight(module)
+    return fit is True or (fit is None and _not_embedding(module.name))
+
+
+def _linear_weight(module: Module) -> bool | None:
+    """What a module's weight says of `is_linear_candidate` (its layout alone): True (a linear weight), False (no
+    weight, or not a linear one), None (a 2-D weight: linear unless the module's name is an embedding's)."""
     w = module.weight
     if w is None:
         return False
     if len(w.shape) != 2:
         # gpt-oss fused experts: `*_blocks` [E, rows, cols/32, 16], one module for the whole expert bank
         return len(w.shape) == 4 and w.name.endswith("_proj_blocks")
-    last = module.name.rsplit(".", 1)[-1]
+    return None
+
+
+def _not_embedding(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
     return not model_config().is_embedding(last)
 
 
@@ -487,6 +498,10 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     rows = []
     found_components: set[str] = set()
     by_layer: dict[str, str] = {}  # experts prefix -> the component all its expert modules share
+    # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
+    layout_of = ckpt.layouts.of
+    by_layout: dict[int, tuple[bool | None, Scheme]] = {}
+    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
     for name, module in ckpt.modules.items():
         where = module.expert
         component = by_layer.get(where[0]) if where is not None else None
@@ -495,14 +510,22 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
             if where is not None and _component_fixed_by(where[0], family):
                 by_layer[where[0]] = component
         found_components.add(component)
-        if not is_linear_candidate(module):
+        lid = layout_of[name]
+        tensors_say = by_layout.get(lid)
+        if tensors_say is None:
+            tensors_say = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
+        fit, disk = tensors_say
+        if fit is None:
+            last = where[2] if where is not None else name.rpartition(".")[2]  # an expert's projection is its last
+            linear = embed_ok.get(last)
+            if linear is None:
+                linear = embed_ok[last] = _not_embedding(last)
+            if not linear:
+                continue
+        elif not fit:
             continue
         declared, covered, group = resolver.declared(module)
-        rows.append(
-            ModuleRow(
-                name, component if name else component_of(".", family), declared, disk_scheme(module), covered, group
-            )
-        )
+        rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk, covered, group))
     rows.sort(key=lambda r: r.name)
 
     if producer == "none" and any(r.disk.quantized for r in rows):

@@ -13,6 +13,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
+from .layouts import Layouts, group_layouts
 from .modules import ExpertGroup, Module, group_experts, group_modules
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
@@ -95,6 +96,12 @@ class Checkpoint:
     @cached_property
     def modules(self) -> Mapping[str, Module]:
         return MappingProxyType(group_modules(self.tensors.values()))
+
+    @cached_property
+    def layouts(self) -> Layouts:
+        """Module name -> layout id (tensor suffixes, dtypes and shapes): what detection and the layout rules compute
+        once per layout rather than once per module (`model.layouts.LayoutMemo`)."""
+        return group_layouts(self.modules)
 
     @cached_property
     def experts(self) -> Mapping[str, ExpertGroup]:

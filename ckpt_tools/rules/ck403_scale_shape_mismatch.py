@@ -7,6 +7,7 @@ from typing import Any
 
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, TensorSpec, scheme_for
+from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
 from ._experts import partially_missing
@@ -91,91 +92,95 @@ def _expected(
     return []
 
 
-def module_problems(
-    ctx: Context, row: ModuleRow, module: Module, skip: frozenset[str], cache: dict | None = None
-) -> list[Problem]:
-    """Problems of one module. Modules with the same layout (tensor dtypes and shapes, config group, scheme) have
-    the same problems, so `cache` shares the work between the thousands of identical expert projections. The cache
-    knows schemes by identity: share it only between rows of one detection, while they are alive."""
+def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
+    """(suffix, kind, detail, skippable) for one module layout; `skippable` marks a missing tensor that another
+    rule may own (per-expert gaps, tensors of a missing shard). Depends on the module's layout, its schemes and its
+    config group only (the `LayoutMemo` key)."""
     weight = module.weight
     if weight is None:
         return []
-    cache = {} if cache is None else cache
-    # The key is built for every module, so it is kept cheap: the layout in header order (a different order only
-    # makes another cache entry), and the schemes by identity (rows share a few scheme objects, all alive while
-    # the rule runs; identity also keeps a hostile, unhashable scheme detail out of the hash).
-    key = (tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]), id(row.declared), id(row.disk), row.group)
-    layout = cache.get(key)
-    if layout is None:
-        layout = cache[key] = _layout_problems(ctx, row, module)
-    if not layout:
-        return []
-    return [Problem(row.name, *p[:3]) for p in layout if not (p[3] and f"{row.name}.{p[0]}" in skip)]
-
-
-def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
-    """(suffix, kind, detail, skippable) for one module layout; `skippable` marks a missing tensor that another
-    rule may own (per-expert gaps, tensors of a missing shard)."""
-    weight = module.weight
-    assert weight is not None
     kind = row.disk.kind if row.disk.quantized else row.declared.kind
     scheme = scheme_for(kind, module.suffixes, weight.dtype, ctx.det.producer)
     if scheme is None:
-        if row.declared.quantized and row.disk.kind == "unknown":
-            others = sorted(x for x in module.tensors if x not in ("weight", "weight_packed"))
-            return [
-                (
-                    weight.name.rsplit(".", 1)[-1],
-                    "dtype",
-                    f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no "
-                    f"{row.declared.label} layout ({row.disk.detail})",
-                    False,
-                )
-            ]
-        return []
+        return _unfit_weight(row, module, weight)
     bits = 8 if kind == "int8" else 4
     n, k = weight.shape[0], _in_features(weight, scheme.weight, bits)
-    out: list[tuple[str, str, str, bool]] = []
     if k is None:
-        return out
-    if kind == "nvfp4" and k % (scheme.group_size or 16):
-        out.append(
-            (
-                scheme.weight.suffix,
-                "in-features",
-                f"{k} input features, not a multiple of {scheme.group_size or 16}",
-                False,
-            )
-        )
+        return []
+    out: list[tuple[str, str, str, bool]] = []
+    group = scheme.group_size or 16
+    if kind == "nvfp4" and k % group:
+        out.append((scheme.weight.suffix, "in-features", f"{k} input features, not a multiple of {group}", False))
     for spec in scheme.tensors:
-        if spec.role == "weight":
+        if spec.role != "weight":
+            out.extend(_spec_problems(ctx, row, module, scheme, spec, (n, k), kind))
+    return out
+
+
+def _unfit_weight(row: ModuleRow, module: Module, weight: TensorInfo) -> list[tuple[str, str, str, bool]]:
+    """A declared-quantized module whose tensors fit no layout of any scheme."""
+    if not (row.declared.quantized and row.disk.kind == "unknown"):
+        return []
+    others = sorted(x for x in module.tensors if x not in ("weight", "weight_packed"))
+    detail = (
+        f"{weight.dtype} weight {list(weight.shape)} with {others or 'no scales'} fits no {row.declared.label} "
+        f"layout ({row.disk.detail})"
+    )
+    return [(weight.name.rsplit(".", 1)[-1], "dtype", detail, False)]
+
+
+def _spec_problems(
+    ctx: Context,
+    row: ModuleRow,
+    module: Module,
+    scheme: ScaleScheme,
+    spec: TensorSpec,
+    dims: tuple[int, int],
+    kind: str,
+) -> list[tuple[str, str, str, bool]]:
+    """The problems of one tensor of the scheme beside a weight of `dims` (out, in features)."""
+    t = module.tensors.get(spec.suffix)
+    if t is None:
+        return [(spec.suffix, "missing", f"no `{spec.suffix}`", True)] if spec.required else []
+    out: list[tuple[str, str, str, bool]] = []
+    if t.dtype not in spec.dtypes:
+        out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}", False))
+    n, k = dims
+    shapes = _expected(ctx, row, scheme, spec, n, k)
+    if shapes is None:
+        if t.numel != 1:
+            out.append((spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value", False))
+    elif shapes and tuple(t.shape) not in shapes and not (t.numel == 1 and any(_one(x) for x in shapes)):
+        # A one-element scale for a one-block grid loads: vLLM's MoE loader copies a 0-d tensor into its slot
+        # without narrowing (routed_experts.py _load_w13 / _load_w2); transformers writes such expert scales 0-d.
+        weight = module.weight
+        assert weight is not None
+        want = " or ".join(str(list(s)) for s in shapes)
+        detail = (
+            f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
+            f"{list(weight.shape)} ({n} x {k} {kind.upper()})"
+        )
+        out.append((spec.suffix, "shape", detail, False))
+    return out
+
+
+def scale_shape_problems(ctx: Context) -> list[Problem]:
+    """Every module's problems, in row order. Modules with the same layout, schemes and config group have the same
+    problems, so each is judged once per layout (`LayoutMemo`); only the names differ."""
+    memo: LayoutMemo[list[tuple[str, str, str, bool]]] = LayoutMemo(ctx.ckpt.layouts)
+    modules = ctx.ckpt.modules
+    skip: frozenset[str] | None = None
+    out: list[Problem] = []
+    for row in ctx.det.rows:
+        if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
             continue
-        t = module.tensors.get(spec.suffix)
-        if t is None:
-            if spec.required:
-                out.append((spec.suffix, "missing", f"no `{spec.suffix}`", True))
+        extra = (id(row.declared), id(row.disk), row.group)  # schemes by identity: rows share a few, all alive
+        found = memo.get(row.name, extra, _layout_problems, ctx, row, modules[row.name])
+        if not found:
             continue
-        if t.dtype not in spec.dtypes:
-            out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}", False))
-        shapes = _expected(ctx, row, scheme, spec, n, k)
-        if shapes is None:
-            if t.numel != 1:
-                out.append(
-                    (spec.suffix, "shape", f"`{spec.suffix}` has shape {list(t.shape)}, expected one value", False)
-                )
-        elif shapes and tuple(t.shape) not in shapes and not (t.numel == 1 and any(_one(x) for x in shapes)):
-            # A one-element scale for a one-block grid loads: vLLM's MoE loader copies a 0-d tensor into its slot
-            # without narrowing (routed_experts.py _load_w13 / _load_w2); transformers writes such expert scales 0-d.
-            want = " or ".join(str(list(s)) for s in shapes)
-            out.append(
-                (
-                    spec.suffix,
-                    "shape",
-                    f"`{spec.suffix}` has shape {list(t.shape)}, expected {want} for a {weight.dtype} weight "
-                    f"{list(weight.shape)} ({n} x {k} {kind.upper()})",
-                    False,
-                )
-            )
+        if skip is None:
+            skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
+        out.extend(Problem(row.name, *p[:3]) for p in found if not (p[3] and f"{row.name}.{p[0]}" in skip))
     return out
 
 
@@ -217,20 +222,11 @@ class ScaleShapeMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection:
             return
-        skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
-        problems: list[Problem] = []
-        cache: dict = {}
-        for row in ctx.det.rows:
-            if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
-                continue
-            problems.extend(module_problems(ctx, row, ctx.ckpt.modules[row.name], skip, cache))
         grouped: dict[tuple[str, str], list[Problem]] = defaultdict(list)
-        for p in problems:
+        for p in scale_shape_problems(ctx):
             grouped[(p.suffix, p.kind)].append(p)
         for (suffix, kind), items in sorted(grouped.items()):
             modules = [p.module for p in items]
-            tensors = [f"{m}.{suffix}" for m in modules]
-            files = module_files(ctx.ckpt, modules)
             what = {
                 "missing": f"lack `{suffix}`",
                 "dtype": f"have a `{suffix}` of the wrong dtype",
@@ -240,7 +236,7 @@ class ScaleShapeMismatch(Rule):
             yield self.finding(
                 f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0].detail}); vLLM fails to "
                 f"load them or dequantizes with wrong scales. Re-export these modules with the producer.",
-                tensors=tensors if kind != "missing" else modules,
-                files=files,
+                tensors=[f"{m}.{suffix}" for m in modules] if kind != "missing" else modules,
+                files=module_files(ctx.ckpt, modules),
                 details={"tensor": suffix, "problem": kind, "examples": {p.module: p.detail for p in items[:20]}},
             )

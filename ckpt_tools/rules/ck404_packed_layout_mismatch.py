@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
+from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
@@ -111,54 +111,65 @@ def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, .
     }.get(shape)
 
 
+def _name_class(name: str) -> tuple[str, bool, bool, bool, bool]:
+    """What of a module's name `config_features` reads: with the layout and the declared scheme, the whole key of a
+    module's problems."""
+    return (
+        name.rsplit(".", 1)[-1],
+        ".experts." in name,
+        ".shared_expert." in name,
+        ".self_attn." in name,
+        ".mlp." in name,
+    )
+
+
 def _problems(
     ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
 ) -> list[tuple[str, str, str]]:
     """(suffix, problem, detail) for one quantized module."""
     if is_gpt_oss_experts(module):
         return gpt_oss_problems(ctx.ckpt, module)
-    out: list[tuple[str, str, str]] = []
     kind = row.declared.kind if row.declared.quantized else row.disk.kind
     weight = module.weight
     if weight is None:
-        return out
+        return []
     producer = {"auto-round": "gptq" if layout and layout[0] == "gptq" else "awq"}.get(
         ctx.det.producer, ctx.det.producer
     )
     scheme = scheme_for(kind, module.suffixes, weight.dtype, producer)
     if scheme is None:
-        return out
+        return []
     bits = layout[1] if layout else (8 if kind == "int8" else 4)
-    dims = _logical(module, scheme, bits)
     want = config_features(ctx.ckpt, row.name)
     # Only the transposed layout is judged against the config: some families widen a projection on purpose (Qwen3.5's
     # gated q_proj is 2 x heads x head_dim), so other differences are not evidence of a defect.
     if want is not None and want[0] != want[1] and _transposed(weight.shape, scheme.weight.shape, want, bits):
-        out.append(
-            (
-                scheme.weight.suffix,
-                "features",
-                f"`{scheme.weight.suffix}` {weight.dtype} {list(weight.shape)} is stored transposed: the config "
-                f"gives this projection [out {want[0]}, in {want[1]}], so the packed weight should be "
-                f"{list(_stored(scheme.weight.shape, want, bits))}",
-            )
+        detail = (
+            f"`{scheme.weight.suffix}` {weight.dtype} {list(weight.shape)} is stored transposed: the config gives "
+            f"this projection [out {want[0]}, in {want[1]}], so the packed weight should be "
+            f"{list(_stored(scheme.weight.shape, want, bits))}"
         )
-        return out
+        return [(scheme.weight.suffix, "features", detail)]
+    dims = _logical(module, scheme, bits)
     if layout is None or dims is None:
-        return out
-    n, k = dims
+        return []
     _, bits, group = layout
-    if want is not None and k != want[1]:
-        out.append(
-            (
-                scheme.weight.suffix,
-                "features",
-                f"`{scheme.weight.suffix}` {list(weight.shape)} unpacks to {k} input features at {bits} bits, the "
-                f"config gives this projection {want[1]}: the declared `bits` does not match the packing",
-            )
+    if want is not None and dims[1] != want[1]:
+        detail = (
+            f"`{scheme.weight.suffix}` {list(weight.shape)} unpacks to {dims[1]} input features at {bits} bits, the "
+            f"config gives this projection {want[1]}: the declared `bits` does not match the packing"
         )
-        return out
-    known = {t.suffix for t in scheme.tensors}
+        return [(scheme.weight.suffix, "features", detail)]
+    return _int_tensor_problems(ctx, module, scheme, dims, bits, group)
+
+
+def _int_tensor_problems(
+    ctx: Context, module: Module, scheme: ScaleScheme, dims: tuple[int, int], bits: int, group: int
+) -> list[tuple[str, str, str]]:
+    """The tensors beside a GPTQ / AWQ `qweight` of `dims` (out, in): present, of their dtypes and shapes, nothing
+    of another layout; input features that split into words and groups."""
+    n, k = dims
+    out: list[tuple[str, str, str]] = []
     for spec in scheme.tensors:
         if spec.role == "weight":
             continue
@@ -171,25 +182,36 @@ def _problems(
             out.append((spec.suffix, "dtype", f"`{spec.suffix}` is {t.dtype}, expected {'/'.join(spec.dtypes)}"))
         exp = _expected(spec.shape, n, k, bits, group)
         if exp is not None and tuple(t.shape) != exp:
-            out.append(
-                (
-                    spec.suffix,
-                    "shape",
-                    f"`{spec.suffix}` has shape {list(t.shape)}, expected {list(exp)} for {bits}-bit group "
-                    f"{group} ({n} out x {k} in)",
-                )
+            detail = (
+                f"`{spec.suffix}` has shape {list(t.shape)}, expected {list(exp)} for {bits}-bit group {group} "
+                f"({n} out x {k} in)"
             )
+            out.append((spec.suffix, "shape", detail))
     if k % (32 // bits) or (group not in (-1, 0) and k % group):
-        out.append(
-            (
-                scheme.weight.suffix,
-                "features",
-                f"{k} input features do not split into {bits}-bit words and groups of {group}",
-            )
-        )
-    extra = sorted(s for s in module.suffixes - known if s not in ("bias",))
-    out.extend((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`") for s in extra)
+        detail = f"{k} input features do not split into {bits}-bit words and groups of {group}"
+        out.append((scheme.weight.suffix, "features", detail))
+    known = {t.suffix for t in scheme.tensors}
+    stray = sorted(s for s in module.suffixes - known if s not in ("bias",))
+    out.extend((s, "extra", f"`{s}` beside a {ctx.det.producer} `{scheme.weight.suffix}`") for s in stray)
     return out
+
+
+def packed_layout_problems(ctx: Context) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. A module's problems depend
+    on its layout, its declared scheme and the parts of its name that `config_features` reads, so each is judged
+    once per distinct key (`LayoutMemo`)."""
+    layout = _int_layout(ctx)
+    memo: LayoutMemo[list[tuple[str, str, str]]] = LayoutMemo(ctx.ckpt.layouts)
+    modules = ctx.ckpt.modules
+    grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for row in ctx.det.rows:
+        if not (row.disk.quantized or row.declared.quantized):
+            continue
+        # The declared scheme by identity: rows share a few scheme objects, alive while the rule runs.
+        extra = (id(row.declared), _name_class(row.name))
+        for suffix, problem, detail in memo.get(row.name, extra, _problems, ctx, row, modules[row.name], layout):
+            grouped[(suffix, problem)].append((row.name, detail))
+    return grouped
 
 
 @register
@@ -232,25 +254,7 @@ class PackedLayoutMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection:
             return
-        layout = _int_layout(ctx)
-        grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-        cache: dict[Any, list[tuple[str, str, str]]] = {}
-        for row in ctx.det.rows:
-            if not (row.disk.quantized or row.declared.quantized):
-                continue
-            module = ctx.ckpt.modules[row.name]
-            # Cheap, as in CK403: the layout in header order and the declared scheme by identity (rows share a few
-            # scheme objects, alive while the rule runs); a finer key only makes more cache entries.
-            key = (
-                tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()]),
-                id(row.declared),
-                row.name.rsplit(".", 1)[-1],
-                ".experts." in row.name,
-            )
-            if key not in cache:
-                cache[key] = _problems(ctx, row, module, layout)
-            for suffix, problem, detail in cache[key]:
-                grouped[(suffix, problem)].append((row.name, detail))
+        grouped = packed_layout_problems(ctx)
         for (suffix, problem), items in sorted(grouped.items()):
             modules = [m for m, _ in items]
             what = {

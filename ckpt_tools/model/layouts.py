@@ -1,0 +1,61 @@
+"""Module layouts: the suffixes, dtypes and shapes of a module's tensors, in header order.
+
+A large checkpoint has tens of thousands of modules but a handful of layouts (every expert projection of a layer
+looks alike), and whatever depends only on a module's layout (its disk scheme, whether its scales fit their weight)
+is the same for every module that shares it. `group_layouts` numbers the layouts in one pass; `LayoutMemo` computes a
+result once per layout (and a caller's extra key) instead of once per module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Generic, TypeVar
+
+from .modules import Module
+
+Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Module name -> layout id, and the layouts by id. Two modules have the same id exactly when their layouts are
+    equal (a different header order of the same tensors is another layout: equal results, computed twice)."""
+
+    of: Mapping[str, int]
+    layouts: tuple[Layout, ...]
+
+
+def group_layouts(modules: Mapping[str, Module]) -> Layouts:
+    ids: dict[Layout, int] = {}
+    of: dict[str, int] = {}
+    for name, module in modules.items():
+        layout = tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()])
+        lid = ids.get(layout)
+        if lid is None:
+            lid = ids[layout] = len(ids)
+        of[name] = lid
+    return Layouts(MappingProxyType(of), tuple(ids))
+
+
+class LayoutMemo(Generic[V]):
+    """Results per (layout, extra key): `get(name, extra, compute, *args)` returns `compute(*args)`, computed on the
+    first module of each layout and extra key and shared by the rest. `extra` holds whatever else the result depends
+    on (the module's schemes, its projection name...); schemes may be keyed by `id()` only while the objects are
+    alive, i.e. within one pass over one detection's rows."""
+
+    __slots__ = ("_cache", "_of")
+
+    def __init__(self, layouts: Layouts) -> None:
+        self._of = layouts.of
+        self._cache: dict[tuple[int, Hashable], V] = {}
+
+    def get(self, name: str, extra: Hashable, compute: Callable[..., V], *args: object) -> V:
+        key = (self._of[name], extra)
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = compute(*args)
+            return value
