@@ -65,14 +65,20 @@ def layer_kind(module: str) -> str:
 
 
 def select(
-    scheme: Scheme, layer: str, hw: Hardware, group_size: int | None = None, method: str | None = None
+    scheme: Scheme,
+    layer: str,
+    hw: Hardware,
+    group_size: int | None = None,
+    method: str | None = None,
+    input_type: str | None = None,
 ) -> Kernel | None:
-    """The kernel family for one scheme and layer kind on one GPU, under the `--quantization` method vLLM resolved;
-    None when the table does not model the scheme."""
+    """The kernel family for one scheme and layer kind on one GPU, under the `--quantization` method vLLM resolved
+    (`input_type`: the config group's activation type, `int` / `float`, where it gives one); None when the table does
+    not model the scheme."""
     if not scheme.quantized:
         return None
     for sel in selections():
-        if not sel.covers(scheme, layer, method):
+        if not sel.covers(scheme, layer, method, input_type):
             continue
         cc = capability(hw)
         for pick in sel.picks:
@@ -83,17 +89,31 @@ def select(
     return None
 
 
+def _group_args(det: Detection, row: ModuleRow, part: str) -> Mapping[str, Any] | None:
+    """The compressed-tensors config group's `weights` / `input_activations` for this module, or None."""
+    groups = (det.config.data or {}).get("config_groups")
+    if not (isinstance(groups, dict) and isinstance(row.group, str) and isinstance(groups.get(row.group), dict)):
+        return None
+    args = groups[row.group].get(part)
+    return args if isinstance(args, dict) else None
+
+
 def group_size(det: Detection, row: ModuleRow) -> int | None:
     """The weight group size the config gives this module (compressed-tensors group, GPTQ / AWQ / AutoRound
     top level), or None."""
     data: Mapping[str, Any] = det.config.data or {}
     groups = data.get("config_groups")
     if isinstance(groups, dict) and isinstance(row.group, str) and row.group in groups:
-        weights = groups[row.group].get("weights") if isinstance(groups[row.group], dict) else None
-        value = weights.get("group_size") if isinstance(weights, dict) else None
+        value = (_group_args(det, row, "weights") or {}).get("group_size")
     else:
         value = data.get("group_size")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def input_type(det: Detection, row: ModuleRow) -> str | None:
+    """The activation type (`int` / `float`) the module's config group quantizes inputs to, or None."""
+    value = (_group_args(det, row, "input_activations") or {}).get("type")
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -118,15 +138,15 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     if not loads(det):
         return []
     # Keyed by label, not by Scheme: a hostile config's detail may be unhashable.
-    classes: dict[tuple[str, str, int | None], list] = {}
+    classes: dict[tuple[str, str, int | None, str | None], list] = {}
     for r in det.rows:
         if r.declared.quantized:
-            key = (r.declared.label, layer_kind(r.name), group_size(det, r))
+            key = (r.declared.label, layer_kind(r.name), group_size(det, r), input_type(det, r))
             classes.setdefault(key, [r.declared, 0])[1] += 1
     out = []
     for hw in profiles:
-        for (label, layer, gs), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            k = select(scheme, layer, hw, gs, det.vllm_quantization)
+        for (label, layer, gs, it), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            k = select(scheme, layer, hw, gs, det.vllm_quantization, it)
             if k is not None:
                 if k.family is None and gs is not None:
                     k = replace(k, no_kernel=k.no_kernel.replace("group_size = N", f"group_size = {gs}"))
@@ -144,7 +164,7 @@ def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Ha
         by_kind: dict[str, list[str]] = {}
         for r in rows:
             kind = layer_kind(r.name)
-            k = select(r.declared, kind, hw, group_size(det, r), det.vllm_quantization)
+            k = select(r.declared, kind, hw, group_size(det, r), det.vllm_quantization, input_type(det, r))
             if k is not None and k.label not in by_kind.get(kind, []):
                 by_kind.setdefault(kind, []).append(k.label)
         if len(by_kind) == 1:

@@ -165,3 +165,18 @@ def test_fp8_moe_fallback_warns_and_no_kernel_errors_on_an_asked_for_gpu() -> No
     experts = [k for k in finding.details["kernels"]["v100"] if k["layer"] == "moe"]
     assert finding.severity == "error" and experts == [dict(experts[0], kernel=None, fallback=None)]
     assert "24 W8A8 FP8 (channel) expert module(s) -> no kernel" in finding.message
+
+
+def test_w4a8_int_runs_weight_only_on_humming_and_w4afp8_is_not_taken_for_it() -> None:
+    """The genuine llm-compressor W4A8 (int8 activations) export: Humming on every GPU, a slow fallback that warns on
+    an asked-for GPU; the same scheme with FP8 activations (a different vLLM scheme) gets no line from this entry."""
+    w4a8 = Scheme("int4", "A8", "group")
+    for hw in hardware_profiles():
+        k = select(w4a8, "linear", hw, 128, "compressed-tensors", "int")
+        assert k.family == "Humming" and "16-bit activations" in k.fallback, hw.id
+    assert select(w4a8, "linear", _old_gpu("7.0"), 128, "compressed-tensors", "int").family is None
+    assert select(w4a8, "linear", hardware("h100"), 128, "compressed-tensors", "float") is None
+    result = analyze(str(GENUINE / "llmc-llama-w4a8-int"), headers_only=True)
+    ctx = Context(ckpt=result.checkpoint, det=result.detection, hardware=(hardware("gb10"),), target="x")
+    (finding,) = KernelSelection().check(ctx)
+    assert finding.severity == "warning" and "W4A8 INT4 (group) linear module(s) -> Humming" in finding.message

@@ -4,7 +4,8 @@ CPU with the platform made to look like each GPU of rules/hardware.toml (capabil
 Which selections can be called without a GPU: the pure-Python ones.
 - Weight-only int linears (GPTQ / AWQ / AutoRound / compressed-tensors W4A16): `choose_mp_linear_kernel` on an
   `MPLinearLayerConfig` (uint4b8 weights, bf16 activations) for group sizes -1, 32, 64, 128 and 16, with
-  humming-kernels reported installed (a dependency of the release).
+  humming-kernels reported installed (a dependency of the release); the same for compressed-tensors W4A8 int, whose
+  layer asks `choose_mp_linear_kernel` for signed int4 weights with 16-bit activations.
 - gpt-oss MXFP4 experts: `_get_priority_backends_for_gpt_oss` filtered to BF16 activations, each backend's expert
   classes asked `_supports_current_device` and `_supports_quant_scheme(kMxfp4Static, ...)`, FlashInfer and the OAI
   triton_kernels reported installed; plus `Mxfp4Config.get_min_capability`.
@@ -130,7 +131,7 @@ def _installed() -> None:
                 setattr(module, name, lambda: True)
 
 
-def _wna16(cc: int, group: int) -> str:
+def _wna16(cc: int, group: int, weight_type: str = "uint4b8") -> str:
     import torch
     from vllm.model_executor.kernels.linear import MPLinearLayerConfig, choose_mp_linear_kernel
     from vllm.scalar_type import scalar_types
@@ -138,7 +139,7 @@ def _wna16(cc: int, group: int) -> str:
     config = MPLinearLayerConfig(
         full_weight_shape=(4096, 4096),
         partition_weight_shape=(4096, 4096),
-        weight_type=scalar_types.uint4b8,
+        weight_type=getattr(scalar_types, weight_type),
         act_type=torch.bfloat16,
         group_size=group,
         zero_points=False,
@@ -230,6 +231,15 @@ def run() -> list[KernelRow]:
             rows.append(
                 KernelRow(
                     f"W4A16 int linear, group {group}", hw_id, got, family or "-", _agrees(got, family, WNA16_FAMILY)
+                )
+            )
+            # compressed-tensors W4A8 int builds the same config with signed int4 weights (its own create_weights).
+            got = _wna16(cc, group, "int4")
+            k = select(Scheme("int4", "A8", "group"), "linear", fake, group, "compressed-tensors", "int")
+            family = k.family if k is not None else None
+            rows.append(
+                KernelRow(
+                    f"W4A8 int linear, group {group}", hw_id, got, family or "-", _agrees(got, family, WNA16_FAMILY)
                 )
             )
         got = _gpt_oss(cc)

@@ -46,15 +46,17 @@ class Selection:
     activations: frozenset[str] | None
     details: frozenset[str] | None
     methods: frozenset[str] | None
+    input_types: frozenset[str] | None  # the config group's input_activations.type (`int`, `float`)
     hardware_key: str | None
     no_kernel: str
     source: str
     picks: tuple[Pick, ...]
 
-    def covers(self, scheme: Scheme, layer: str, method: str | None = None) -> bool:
+    def covers(self, scheme: Scheme, layer: str, method: str | None = None, input_type: str | None = None) -> bool:
         return (
             scheme.kind == self.scheme
             and (self.methods is None or method in self.methods)
+            and (self.input_types is None or input_type in self.input_types)
             and layer == self.layer
             and (self.activations is None or scheme.activation in self.activations)
             # A hostile config can put any JSON value in a scheme's detail: only strings match.
@@ -101,6 +103,7 @@ def _selection(t: Table) -> Selection:
         activations=opt_set("activations"),
         details=opt_set("details"),
         methods=opt_set("methods"),
+        input_types=opt_set("input_types"),
         hardware_key=t.opt_string("hardware_key"),
         no_kernel=t.string("no_kernel"),
         source=t.string("source"),
