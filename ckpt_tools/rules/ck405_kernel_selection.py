@@ -82,7 +82,11 @@ class KernelSelection(Rule):
             severity = "error"
         elif explicit and slow:
             severity = "warning"
-        text = "; ".join(f"{hw}: {_line(us)}" for hw, us in by_hw.items())
+        # GPUs that get the same kernels share one entry (`h200, h100: ...`), in profile order.
+        same: dict[str, list[str]] = {}
+        for hw, us in by_hw.items():
+            same.setdefault(_line(us), []).append(hw)
+        text = "; ".join(f"{', '.join(hws)}: {line}" for line, hws in same.items())
         notes = []
         if missing:
             u = missing[0]
