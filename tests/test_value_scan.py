@@ -519,3 +519,19 @@ def test_zero_channels_of_an_all_zero_tensor_and_a_clean_one(tmp_path: Path) -> 
     assert (result.get("z.scales").channels, result.get("z.scales").zero_rows) == (8, 8)
     assert result.get("c.weight_scale").zero_rows == 0 and result.get("c.weight_scale").channels == 64
     assert result.get("x.weight_scale").zero_rows == 0
+
+
+@pytest.mark.parametrize("dtype", sorted(STATS_DTYPES))
+def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_path: Path) -> None:
+    # Global / input scales are one element each: the scan measures them on a path of their own (`_small_stats`).
+    if dtype in FLOAT8_DTYPES:
+        blobs = [bytes([c]) for c in range(256)]
+    else:
+        blobs = [wide_bytes(dtype, [v]) for v in SPECIAL_WIDE]
+    tensors = [(f"m{i}.input_scale", dtype, [1], blob) for i, blob in enumerate(blobs)]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    for name, _dtype, _shape, blob in tensors:
+        assert_matches(result.get(name), dtype, blob)

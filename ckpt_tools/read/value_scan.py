@@ -75,26 +75,29 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
-
-    def close() -> None:
-        if pieces:
-            reads.append(Read(start, end - start, tuple(pieces)))
-            pieces.clear()
-
+    base = shard.data_start
+    whole = chunk - chunk % 4  # every item size divides this: a tensor that fits needs no element arithmetic
     for index, t in enumerate(ordered):
+        pos, stop = base + t.begin, base + t.end
+        if pieces and pos - end <= gap and stop - start <= whole:  # the common case: it joins the read whole
+            pieces.append((index, pos - start, stop - pos))
+            end = stop
+            continue
         item = ITEM_SIZE.get(value_dtype(t), 1)
-        pos, stop = shard.data_start + t.begin, shard.data_start + t.end
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
             take = min(stop - pos, room - room % item)
             if take <= 0:
-                close()
+                if pieces:
+                    reads.append(Read(start, end - start, tuple(pieces)))
+                    pieces = []
                 start = end = pos
                 take = min(stop - pos, max(chunk - chunk % item, item))
             pieces.append((index, pos - start, take))
             pos += take
             end = pos
-    close()
+    if pieces:
+        reads.append(Read(start, end - start, tuple(pieces)))
     return ShardPlan(shard.name, ordered, tuple(reads))
 
 
