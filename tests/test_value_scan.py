@@ -261,6 +261,18 @@ def test_every_value_rule_declares_what_it_reads() -> None:
         assert overrides == rule.needs_values, rule.code
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in GENUINE.iterdir() if p.is_dir()))
+def test_what_a_rule_reads_depends_on_dtype_shape_and_suffix_only(name: str) -> None:
+    # The pipeline asks `wants_values` once per (dtype, shape, suffix): the same tensor under another module path, in
+    # another shard, at other offsets must get the same answer from every rule.
+    ckpt = load_checkpoint(open_source(str(GENUINE / name)))
+    rules = [r for r in all_rules() if r.needs_values]
+    for t in ckpt.tensors.values():
+        moved = t._replace(name="x.layers.99.y." + t.name.rpartition(".")[2], shard="other.safetensors", begin=8)
+        moved = moved._replace(end=moved.begin + t.nbytes)
+        assert [r.wants_values(moved) for r in rules] == [r.wants_values(t) for r in rules], (name, t.name)
+
+
 def test_a_rule_suppressed_outright_is_not_read(tmp_path: Path) -> None:
     folder = copy_fixture("modelopt-llama-nvfp4", tmp_path / "m")
     patch_tensor_bytes(folder, BLOCK, {0: 0x7F})
