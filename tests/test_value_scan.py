@@ -535,7 +535,7 @@ def test_zero_channels_of_an_all_zero_tensor_and_a_clean_one(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("dtype", sorted(STATS_DTYPES))
 def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_path: Path) -> None:
-    # Global / input scales are one element each: the scan measures them on a path of their own (`_small_stats`).
+    # Global / input scales are one element each: the scan measures them on a path of their own (`small_stats`).
     if dtype in FLOAT8_DTYPES:
         blobs = [bytes([c]) for c in range(256)]
     else:

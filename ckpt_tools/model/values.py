@@ -490,7 +490,7 @@ class Accumulator:
 
     def result(self) -> TensorStats:
         if self.small is not None and self.channels is None:
-            return _small_stats(self.dtype, bytes(self.small))
+            return small_stats(self.dtype, bytes(self.small))
         values = None
         lo, hi = self.min, self.max
         if self.small is not None:
@@ -516,7 +516,7 @@ class Accumulator:
         )
 
 
-def _small_stats(dtype: str, blob: bytes) -> TensorStats:
+def small_stats(dtype: str, blob: bytes) -> TensorStats:
     """The statistics of a small tensor (at most `SMALL_TENSOR_ELEMENTS`, no channel layout) from all its bytes at
     once: the same counts `Accumulator` keeps piece by piece, without its per-piece work."""
     values = tuple(decode_values(dtype, blob))
