@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .rules.base import DOC_SECTIONS, Documented, all_rules, rule_family
+from .rules.base import DOC_SECTIONS, Documented, all_rules, find_documented, rule_family
 
 SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix")  # every check has these; CS checks add Source
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
@@ -28,11 +28,7 @@ def every_check() -> list[type[Documented]]:
 
 def find_check(code_or_slug: str) -> type[Documented] | None:
     """The CK rule or CS serve check with this code (any case) or slug."""
-    key = code_or_slug.strip()
-    for check in every_check():
-        if key.upper() == check.code or key.lower() == check.slug:
-            return check
-    return None
+    return find_documented(every_check(), code_or_slug)
 
 
 def _rule_section(rule: type[Documented]) -> list[str]:

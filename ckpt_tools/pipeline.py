@@ -188,29 +188,9 @@ def judge(
     (code, reason) of value rules not run because a suppression silences them outright."""
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
-    schema = None
-    skipped: list[SkippedRule] = []
-    if producer_schema:
-        from .detect.producer_schema import check_producer_schema
-
-        schema = check_producer_schema(ckpt, det)
-        if schema is not None and schema.package is None:
-            skipped.append(
-                {
-                    "code": "CK311",
-                    "slug": "producer-schema",
-                    "reason": f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')",
-                }
-            )
+    schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
-    findings: list[Finding] = []
-    not_run = dict(silenced)
-    for rule_cls in all_rules():
-        reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
-        if reason:
-            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
-            continue
-        findings.extend(rule_cls().check(ctx))
+    findings = _run_rules(ctx, skipped, skipped_reason, dict(silenced))
     findings, suppressed = apply_suppressions(findings, suppressions)
     report = Report(
         target=label,
@@ -232,6 +212,33 @@ def judge(
         "extra": dict(extra or {}),
     }
     return Analysis(ckpt, det, report, settings)
+
+
+def _producer_schema(ckpt: Checkpoint, det: Detection) -> tuple[Any, list[SkippedRule]]:
+    """The producer's own schema check (`--producer-schema`), and CK311's skipped entry when its package is absent."""
+    from .detect.producer_schema import check_producer_schema
+    from .rules.ck311_producer_schema import ProducerSchema
+
+    schema = check_producer_schema(ckpt, det)
+    if schema is None or schema.package is not None:
+        return schema, []
+    reason = f"{schema.producer} is not installed (pip install 'ckpt-tools[producers]')"
+    return schema, [{"code": ProducerSchema.code, "slug": ProducerSchema.slug, "reason": reason}]
+
+
+def _run_rules(
+    ctx: Context, skipped: list[SkippedRule], skipped_reason: str | None, not_run: Mapping[str, str]
+) -> list[Finding]:
+    """Every registered rule's findings; a value rule without values (headers only, or silenced outright by a
+    suppression) is recorded in `skipped` with the reason instead."""
+    findings: list[Finding] = []
+    for rule_cls in all_rules():
+        reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
+        if reason:
+            skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
+            continue
+        findings.extend(rule_cls().check(ctx))
+    return findings
 
 
 def _refuse_lone_shard(source) -> None:

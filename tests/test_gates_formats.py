@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -156,6 +158,43 @@ def test_fingerprints_are_stable_across_runs_and_distinct_between_findings(cwd: 
     shutil.copytree(copies["nan-fp8-scale"], moved)
     again = json.loads(doctor(str(moved)).render("sarif"))["runs"][0]["results"][0]
     assert again["partialFingerprints"] != first["runs"][1]["results"][0]["partialFingerprints"]
+
+
+def assert_every_rule_id_described(doc: dict) -> None:
+    """What GitHub code scanning needs of each run: every result's (and notification's) rule is in
+    `tool.driver.rules`, and its index points at that descriptor."""
+    for run in doc["runs"]:
+        rules = run["tool"]["driver"]["rules"]
+        ids = [r["id"] for r in rules]
+        assert len(ids) == len(set(ids))
+        for result in run["results"]:
+            assert result["ruleId"] in ids, result["ruleId"]
+            assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+        for note in run["invocations"][0].get("toolConfigurationNotifications", []):
+            assert rules[note["associatedRule"]["index"]]["id"] == note["associatedRule"]["id"]
+
+
+@needs_genuine
+def test_every_result_of_doctor_and_check_serve_has_its_rule_descriptor(cwd: Path) -> None:
+    copies = defective_copies(Path("."))
+    doctor_doc = json.loads(render_many([doctor(str(p), headers_only=True) for p in copies.values()], "sarif"))
+    assert sarif_errors(doctor_doc) == []
+    assert_every_rule_id_described(doctor_doc)
+    assert any(n for run in doctor_doc["runs"] for n in run["invocations"][0].get("toolConfigurationNotifications", []))
+
+    serve = [sys.executable, "-m", "ckpt_tools.cli.main", "check-serve", "nan", "-f", "sarif", "--"]
+    command = ["vllm", "serve", "nan", "--quantization", "fp8", "--no-such-flag", "--max-model-len", "99999999"]
+    out = subprocess.run([*serve, *command], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert sarif_errors(doc) == []
+    assert_every_rule_id_described(doc)
+    [run] = doc["runs"]
+    codes = {r["ruleId"] for r in run["results"]}
+    assert {"CS101", "CS110", "CS120"} <= codes and any(c.startswith("CK") for c in codes)
+    cs101 = run["tool"]["driver"]["rules"][next(r["ruleIndex"] for r in run["results"] if r["ruleId"] == "CS101")]
+    assert cs101["name"] == "unknown-flag" and "ckpt explain CS101" in cs101["help"]["text"]
+    assert "serve" in cs101["properties"]["tags"]
 
 
 def test_rule_metadata_carries_help_and_levels() -> None:

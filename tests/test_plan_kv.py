@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_tools.plan.budget import pages
-from ckpt_tools.plan.layers import FULL, GDN, MLA, SLIDING, cache_model
+from ckpt_tools.plan.layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
+from tests.memory_models import SEED_TEXT
 from tests.plan_configs import CONFIGS
 
 GENUINE = Path(__file__).resolve().parents[1] / "fixtures" / "genuine"
@@ -101,24 +102,16 @@ def test_sliding_window_requests_stop_at_the_window() -> None:
     assert p.request_bytes(1000) == 63 * page + 64 * page
 
 
+def _seed_cache() -> CacheModel:
+    """The attention of Qwen3.6-35B-A3B (the AEON-7 model card's model: Qwen3_5MoeForConditionalGeneration, 40
+    layers, full attention every 4th; heads and dims from the public Qwen3.5/3.6-35B-A3B config, as
+    tests/memory_models.py builds its checkpoint)."""
+    return cache_model(SEED_TEXT, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
+
+
 def test_seed_model_figures() -> None:
-    """Qwen3.6-35B-A3B (the AEON-7 model card's model: Qwen3_5MoeForConditionalGeneration, 40 layers, full attention
-    every 4th; heads and dims from the public Qwen3.5/3.6-35B-A3B config): the README sanity table's KV figures."""
-    text = {
-        "num_hidden_layers": 40,
-        "full_attention_interval": 4,
-        "hidden_size": 2048,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "dtype": "bfloat16",
-    }
-    cache = cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
+    """Qwen3.6-35B-A3B: the README sanity table's KV figures."""
+    cache = _seed_cache()
     assert len(cache.of(FULL)) == 10 and len(cache.of(GDN)) == 30
     assert sum(layer.token_bytes for layer in cache.of(FULL)) == 10 * 2 * 512 * 2  # 20,480 B per token
     assert cache.of(GDN)[0].state_bytes == (3 * 8192 + 32 * 128 * 128) * 2  # 1,097,728 B per layer
@@ -185,21 +178,7 @@ def test_seed_model_log_line() -> None:
     tokens)."""
     from ckpt_tools.plan.budget import answer
 
-    text = {
-        "num_hidden_layers": 40,
-        "full_attention_interval": 4,
-        "hidden_size": 2048,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "dtype": "bfloat16",
-    }
-    cache = cache_model(text, {}, tp=1, kv_request=None, quant_method=None, kv_word=None)
+    cache = _seed_cache()
     p = pages(cache, max_num_batched_tokens=16384, prefix_caching=False)
     assert p.group_size == 10 and len(p.groups) == 4 and p.block_bytes == 10 * 1_114_112
     assert p.request_blocks(8192) == 16 + 3

@@ -26,6 +26,17 @@ def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def check_serve_json(model: Path, hardware: str, *serve_args: str, served: str = "") -> tuple[int, list[dict]]:
+    """`ckpt check-serve MODEL --hardware HW -f json -- vllm serve SERVED ARGS...`: the exit code and the findings."""
+    command = ["vllm", "serve", served or str(model), *serve_args]
+    out = ckpt("check-serve", str(model), "--hardware", hardware, "-f", "json", "--", *command)
+    return out.returncode, json.loads(out.stdout)["findings"]
+
+
+def memory_findings(findings: list[dict]) -> list[dict]:
+    return [f for f in findings if f["slug"] == "memory-does-not-fit"]
+
+
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("dense") / "llama-70b-bf16"
@@ -92,45 +103,14 @@ def test_serve_flags_without_hardware_has_no_memory_plan() -> None:
 # ---- check-serve ----------------------------------------------------------------------------------------------------
 def test_check_serve_rates_settings_that_cannot_fit(dense: Path) -> None:
     plan = memory_plan(str(dense), Settings(hardware="b200", max_num_seqs=4, max_model_len=131072))
-    out = ckpt(
-        "check-serve",
-        str(dense),
-        "--hardware",
-        "b200",
-        "-f",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        str(dense),
-        "--max-model-len",
-        "131072",
-        "--max-num-seqs",
-        "4",
-    )
-    assert out.returncode == 1, out.stdout
-    finding = next(f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
+    code, findings = check_serve_json(dense, "b200", "--max-model-len", "131072", "--max-num-seqs", "4")
+    assert code == 1, findings
+    [finding] = memory_findings(findings)
     assert finding["code"] == "CS172" and finding["severity"] == "error"
     assert "one sequence of 131,072 tokens does not fit" in finding["message"]
     assert finding["fix"] == f"--max-model-len {dict(plan.answers.context_at_seqs)[4]} for 4 sequences"
 
-    seqs = ckpt(
-        "check-serve",
-        str(dense),
-        "--hardware",
-        "b200",
-        "-f",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        str(dense),
-        "--max-model-len",
-        "32k",
-        "--max-num-seqs",
-        "8",
-    )
-    finding = next(f for f in json.loads(seqs.stdout)["findings"] if f["slug"] == "memory-does-not-fit")
+    [finding] = memory_findings(check_serve_json(dense, "b200", "--max-model-len", "32k", "--max-num-seqs", "8")[1])
     fits = memory_plan(str(dense), Settings(hardware="b200", max_model_len=32000))
     assert "8 sequences of 32,000 tokens do not fit" in finding["message"]
     assert f"--max-num-seqs {fits.answers.max_num_seqs} at 32,000 tokens" in finding["fix"]
@@ -138,48 +118,16 @@ def test_check_serve_rates_settings_that_cannot_fit(dense: Path) -> None:
     # Split over two GPUs the same settings fit; and a command without --max-num-seqs is judged at one sequence.
     for extra in (["-tp", "2"], []):
         args = ["--max-model-len", "32768", "--max-num-seqs", "8"] if extra else ["--max-model-len", "32768"]
-        ok = ckpt(
-            "check-serve",
-            str(dense),
-            "--hardware",
-            "b200",
-            "-f",
-            "json",
-            "--",
-            "vllm",
-            "serve",
-            str(dense),
-            *args,
-            *extra,
-        )
-        assert not [f for f in json.loads(ok.stdout)["findings"] if f["slug"] == "memory-does-not-fit"], extra
+        assert not memory_findings(check_serve_json(dense, "b200", *args, *extra)[1]), extra
 
 
 def test_check_serve_on_the_seed_command_has_no_memory_finding(seed: Path) -> None:
-    out = ckpt(
-        "check-serve",
-        str(seed),
-        "--hardware",
-        "gb10",
-        "-f",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        str(seed),
-        "--max-model-len",
-        "262144",
-        "--max-num-seqs",
-        "64",
-        "--gpu-memory-utilization",
-        "0.85",
-        "--enable-prefix-caching",
-    )
-    findings = json.loads(out.stdout)["findings"]
+    settings = ["--max-model-len", "262144", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.85"]
+    _, findings = check_serve_json(seed, "gb10", *settings, "--enable-prefix-caching")
     plan = memory_plan(str(seed), Settings(hardware="gb10", max_model_len=262144, max_num_seqs=64, prefix_caching=True))
     # 64 sequences of the full 262,144 tokens need more than GB10 holds: the finding says how many do fit.
     assert not plan.fits and plan.answers.max_num_seqs < 64
-    finding = next(f for f in findings if f["slug"] == "memory-does-not-fit")
+    [finding] = memory_findings(findings)
     assert f"--max-num-seqs {plan.answers.max_num_seqs} at 262,144 tokens" in finding["fix"]
 
 
@@ -237,20 +185,7 @@ def test_inspect_shows_weight_and_kv_figures_and_doctor_stays_a_defect_check(den
 
 def test_a_length_above_the_context_is_not_a_memory_finding(dense: Path) -> None:
     """--max-model-len past the model's context is the context check's business; memory is judged at that length."""
-    out = ckpt(
-        "check-serve",
-        str(GENUINE / "base-llama-bf16"),
-        "--hardware",
-        "gb10",
-        "-f",
-        "json",
-        "--",
-        "vllm",
-        "serve",
-        "x",
-        "--max-model-len",
-        "8192",
-    )
-    assert not [f for f in json.loads(out.stdout)["findings"] if f["slug"] == "memory-does-not-fit"]
+    _, findings = check_serve_json(GENUINE / "base-llama-bf16", "gb10", "--max-model-len", "8192", served="x")
+    assert not memory_findings(findings)
     flags = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "--max-model-len", "8192")
     assert flags.returncode == 0 and "--max-model-len 8192" in flags.stdout

@@ -117,9 +117,9 @@ class StandInOrphanRule(Rule):
 
 def test_uses_the_full_list_of_the_orphan_scale_finding(tmp_path, capsys, monkeypatch):
     base.all_rules()  # load the real rules first, then put the stand-in in the orphan-scale slot
-    registry = {c: r for c, r in base._REGISTRY.items() if r.slug != "orphan-scale"}
+    registry = {c: r for c, r in base._RULES.by_code.items() if r.slug != "orphan-scale"}
     registry["CK302"] = StandInOrphanRule
-    monkeypatch.setattr(base, "_REGISTRY", registry)
+    monkeypatch.setattr(base._RULES, "by_code", registry)
     folder = copy_of("modelopt-llama-nvfp4", tmp_path)
     original = library_view(folder)
     extra = ("lm_head.weight_scale_2", "F32", [], b"\x00\x00\x80\x3f")

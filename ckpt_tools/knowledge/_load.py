@@ -249,6 +249,15 @@ class Table:
         table.done()
         return out
 
+    def opt_one(self, key: str, build: Callable[[Table], T]) -> T | None:
+        """Build an optional sub-table as `one` does; None when the table is absent."""
+        table = self.opt_table(key)
+        if table is None:
+            return None
+        out = build(table)
+        table.done()
+        return out
+
     def each(self, key: str, build: Callable[[Table], T], required: bool = False) -> tuple[T, ...]:
         """Build every table of an array of tables (`[[key]]` or an inline list of tables), each checked for
         unknown keys once `build` returns."""

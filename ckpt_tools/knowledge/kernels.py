@@ -63,9 +63,20 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class ForcedBackends:
+    """What a forced `--linear-backend` / `--moe-backend` can run on NVFP4 layers (`[forced_backends]`)."""
+
+    w4a4_only_linear: frozenset[str]  # linear backends that run W4A4 only
+    weight_only_moe: frozenset[str]  # MoE backends that run weight-only (A16) NVFP4 experts
+    fp4_tensor_core_moe: frozenset[str]  # MoE backends that need FP4 tensor cores
+    source: str
+
+
+@dataclass(frozen=True)
 class KernelTable:
     vllm_version: str  # the release whose selection the table restates
     selections: tuple[Selection, ...]
+    forced_backends: ForcedBackends
 
 
 def _pick(t: Table) -> Pick:
@@ -97,8 +108,21 @@ def _selection(t: Table) -> Selection:
     )
 
 
+def _forced(t: Table) -> ForcedBackends:
+    return ForcedBackends(
+        w4a4_only_linear=frozenset(t.strs("w4a4_only_linear")),
+        weight_only_moe=frozenset(t.strs("weight_only_moe")),
+        fp4_tensor_core_moe=frozenset(t.strs("fp4_tensor_core_moe")),
+        source=t.string("source"),
+    )
+
+
 def parse(root: Table) -> KernelTable:
-    return KernelTable(root.string("vllm_version"), root.each("selection", _selection, required=True))
+    return KernelTable(
+        root.string("vllm_version"),
+        root.each("selection", _selection, required=True),
+        _forced(root.table("forced_backends")),
+    )
 
 
 @cache

@@ -7,17 +7,15 @@ each file's first table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
-from typing import TypeVar
 
 from ..errors import UsageError
 from ._load import REQUIRED, KnowledgeError, Table, build_file, rules_dir, top_level
 from .hardware import EnvTrap, Hardware, env_trap
 
-T = TypeVar("T")
 ARITIES = ("value", "boolean", "switch", "optional_value")  # how `vllm serve` options take a value
 FLAG_TYPES = ("int", "float", "human_int", "human_int_or_auto", "json", "str")
 
@@ -221,18 +219,14 @@ def _modelopt(t: Table) -> ModelOptSupport:
 
 
 def _quantization(t: Table) -> Quantization:
-    ct = t.opt_table("compressed_tensors")
-    out = Quantization(
+    return Quantization(
         methods=t.strs("methods", REQUIRED),
         deprecated_methods=t.strs("deprecated_methods"),
         modelopt_algos=t.mapping("modelopt_algos"),
         modelopt_nested_algos=t.mapping("modelopt_nested_algos"),
         modelopt=t.one("modelopt", _modelopt),
-        sparsity_rejection=ct.opt_string("sparsity_rejection") if ct else None,
+        sparsity_rejection=t.opt_one("compressed_tensors", lambda ct: ct.opt_string("sparsity_rejection")),
     )
-    if ct is not None:
-        ct.done()
-    return out
 
 
 def _behaviour(t: Table) -> Behaviour:
@@ -247,8 +241,7 @@ def _behaviour(t: Table) -> Behaviour:
 
 
 def _serve(t: Table) -> Serve:
-    behaviour = t.opt_table("behaviour")
-    out = Serve(
+    return Serve(
         command=t.strs("command", REQUIRED),
         image=t.string("image"),
         entrypoint=t.string("entrypoint"),
@@ -258,12 +251,9 @@ def _serve(t: Table) -> Serve:
         default_hardware=t.opt_string("default_hardware"),
         gpu_memory_utilization_default=t.opt_number("gpu_memory_utilization_default"),
         compile_range_max_batched_tokens=t.opt_integer("compile_range_max_batched_tokens"),
-        behaviour=_behaviour(behaviour) if behaviour else NO_BEHAVIOUR,
+        behaviour=t.opt_one("behaviour", _behaviour) or NO_BEHAVIOUR,
         source=t.opt_string("source"),
     )
-    if behaviour is not None:
-        behaviour.done()
-    return out
 
 
 def _dflash(t: Table) -> DFlash:
@@ -321,15 +311,6 @@ def _choices(root: Table) -> Mapping[str, tuple[str, ...]]:
     return MappingProxyType(lists)
 
 
-def _optional(root: Table | None, key: str, build: Callable[[Table], T]) -> T | None:
-    sub = root.opt_table(key) if root is not None else None
-    if sub is None:
-        return None
-    out = build(sub)
-    sub.done()
-    return out
-
-
 def parse(root: Table) -> Runtime:
     archs = root.opt_table("architectures")
     speculative = root.opt_table("speculative")
@@ -345,11 +326,11 @@ def parse(root: Table) -> Runtime:
         architectures=frozenset(archs.strs("supported")) if archs and archs.has("supported") else None,
         previously_supported=archs.mapping("previously_supported") if archs else MappingProxyType({}),
         serve=root.one("serve", _serve),
-        dflash=_optional(speculative, "dflash", _dflash),
+        dflash=speculative.opt_one("dflash", _dflash) if speculative else None,
         flag_specs=flags.sub_tables(_flag) if flags else MappingProxyType({}),
         cli=root.one("cli", _cli),
         choice_lists=_choices(root),
-        env=_optional(root, "env", _env) or Env(frozenset(), MappingProxyType({}), (), MappingProxyType({}), None),
+        env=root.opt_one("env", _env) or Env(frozenset(), MappingProxyType({}), (), MappingProxyType({}), None),
     )
     for sub in (archs, speculative, flags):
         if sub is not None:

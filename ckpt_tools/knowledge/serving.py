@@ -46,6 +46,13 @@ class DrafterKind:
 
 
 @dataclass(frozen=True)
+class Speculative:
+    needs_drafter: frozenset[str]  # methods that load a separate drafter checkpoint
+    auto_detected_words: tuple[str, ...]  # drafter-path words vLLM reads a method from when none is named
+    source: str
+
+
+@dataclass(frozen=True)
 class Context:
     max_len_keys: tuple[str, ...]
     rope_types_prescaled: frozenset[str]
@@ -60,6 +67,7 @@ class Serving:
     docker_value_options: frozenset[str]
     docker_source: str
     context: Context
+    speculative: Speculative
 
     def family(self, architecture: str | None, model_type: str | None) -> ServingFamily | None:
         """The first family listing the architecture, else the first listing the model_type."""
@@ -110,7 +118,7 @@ def _drafter(t: Table) -> DrafterKind:
 
 
 def parse(root: Table) -> Serving:
-    docker, context = root.table("docker"), root.table("context")
+    docker, context, spec = root.table("docker"), root.table("context"), root.table("speculative")
     out = Serving(
         families=root.each("family", _family, required=True),
         pairings=root.each("pairing", _pairing),
@@ -122,9 +130,15 @@ def parse(root: Table) -> Serving:
             frozenset(context.strs("rope_types_prescaled")),
             context.string("source"),
         ),
+        speculative=Speculative(
+            frozenset(spec.strs("needs_drafter", REQUIRED)),
+            spec.strs("auto_detected_words", REQUIRED),
+            spec.string("source"),
+        ),
     )
     docker.done()
     context.done()
+    spec.done()
     return out
 
 

@@ -20,7 +20,7 @@ import orjson
 
 from .. import __version__
 from ..model.modules import ROLES
-from ..rules.base import Finding, Rule, all_rules, rule_family
+from ..rules.base import Documented, Finding, all_rules, documented, rule_family
 from ..suppress import SuppressedFinding
 from .model import Report
 
@@ -41,7 +41,8 @@ def render_many(reports: Iterable[Report]) -> str:
 
 
 def sarif_log(reports: Iterable[Report]) -> dict[str, Any]:
-    rules = all_rules()
+    reports = list(reports)
+    rules = described(reports)
     descriptors = [_rule_descriptor(r) for r in rules]
     index = {r.code: i for i, r in enumerate(rules)}
     return {
@@ -51,10 +52,21 @@ def sarif_log(reports: Iterable[Report]) -> dict[str, Any]:
     }
 
 
+def described(reports: Iterable[Report]) -> list[type[Documented]]:
+    """Every CK rule, then the checks of the other codes the reports name (check-serve's CS checks): SARIF consumers
+    expect every `ruleId` described in the run's `tool.driver.rules`."""
+    rules: list[type[Documented]] = [*all_rules()]
+    known = {r.code for r in rules}
+    named = {f.code for r in reports for f in r.findings}
+    named |= {str(s["code"]) for r in reports for s in [*r.suppressed, *r.skipped] if s.get("code")}
+    others = (documented(code) for code in sorted(named - known))
+    return rules + [c for c in others if c is not None]
+
+
 # ---- rules ----------------------------------------------------------------------------------------------------------
 
 
-def _rule_descriptor(rule: type[Rule]) -> dict[str, Any]:
+def _rule_descriptor(rule: type[Documented]) -> dict[str, Any]:
     doc = rule.doc_sections()
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
     help_text = "\n\n".join(f"{k}\n{v}" for k, v in sections) or rule.title

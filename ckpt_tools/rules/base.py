@@ -9,11 +9,12 @@ docs/rules.md print them. The check-serve checks (ckpt_tools/serve/checks/) foll
 
 from __future__ import annotations
 
+import importlib
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..detect.resolve import Detection
 from ..knowledge.hardware import Hardware
@@ -174,29 +175,61 @@ class Rule(Documented):
         )
 
 
-_REGISTRY: dict[str, type[Rule]] = {}
+D = TypeVar("D", bound=Documented)
 
 
-def register(cls: type[Rule]) -> type[Rule]:
-    for other in _REGISTRY.values():
-        if other.code == cls.code or other.slug == cls.slug:
-            raise ValueError(f"duplicate rule code or slug: {cls.code}/{cls.slug} vs {other.code}/{other.slug}")
-    _REGISTRY[cls.code] = cls
-    return cls
+class Registry(Generic[D]):
+    """The checks of one kind by code: CK rules here, CS serve checks in serve/checks/. `register` is the class
+    decorator each check module applies; `all()` imports the package's `_load_all` (every check module) once and lists
+    them in code order. Every registry also answers `documented(code)`, so a renderer can describe any reported code
+    without importing the layer that reports it."""
+
+    _every: ClassVar[list[Registry[Any]]] = []
+
+    def __init__(self, kind: str, package: str) -> None:
+        self.kind = kind
+        self.package = package
+        self.by_code: dict[str, type[D]] = {}
+        Registry._every.append(self)
+
+    def register(self, cls: type[D]) -> type[D]:
+        for other in self.by_code.values():
+            if other.code == cls.code or other.slug == cls.slug:
+                clash = f"{cls.code}/{cls.slug} vs {other.code}/{other.slug}"
+                raise ValueError(f"duplicate {self.kind} code or slug: {clash}")
+        self.by_code[cls.code] = cls
+        return cls
+
+    def all(self) -> list[type[D]]:
+        importlib.import_module(f"{self.package}._load_all")
+        return [self.by_code[c] for c in sorted(self.by_code)]
+
+    def find(self, code_or_slug: str) -> type[D] | None:
+        return find_documented(self.all(), code_or_slug)
+
+
+def find_documented(checks: Iterable[type[D]], code_or_slug: str) -> type[D] | None:
+    """The check among `checks` with this code (any case) or slug."""
+    key = code_or_slug.strip()
+    return next((c for c in checks if key.upper() == c.code or key.lower() == c.slug), None)
+
+
+def documented(code: str) -> type[Documented] | None:
+    """The registered check with this code, whichever registry holds it; None for a code no imported module
+    registered (a serve check is registered once check-serve has run)."""
+    return next((r.by_code[code] for r in Registry._every if code in r.by_code), None)
+
+
+_RULES: Registry[Rule] = Registry("rule", "ckpt_tools.rules")
+register = _RULES.register
 
 
 def all_rules() -> list[type[Rule]]:
-    from . import _load_all  # noqa: F401  (imports every rule module once)
-
-    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+    return _RULES.all()
 
 
 def find_rule(code_or_slug: str) -> type[Rule] | None:
-    key = code_or_slug.strip()
-    for rule in all_rules():
-        if key.upper() == rule.code or key.lower() == rule.slug:
-            return rule
-    return None
+    return _RULES.find(code_or_slug)
 
 
 def module_files(ckpt: Checkpoint, modules: Iterable[str]) -> set[str]:

@@ -13,80 +13,93 @@ def _head(name: str, depth: int = 2) -> str:
     return ".".join(name.split(".")[:depth]) + ".*"
 
 
-@once_per
-def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
-    """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
-    lacks, grouped by prefix)."""
-    family = ctx.det.family
-    explicit = is_explicit(family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
-    unrooted: dict[str, list[str]] = defaultdict(list)
-    layouts: dict[str, ForeignLayout] = {}
-    homeless: dict[str, list[str]] = defaultdict(list)
-    own = {r.component for r in family.roots}
-    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
-    arch = ctx.ckpt.architecture or ""
-    applicable = [
-        layout
-        for layout in foreign_layouts()
-        if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)
-    ]
-    longest = max((len(p) for layout in applicable for p in layout.prefixes), default=0)
+Verdict = tuple[str, str, ForeignLayout | None] | None  # ("unrooted" | "homeless", group key, layout) or None
 
-    def classify(name: str) -> tuple[str, str, ForeignLayout | None] | None:
-        hit = family.root_of(name)
+
+class _Placement:
+    """Where each tensor name stands against the architecture family's roots. The verdict depends on a name's first
+    four segments and on the foreign prefixes it starts with, so it is decided once per prefix that holds both: per
+    module, and per MoE experts prefix (all its experts share it)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.family = ctx.det.family
+        self.explicit = is_explicit(self.family.id, ctx.ckpt.architecture, ctx.ckpt.model_type)
+        self.own = {r.component for r in self.family.roots}
+        self.comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+        arch = ctx.ckpt.architecture or ""
+        self.applicable = [
+            layout
+            for layout in foreign_layouts()
+            if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)
+        ]
+        self.longest = max((len(p) for layout in self.applicable for p in layout.prefixes), default=0)
+        self.by_module: dict[str, Verdict] = {}
+        self.by_layer: dict[str, Verdict] = {}
+
+    def classify(self, name: str) -> Verdict:
+        hit = self.family.root_of(name)
         if hit is None:
-            layout = next((lay for lay in applicable if name.startswith(lay.prefixes)), None)
-            if layout is None and not explicit:
+            layout = next((lay for lay in self.applicable if name.startswith(lay.prefixes)), None)
+            if layout is None and not self.explicit:
                 return None
             return "unrooted", _head(name), layout
         root, prefix = hit
         first = name[len(prefix) :].split(".", 1)[0]
-        comp = comp_of_marker.get(first)
-        if explicit and comp is not None and comp not in own and root.children is not None:
+        comp = self.comp_of_marker.get(first)
+        if self.explicit and comp is not None and comp not in self.own and root.children is not None:
             return "homeless", f"{prefix}{first}.*", None
         return None
 
-    # The verdict depends on a name's first four segments and on the foreign prefixes it starts with, so it is
-    # decided once per prefix that holds both: per module, and per MoE experts prefix (all its experts share it).
-    def decides(prefix: str) -> bool:
-        return prefix.count(".") >= 3 and len(prefix) >= longest
+    def decides(self, prefix: str) -> bool:
+        return prefix.count(".") >= 3 and len(prefix) >= self.longest
 
-    modules = ctx.ckpt.modules
-    by_module: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
-    by_layer: dict[str, tuple[str, str, ForeignLayout | None] | None] = {}
+    def _layer_verdict(self, layer: str, name: str) -> Verdict:
+        if layer not in self.by_layer:
+            self.by_layer[layer] = self.classify(name)
+        return self.by_layer[layer]
 
-    def flagged(module: str, held) -> bool:
-        """Whether any tensor of `module` gets a verdict (filling the caches the ordered pass below reads)."""
+    def flagged(self, module: str, held) -> bool:
+        """Whether any tensor of `module` gets a verdict (filling the caches `verdict` reads)."""
         where = held.expert
-        if where is not None and decides(where[0]):
-            if where[0] not in by_layer:
-                by_layer[where[0]] = classify(next(iter(held.tensors.values())).name)
-            by_module[module] = by_layer[where[0]]
-            return by_module[module] is not None
-        if decides(module):
-            by_module[module] = classify(next(iter(held.tensors.values())).name)
-            return by_module[module] is not None
-        return any(classify(t.name) is not None for t in held.tensors.values())
+        if where is not None and self.decides(where[0]):
+            self.by_module[module] = self._layer_verdict(where[0], next(iter(held.tensors.values())).name)
+            return self.by_module[module] is not None
+        if self.decides(module):
+            self.by_module[module] = self.classify(next(iter(held.tensors.values())).name)
+            return self.by_module[module] is not None
+        return any(self.classify(t.name) is not None for t in held.tensors.values())
 
-    # A healthy checkpoint has nothing to report: one pass over the modules shows it. Only when something is found
-    # are the names gathered, in tensor order.
-    if not any(flagged(module, held) for module, held in modules.items()):
-        return unrooted, layouts, homeless
-    for name in ctx.ckpt.tensors:
+    def verdict(self, name: str, held) -> Verdict:
         module = name.rpartition(".")[0]
         try:
-            verdict = by_module[module]
+            return self.by_module[module]
         except KeyError:
-            held = modules.get(module)
-            where = held.expert if held is not None else None
-            if where is not None and decides(where[0]):
-                if where[0] not in by_layer:
-                    by_layer[where[0]] = classify(name)
-                verdict = by_layer[where[0]]
-            else:
-                verdict = classify(name)
-            if decides(module):
-                by_module[module] = verdict
+            pass
+        where = held.expert if held is not None else None
+        if where is not None and self.decides(where[0]):
+            verdict = self._layer_verdict(where[0], name)
+        else:
+            verdict = self.classify(name)
+        if self.decides(module):
+            self.by_module[module] = verdict
+        return verdict
+
+
+@once_per
+def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
+    """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
+    lacks, grouped by prefix)."""
+    unrooted: dict[str, list[str]] = defaultdict(list)
+    layouts: dict[str, ForeignLayout] = {}
+    homeless: dict[str, list[str]] = defaultdict(list)
+    place = _Placement(ctx)
+    modules = ctx.ckpt.modules
+    # A healthy checkpoint has nothing to report: one pass over the modules shows it. Only when something is found
+    # are the names gathered, in tensor order.
+    if not any(place.flagged(module, held) for module, held in modules.items()):
+        return unrooted, layouts, homeless
+    for name in ctx.ckpt.tensors:
+        verdict = place.verdict(name, modules.get(name.rpartition(".")[0]))
         if verdict is None:
             continue
         kind, key, layout = verdict

@@ -108,59 +108,78 @@ class QuantConfigMismatch(Rule):
             )
 
     def _declared_vs_disk(self, ctx: Context) -> Iterable[Finding]:
+        source = ctx.det.config.source or "config.json"
+        # The three whole-checkpoint disagreements exclude one another and the per-module ones: the first that
+        # fires is the finding.
+        for whole in (self._nothing_quantized, self._nothing_declared, self._config_quantizes_none):
+            finding = whole(ctx, source)
+            if finding is not None:
+                yield finding
+                return
+        declared_q = [r for r in ctx.det.rows if r.declared.quantized]
+        yield from self._kind_mismatch(ctx, declared_q, source)
+        yield from self._naming(ctx, declared_q, source)
+        yield from self._activation_config(ctx, source)
+
+    def _nothing_quantized(self, ctx: Context, source: str) -> Finding | None:
+        det, rows = ctx.det, ctx.det.rows
+        if det.config.data is None or det.rejection is not None or not rows or any(r.disk.quantized for r in rows):
+            return None
+        return self.finding(
+            f"{source} declares {det.quant_method} quantization ({det.quant_algo or 'no algo'}) but no tensor is "
+            f"quantized: every linear weight is {rows[0].disk.label}. Remove the quantization_config or export "
+            f"the quantized weights.",
+            files=[det.config.file],
+            count=len(rows),
+        )
+
+    def _nothing_declared(self, ctx: Context, source: str) -> Finding | None:
+        disk_q = [r for r in ctx.det.rows if r.disk.quantized]
+        if ctx.det.config.data is not None or not disk_q:
+            return None
+        names = [r.name for r in disk_q]
+        return self.finding(
+            f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but neither config.json nor "
+            f"hf_quant_config.json declares a quantization: vLLM loads the model as unquantized and fails on the "
+            f"first quantized tensor. Add the producer's quantization_config.",
+            tensors=names,
+            files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors))
+            | {"config.json"},
+        )
+
+    def _config_quantizes_none(self, ctx: Context, source: str) -> Finding | None:
+        """A config is present but quantizes nothing: empty or malformed `config_groups`, or an ignore / exclude list
+        that covers every module. ignore-list-mismatch (CK301) stands aside when nothing is declared."""
         det = ctx.det
-        rows = det.rows
-        declared_q = [r for r in rows if r.declared.quantized]
-        disk_q = [r for r in rows if r.disk.quantized]
-        source = det.config.source or "config.json"
-        if det.config.data is not None and det.rejection is None and not disk_q and rows:
-            yield self.finding(
-                f"{source} declares {det.quant_method} quantization ({det.quant_algo or 'no algo'}) but no tensor is "
-                f"quantized: every linear weight is {rows[0].disk.label}. Remove the quantization_config or export "
-                f"the quantized weights.",
-                files=[ctx.det.config.file],
-                count=len(rows),
-            )
-            return
-        if det.config.data is None and disk_q:
-            names = [r.name for r in disk_q]
-            yield self.finding(
-                f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but neither config.json nor "
-                f"hf_quant_config.json declares a quantization: vLLM loads the model as unquantized and fails on the "
-                f"first quantized tensor. Add the producer's quantization_config.",
-                tensors=names,
-                files=files_of(ctx.ckpt, (f"{n}.{s}" for n in names for s in ctx.ckpt.modules[n].tensors))
-                | {"config.json"},
-            )
-            return
+        disk_q = [r for r in det.rows if r.disk.quantized]
         if (
-            disk_q
-            and not declared_q
-            and det.rejection is None
-            and (det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8")
+            not disk_q
+            or any(r.declared.quantized for r in det.rows)
+            or det.rejection is not None
+            or not (det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8")
         ):
-            # A config is present but quantizes nothing: empty or malformed `config_groups`, or an ignore / exclude
-            # list that covers every module. ignore-list-mismatch (CK301) stands aside when nothing is declared.
-            names = [r.name for r in disk_q]
-            groups = (det.config.data or {}).get("config_groups")
-            if det.producer == "compressed-tensors" and not (isinstance(groups, dict) and groups):
-                why = f"`config_groups` is {'empty' if not groups else 'not an object'}"
-            else:
-                covered = sorted({r.covered_by for r in disk_q if r.covered_by})
-                why = (
-                    f"covered by {', '.join(f'`{c}`' for c in covered[:3])}"
-                    if covered
-                    else "no config group quantizes them"
-                )
-            yield self.finding(
-                f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
-                f"of them ({why}): vLLM builds every layer unquantized and fails on the first quantized tensor "
-                f"(\"There is no module or parameter named ...\"). Regenerate the quantization_config with the "
-                f"producer.",
-                tensors=names,
-                files=module_files(ctx.ckpt, names) | {ctx.det.config.file},
+            return None
+        names = [r.name for r in disk_q]
+        groups = (det.config.data or {}).get("config_groups")
+        if det.producer == "compressed-tensors" and not (isinstance(groups, dict) and groups):
+            why = f"`config_groups` is {'empty' if not groups else 'not an object'}"
+        else:
+            covered = sorted({r.covered_by for r in disk_q if r.covered_by})
+            why = (
+                f"covered by {', '.join(f'`{c}`' for c in covered[:3])}"
+                if covered
+                else "no config group quantizes them"
             )
-            return
+        return self.finding(
+            f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
+            f"of them ({why}): vLLM builds every layer unquantized and fails on the first quantized tensor "
+            f"(\"There is no module or parameter named ...\"). Regenerate the quantization_config with the "
+            f"producer.",
+            tensors=names,
+            files=module_files(ctx.ckpt, names) | {det.config.file},
+        )
+
+    def _kind_mismatch(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
         kinds: dict[tuple[str, str], list[str]] = defaultdict(list)
         for r in declared_q:
             if (
@@ -176,8 +195,6 @@ class QuantConfigMismatch(Rule):
                 tensors=names,
                 files=module_files(ctx.ckpt, names) | {ctx.det.config.file},
             )
-        yield from self._naming(ctx, declared_q, source)
-        yield from self._activation_config(ctx, source)
 
     def _naming(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
         producer = ctx.det.producer

@@ -19,8 +19,6 @@ from ..rules.base import SEVERITY_RANK, Finding
 from ..rules.ck312_unsupported_architecture import UnsupportedArchitecture
 from .facts import CheckpointFacts, checkpoint_facts, drafter_method
 
-SPEC_METHODS_NEEDING_DRAFTER = ("dflash", "dspark", "eagle", "eagle3", "draft_model")
-
 
 @dataclass(frozen=True)
 class PlannedFlag:
@@ -394,7 +392,7 @@ def _speculative(
     methods = rt.choices("speculative_method")
     if method not in methods:
         raise UsageError(f"{rt.id} has no speculative method {method!r}; choose one of: {', '.join(methods)}")
-    if method in SPEC_METHODS_NEEDING_DRAFTER and options.drafter_path is None:
+    if method in serving().speculative.needs_drafter and options.drafter_path is None:
         raise UsageError(f"speculative method {method} needs --drafter DIR")
     pair = serving().pairing(facts.architecture, method)
     config: dict[str, Any] = {"method": method}

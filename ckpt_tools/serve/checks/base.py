@@ -19,7 +19,7 @@ from ...errors import CkptError
 from ...knowledge.hardware import Hardware
 from ...knowledge.runtimes import Runtime
 from ...pipeline import Analysis
-from ...rules.base import Documented, Finding
+from ...rules.base import Documented, Finding, Registry
 from ..facts import CheckpointFacts
 from ..parser import ParsedCommand
 from ..planner import ServePlan
@@ -109,29 +109,16 @@ class ServeCheck(Documented):
         )
 
 
-_REGISTRY: dict[str, type[ServeCheck]] = {}
-
-
-def register(cls: type[ServeCheck]) -> type[ServeCheck]:
-    for other in _REGISTRY.values():
-        if other.code == cls.code or other.slug == cls.slug:
-            raise ValueError(f"duplicate check code or slug: {cls.code}/{cls.slug} vs {other.code}/{other.slug}")
-    _REGISTRY[cls.code] = cls
-    return cls
+_CHECKS: Registry[ServeCheck] = Registry("check", "ckpt_tools.serve.checks")
+register = _CHECKS.register
 
 
 def all_checks() -> list[type[ServeCheck]]:
-    from . import _load_all  # noqa: F401  (imports every check module once)
-
-    return [_REGISTRY[c] for c in sorted(_REGISTRY)]
+    return _CHECKS.all()
 
 
 def find_check(code_or_slug: str) -> type[ServeCheck] | None:
-    key = code_or_slug.strip()
-    for check in all_checks():
-        if key.upper() == check.code or key.lower() == check.slug:
-            return check
-    return None
+    return _CHECKS.find(code_or_slug)
 
 
 def run_checks(ctx: ServeContext) -> tuple[Finding, ...]:

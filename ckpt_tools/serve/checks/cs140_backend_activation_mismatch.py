@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.kernels import kernel_table
 from ...rules.base import Finding
-from ._backends import A16_MOE_OK, FP4_TENSOR_CORE_MOE, W4A4_ONLY_LINEAR, forced_backends
+from ._backends import forced_backends
 from .base import ServeCheck, ServeContext, register
 
 
@@ -42,8 +43,9 @@ class BackendActivationMismatch(ServeCheck):
         if facts.activation_mode is None:
             return
         linear, moe = forced_backends(ctx)
+        can = kernel_table().forced_backends
         if facts.weight_only_nvfp4:
-            if linear in W4A4_ONLY_LINEAR:
+            if linear in can.w4a4_only_linear:
                 crash = ctx.rt.behaviour.linear_backend_w4a4_on_a16 == "crash"
                 yield self.finding(
                     f"--linear-backend {linear} runs W4A4 only, but this checkpoint's NVFP4 layers have no input "
@@ -56,13 +58,13 @@ class BackendActivationMismatch(ServeCheck):
                     fix="remove --linear-backend",
                     severity=None if crash else "warning",
                 )
-            if facts.moe and moe and moe not in A16_MOE_OK:
+            if facts.moe and moe and moe not in can.weight_only_moe:
                 yield self.finding(
                     f"--moe-backend {moe} cannot run weight-only NVFP4 experts: vLLM raises 'NvFp4 MoE backend ... "
                     f"does not support the deployment configuration'",
                     fix="remove --moe-backend",
                 )
-        if ctx.hw is not None and not ctx.hw.native_fp4 and moe in FP4_TENSOR_CORE_MOE:
+        if ctx.hw is not None and not ctx.hw.native_fp4 and moe in can.fp4_tensor_core_moe:
             yield self.finding(
                 f"--moe-backend {moe} needs FP4 tensor cores, which {ctx.hw.id} "
                 f"lacks: vLLM raises 'kernel does not support current device'",

@@ -2,12 +2,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...knowledge.serving import serving
 from ...rules.base import Finding
 from ._speculative import speculative_config
 from .base import ServeCheck, ServeContext, register
-
-# Drafter path words vLLM's SpeculativeConfig recognises when the config names no method.
-AUTO_DETECTED = ("dflash", "dspark", "eagle")
 
 
 @register
@@ -48,7 +46,7 @@ class SpeculativeConfigInvalid(ServeCheck):
             return
         method = spec.get("method")
         model = str(spec.get("model") or "")
-        if method is None and model and not any(k in model.lower() for k in AUTO_DETECTED):
+        if method is None and model and not any(k in model.lower() for k in serving().speculative.auto_detected_words):
             yield self.finding(
                 f"no method: vLLM cannot tell the method from the path {model!r} and loads it as a plain draft model",
                 fix=fix,
