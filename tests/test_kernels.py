@@ -124,3 +124,44 @@ def test_inspect_names_the_kernel_per_layer() -> None:
     assert "[kernel: Machete]" in one
     refused = ckpt_tools.inspect(GENUINE / "autoround-llama-nvfp4")  # vLLM refuses nv_fp: no kernel column
     assert all(not r.kernel for r in refused.layers)
+
+
+def test_fp8_moe_backend_per_scale_layout_and_gpu() -> None:
+    block = Scheme("fp8", "A8", "block")
+    assert select(block, "moe", hardware("b200"), None, "fp8").family == "FlashInfer TRTLLM block FP8"
+    assert select(block, "moe", hardware("h100"), None, "fp8").family.startswith("Triton block FP8")
+    assert select(block, "moe", hardware("gb10"), None, "compressed-tensors").family == "DeepGEMM (Triton on Qwen3.5)"
+    tensor = Scheme("fp8", "A8", "tensor")
+    assert select(tensor, "moe", hardware("b200"), None, "modelopt").family == "FlashInfer TRTLLM FP8"
+    assert select(tensor, "moe", hardware("rtx5090"), None, "modelopt").family == "FlashInfer-CUTLASS FP8"
+    channel = Scheme("fp8", "A8", "channel")
+    assert select(channel, "moe", hardware("h200"), None, "compressed-tensors").family.startswith("vLLM CUTLASS")
+    # vLLM's own CUTLASS grouped FP8 experts are a compressed-tensors candidate only, and start at SM90.
+    assert select(channel, "moe", _old_gpu("8.9"), None, "compressed-tensors").family == "Triton FP8"
+    assert select(tensor, "moe", _old_gpu("8.9"), None, "modelopt").family == "Triton FP8"
+    assert select(channel, "moe", hardware("h100"), None, "fp8") is None  # the fp8 method's per-channel experts
+
+
+def test_fp8_moe_below_sm89_is_marlin_weight_only_and_below_sm75_has_no_kernel() -> None:
+    for scheme, method in (
+        (Scheme("fp8", "A8", "block"), "fp8"),
+        (Scheme("fp8", "A8", "channel"), "compressed-tensors"),
+        (Scheme("fp8", "A8", "tensor"), "modelopt"),
+    ):
+        slow = select(scheme, "moe", _old_gpu("8.0"), None, method)
+        assert slow.family == "Marlin FP8 weight-only" and "16-bit activations" in slow.fallback
+        none = select(scheme, "moe", _old_gpu("7.0"), None, method)
+        assert none.family is None and none.no_kernel == "No FP8 MoE backend supports the deployment configuration."
+
+
+def test_fp8_moe_fallback_warns_and_no_kernel_errors_on_an_asked_for_gpu() -> None:
+    result = analyze(str(GENUINE / "llmc-qwen3moe-fp8-dynamic"), headers_only=True)
+    a100 = _old_gpu("8.0")
+    ctx = Context(ckpt=result.checkpoint, det=result.detection, hardware=(a100,), target="x")
+    (finding,) = KernelSelection().check(ctx)
+    assert finding.severity == "warning" and "24 W8A8 FP8 (channel) expert module(s) -> Marlin FP8" in finding.message
+    ctx = Context(ckpt=result.checkpoint, det=result.detection, hardware=(_old_gpu("7.0"),), target="x")
+    (finding,) = KernelSelection().check(ctx)
+    experts = [k for k in finding.details["kernels"]["v100"] if k["layer"] == "moe"]
+    assert finding.severity == "error" and experts == [dict(experts[0], kernel=None, fallback=None)]
+    assert "24 W8A8 FP8 (channel) expert module(s) -> no kernel" in finding.message

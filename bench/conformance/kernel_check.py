@@ -8,7 +8,14 @@ Which selections can be called without a GPU: the pure-Python ones.
 - gpt-oss MXFP4 experts: `_get_priority_backends_for_gpt_oss` filtered to BF16 activations, each backend's expert
   classes asked `_supports_current_device` and `_supports_quant_scheme(kMxfp4Static, ...)`, FlashInfer and the OAI
   triton_kernels reported installed; plus `Mxfp4Config.get_min_capability`.
-The NVFP4, FP8 and MXFP8 selections call compiled capability probes (`torch.ops._C`, FlashInfer / CUTLASS imports)
+- FP8 MoE experts: `_get_priority_backends` (tensor parallelism, no DeepEP) for each (weight, activation) scale
+  layout the FP8 MoE methods pass (block FP8 from the fp8 method, per-channel / dynamic per-token and per-tensor static
+  from compressed-tensors with vLLM CUTLASS allowed, per-tensor static from ModelOpt without it), each backend's
+  standard-format expert classes asked `_supports_current_device` and `_supports_quant_scheme`. FlashInfer and
+  DeepGEMM are reported installed; `supports_fp8` (8.9 and up), `support_deep_gemm` (SM90, SM100 / SM12x families)
+  are the CUDA platform's own rules, and the compiled `cutlass_group_gemm_supported` answers as its C++ source does
+  (9.0 and up). Routing method, activation and hidden-size checks are not asked (SiLU top-k experts pass them).
+The NVFP4, FP8 linear and MXFP8 selections call compiled capability probes (`torch.ops._C`, FlashInfer / CUTLASS imports)
 that do not exist on CPU; mocking them would test the mocks, so they are not checked here (their facts are read from
 the source: docs/reference/vllm-0.33.md §4).
 
@@ -48,6 +55,36 @@ MXFP4_FAMILY = {
     "FLASHINFER_CUTLASS_MXFP4_BF16": "FlashInfer-CUTLASS",
     "MARLIN": "Marlin",
 }
+FP8_MOE_FAMILY = {
+    "FLASHINFER_TRTLLM": "FlashInfer TRTLLM",
+    "FLASHINFER_CUTLASS": "FlashInfer-CUTLASS",
+    "DEEPGEMM": "DeepGEMM",
+    "VLLM_CUTLASS": "vLLM CUTLASS",
+    "TRITON": "Triton",
+    "MARLIN": "Marlin",
+    "HUMMING": "Humming",
+}
+# (what, our scheme detail, the method vLLM resolved, weight key, activation key, vLLM CUTLASS allowed)
+FP8_MOE_CASES = (
+    ("FP8 block experts (fp8)", "block", "fp8", "kFp8Static128BlockSym", "kFp8Dynamic128Sym", False),
+    (
+        "FP8 channel experts (compressed-tensors)",
+        "channel",
+        "compressed-tensors",
+        "kFp8StaticChannelSym",
+        "kFp8DynamicTokenSym",
+        True,
+    ),
+    (
+        "FP8 tensor experts (compressed-tensors)",
+        "tensor",
+        "compressed-tensors",
+        "kFp8StaticTensorSym",
+        "kFp8StaticTensorSym",
+        True,
+    ),
+    ("FP8 tensor experts (modelopt)", "tensor", "modelopt", "kFp8StaticTensorSym", "kFp8StaticTensorSym", False),
+)
 
 
 @dataclass
@@ -127,6 +164,52 @@ def _gpt_oss(cc: int) -> str:
     return "no kernel"
 
 
+def _fp8_platform(cc: int) -> None:
+    """The CUDA platform's FP8 and DeepGEMM rules and the installed FlashInfer / DeepGEMM, for capability `cc`."""
+    import vllm.model_executor.layers.fused_moe.experts.cutlass_moe as cutlass_moe
+    import vllm.model_executor.layers.fused_moe.experts.flashinfer_cutlass_moe as fi_cutlass
+    import vllm.model_executor.layers.fused_moe.experts.trtllm_fp8_moe as trtllm_fp8
+    import vllm.utils.deep_gemm as deep_gemm
+    from vllm.platforms import current_platform
+
+    current_platform.supports_fp8 = lambda: cc >= 89
+    current_platform.support_deep_gemm = lambda: cc == 90 or cc // 10 in (10, 12)
+    deep_gemm.has_deep_gemm = lambda: True
+    getattr(deep_gemm.is_deep_gemm_supported, "cache_clear", lambda: None)()
+    cutlass_moe.cutlass_group_gemm_supported = lambda *a: cc >= 90
+    for module in (fi_cutlass, trtllm_fp8):
+        for name in dir(module):
+            if name.startswith("has_flashinfer"):
+                setattr(module, name, lambda: True)
+
+
+class _TensorParallel:
+    use_deepep_v2_kernels = False
+    ep_size = 1
+    use_batched_activation_format = False
+
+
+class _MoeConfig:
+    moe_parallel_config = _TensorParallel()
+
+
+def _fp8_moe(weight: str, activation: str, allow_vllm_cutlass: bool) -> str:
+    from vllm.model_executor.layers.fused_moe.oracle import fp8 as oracle
+    from vllm.model_executor.layers.quantization.utils import quant_utils
+
+    w, a = getattr(quant_utils, weight), getattr(quant_utils, activation)
+    skipped = {"AITER", "XPU", "CPU", "CPU_W8A8", "HPC"} | (set() if allow_vllm_cutlass else {"VLLM_CUTLASS"})
+    for backend in oracle._get_priority_backends(_MoeConfig(), w, a):
+        if backend.name.startswith("BATCHED") or backend.name in skipped:
+            continue
+        for cls in oracle.backend_to_kernel_cls(backend):
+            if cls.__name__.startswith("Batched"):
+                continue
+            if cls._supports_current_device() and cls._supports_quant_scheme(w, a):
+                return backend.name
+    return "no kernel"
+
+
 def _agrees(vllm_name: str, family: str | None, names: dict[str, str]) -> bool:
     if vllm_name == "no kernel" or family is None:
         return vllm_name == "no kernel" and family is None
@@ -136,7 +219,7 @@ def _agrees(vllm_name: str, family: str | None, names: dict[str, str]) -> bool:
 def run() -> list[KernelRow]:
     _installed()
     rows = []
-    profiles = [(h.id, capability(h)) for h in hardware_profiles()] + [("sm80", 80), ("sm75", 75)]
+    profiles = [(h.id, capability(h)) for h in hardware_profiles()] + [("sm89", 89), ("sm80", 80), ("sm75", 75)]
     for hw_id, cc in profiles:
         _pretend(*divmod(cc, 10))
         fake = _profile(hw_id, cc)
@@ -153,6 +236,12 @@ def run() -> list[KernelRow]:
         k = select(Scheme("mxfp4", "A16", "gpt-oss"), "moe", fake)
         family = k.family if k is not None else None
         rows.append(KernelRow("gpt-oss MXFP4 experts", hw_id, got, family or "-", _agrees(got, family, MXFP4_FAMILY)))
+        _fp8_platform(cc)
+        for what, detail, method, weight, activation, allow in FP8_MOE_CASES:
+            got = _fp8_moe(weight, activation, allow)
+            k = select(Scheme("fp8", "A8", detail), "moe", fake, None, method)
+            family = k.family if k is not None else None
+            rows.append(KernelRow(what, hw_id, got, family or "-", _agrees(got, family, FP8_MOE_FAMILY)))
     return rows
 
 

@@ -29,7 +29,8 @@ class KernelSelection(Rule):
     vLLM 0.33 auto-selects on each hardware profile (`--hardware`, else the runtime's default GPU, else every
     profile in rules/hardware.toml),
     from rules/kernels.toml: NVFP4 (CUTLASS / FlashInfer on capability 10.0 and up, Marlin / Humming weight-only
-    below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), MXFP4
+    below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), FP8 MoE
+    experts (FlashInfer TRTLLM / FlashInfer-CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin weight-only), MXFP4
     (gpt-oss MoE backends, FlashInfer / Marlin linears), MXFP8, W8A8 int8, GPTQ / AWQ / compressed-tensors W4A16
     (Machete on SM90, Marlin, Humming when the group size does not fit Marlin). A family is a slow fallback when it
     drops what the checkpoint was made for: a W4A4 or W8A8 checkpoint on a weight-only kernel, or a generic kernel
@@ -45,12 +46,12 @@ class KernelSelection(Rule):
     Why it matters
     vLLM picks kernels by GPU capability (vllm/model_executor/kernels/linear/__init__.py and
     vllm/model_executor/layers/fused_moe/oracle/*.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §4.1, §4.2, §4.4 -
-    §4.6)) and only logs the choice at startup. A W4A4 NVFP4 checkpoint on Hopper loads "fine" and runs through
+    §4.7)) and only logs the choice at startup. A W4A4 NVFP4 checkpoint on Hopper loads "fine" and runs through
     Marlin with 16-bit activations: the memory saving stays, the FP4 speed-up and the activation calibration do not.
 
     Anti-pattern
-    Shipping an NVFP4 W4A4 or MXFP8 checkpoint for Hopper, or a GPTQ export with a group size Marlin cannot run,
-    and expecting the speed quoted for Blackwell or Marlin.
+    Shipping an NVFP4 W4A4 or MXFP8 checkpoint for Hopper, an FP8 MoE for an Ampere GPU, or a GPTQ export with a
+    group size Marlin cannot run, and expecting the speed quoted for Blackwell or Marlin.
 
     Fix
     Serve on a GPU whose native kernel the table names, or re-quantize for the target: FP8 (block or per-tensor) on
