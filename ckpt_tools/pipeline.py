@@ -63,11 +63,17 @@ def value_rules(suppressions: Sequence[Suppression]) -> tuple[list[type[Rule]], 
 def wanted_values(rules: Sequence[type[Rule]]) -> Callable[[TensorInfo], bool]:
     """The union of what `rules` ask for (`Rule.wants_values`): the tensors the value scan measures."""
     asks = [rule.wants_values for rule in rules]
+    # `Rule.wants_values` answers from dtype, shape and suffix alone: a checkpoint has a few hundred such triples
+    # over its hundreds of thousands of tensors.
+    known: dict[tuple[str, str, tuple[int, ...]], bool] = {}
 
     def wanted(t: TensorInfo) -> bool:
-        if value_dtype(t) not in STATS_DTYPES:
-            return False
-        return any(ask(t) for ask in asks)
+        key = (t.dtype, t.name.rpartition(".")[2], t.shape)
+        try:
+            return known[key]
+        except KeyError:
+            answer = known[key] = value_dtype(t) in STATS_DTYPES and any(ask(t) for ask in asks)
+            return answer
 
     return wanted
 

@@ -198,7 +198,19 @@ def test_component_lookup_answers_as_component_of(name: str) -> None:
 
     analysis = analyze(str(GENUINE / name), headers_only=True)
     family = analysis.detection.family
-    names = [*analysis.checkpoint.tensors, "model.visual.blocks.0.attn.qkv.weight", "mtp.layers.0.x", "weight", "a.b"]
+    # Mis-nested names and markers below a root share four-segment heads with genuine ones (the lookup's head cache).
+    odd = [
+        "model.language_model.visual.blocks.0.attn.qkv.weight",
+        "model.language_model.visual.blocks.1.mlp.fc1.weight",
+        "model.language_model.layers.0.visual.x.weight",
+        "model.language_model.layers.0.mtp.fc.weight",
+        "model.visual.blocks.0.attn.qkv.weight",
+        "model.visual.blocks.0.mlp.fc1.weight",
+        "mtp.layers.0.x",
+        "weight",
+        "a.b",
+    ]
+    names = [*analysis.checkpoint.tensors, *odd, *odd[::-1]]
     lookup = component_lookup(family)
     assert [lookup(n) for n in names] == [component_of(n, family) for n in names]
     assert {component_of(n, family) for n in names} >= {"text", "vision"}

@@ -261,6 +261,18 @@ def test_every_value_rule_declares_what_it_reads() -> None:
         assert overrides == rule.needs_values, rule.code
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in GENUINE.iterdir() if p.is_dir()))
+def test_what_a_rule_reads_depends_on_dtype_shape_and_suffix_only(name: str) -> None:
+    # The pipeline asks `wants_values` once per (dtype, shape, suffix): the same tensor under another module path, in
+    # another shard, at other offsets must get the same answer from every rule.
+    ckpt = load_checkpoint(open_source(str(GENUINE / name)))
+    rules = [r for r in all_rules() if r.needs_values]
+    for t in ckpt.tensors.values():
+        moved = t._replace(name="x.layers.99.y." + t.name.rpartition(".")[2], shard="other.safetensors", begin=8)
+        moved = moved._replace(end=moved.begin + t.nbytes)
+        assert [r.wants_values(moved) for r in rules] == [r.wants_values(t) for r in rules], (name, t.name)
+
+
 def test_a_rule_suppressed_outright_is_not_read(tmp_path: Path) -> None:
     folder = copy_fixture("modelopt-llama-nvfp4", tmp_path / "m")
     patch_tensor_bytes(folder, BLOCK, {0: 0x7F})
@@ -519,3 +531,19 @@ def test_zero_channels_of_an_all_zero_tensor_and_a_clean_one(tmp_path: Path) -> 
     assert (result.get("z.scales").channels, result.get("z.scales").zero_rows) == (8, 8)
     assert result.get("c.weight_scale").zero_rows == 0 and result.get("c.weight_scale").channels == 64
     assert result.get("x.weight_scale").zero_rows == 0
+
+
+@pytest.mark.parametrize("dtype", sorted(STATS_DTYPES))
+def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_path: Path) -> None:
+    # Global / input scales are one element each: the scan measures them on a path of their own (`small_stats`).
+    if dtype in FLOAT8_DTYPES:
+        blobs = [bytes([c]) for c in range(256)]
+    else:
+        blobs = [wide_bytes(dtype, [v]) for v in SPECIAL_WIDE]
+    tensors = [(f"m{i}.input_scale", dtype, [1], blob) for i, blob in enumerate(blobs)]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    for name, _dtype, _shape, blob in tensors:
+        assert_matches(result.get(name), dtype, blob)

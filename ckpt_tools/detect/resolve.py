@@ -306,20 +306,41 @@ def _component_fixed_by(prefix: str, family: Family) -> bool:
 
 def component_lookup(family: Family) -> Callable[[str], str]:
     """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
-    its prefix fixes it, so most names cost one dictionary lookup."""
+    its prefix fixes it, and so do the modules below one fixed four-segment head (`model.language_model.layers.7`),
+    so most names cost one dictionary lookup and `component_of` runs about once per layer."""
     shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
 
     def lookup(name: str) -> str:
         prefix = name.rpartition(".")[0]
         try:
             component = shared[prefix]
         except KeyError:
-            component = component_of(name, family)
-            shared[prefix] = component if _component_fixed_by(prefix, family) else None
-            return component
+            component = _module_component(prefix, name)
+            shared[prefix] = component
+            return component if component is not None else component_of(name, family)
         return component if component is not None else component_of(name, family)
 
+    def _module_component(prefix: str, name: str) -> str | None:
+        if prefix.count(".") < 3:
+            return None
+        head = prefix if prefix.count(".") == 3 else prefix[: _nth_dot(prefix, 4)]
+        try:
+            return heads[head]
+        except KeyError:
+            component = component_of(name, family) if _component_fixed_by(head, family) else None
+            heads[head] = component
+            return component
+
     return lookup
+
+
+def _nth_dot(text: str, n: int) -> int:
+    """The index of the `n`-th dot of `text` (which has at least `n`)."""
+    at = -1
+    for _ in range(n):
+        at = text.index(".", at + 1)
+    return at
 
 
 @lru_cache(maxsize=4096)

@@ -379,6 +379,8 @@ class Accumulator:
     def feed(self, piece: bytes) -> None:
         if self.small is not None:
             self.small += piece
+            if self.channels is None:
+                return  # measured once, from all its values, in `result` (most scanned tensors are one-element)
         if self.dtype in FLOAT8_DTYPES:
             self._feed_float8(piece)
         elif len(piece) <= WIDE_STEP:
@@ -487,6 +489,8 @@ class Accumulator:
         self.max = hi if self.max is None or hi > self.max else self.max
 
     def result(self) -> TensorStats:
+        if self.small is not None and self.channels is None:
+            return small_stats(self.dtype, bytes(self.small))
         values = None
         lo, hi = self.min, self.max
         if self.small is not None:
@@ -510,6 +514,34 @@ class Accumulator:
             zero_rows,
             first,
         )
+
+
+def small_stats(dtype: str, blob: bytes) -> TensorStats:
+    """The statistics of a small tensor (at most `SMALL_TENSOR_ELEMENTS`, no channel layout) from all its bytes at
+    once: the same counts `Accumulator` keeps piece by piece, without its per-piece work."""
+    values = tuple(decode_values(dtype, blob))
+    if len(values) == 1 and dtype not in FLOAT8_DTYPES:  # a global / input / per-tensor scale: most scanned tensors
+        v = values[0]
+        if v - v == 0.0:  # finite
+            tiny = _SMALLEST_NORMAL[dtype]
+            return TensorStats(dtype, 1, 0, 0, int(v == 0), int(v < 0), int(v != 0 and -tiny < v < tiny), v, v, values)
+        return TensorStats(dtype, 1, int(v != v), int(v == v), values=values)
+    finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
+    lo, hi = (min(finite), max(finite)) if finite else (None, None)
+    if dtype in FLOAT8_DTYPES:
+        classes = blob.translate(float8_table(dtype).classes)
+        nan, inf, zero = classes.count(NAN), classes.count(INF), classes.count(ZERO)
+        neg_sub = classes.count(NEGATIVE_SUBNORMAL)
+        negative = classes.count(NEGATIVE) + neg_sub
+        subnormal = classes.count(SUBNORMAL) + neg_sub
+    else:
+        tiny = _SMALLEST_NORMAL[dtype]
+        nan = sum(1 for v in values if v != v)
+        inf = len(values) - len(finite) - nan
+        zero = values.count(0.0)
+        negative = sum(1 for v in finite if v < 0)
+        subnormal = sum(1 for v in finite if v != 0 and -tiny < v < tiny)
+    return TensorStats(dtype, len(values), nan, inf, zero, negative, subnormal, lo, hi, values)
 
 
 _zeros = b""
@@ -536,10 +568,13 @@ _EDGE_TOP: Mapping[str, bytes] = MappingProxyType(
 _SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
 
 
+_NATIVE_LITTLE_F32 = struct.pack("=f", 1.0) == struct.pack("<f", 1.0)
+
+
 def _decode_wide(dtype: str, blob: bytes) -> Sequence[float]:
     """Values of little-endian F32 / BF16 / F16 bytes (whole elements): a float view where the platform has one."""
     if dtype == "F32":
-        if struct.pack("=f", 1.0) == struct.pack("<f", 1.0):
+        if _NATIVE_LITTLE_F32:
             return memoryview(blob).cast("f")
         return [v for (v,) in struct.iter_unpack("<f", blob)]
     if dtype == "BF16":

@@ -26,11 +26,13 @@ from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
 from ..model.values import (
     ITEM_SIZE,
+    SMALL_TENSOR_ELEMENTS,
     STATS_DTYPES,
     Accumulator,
     TensorStats,
     ValueStats,
     channel_layout,
+    small_stats,
     value_dtype,
 )
 from .source import Source
@@ -75,26 +77,29 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
-
-    def close() -> None:
-        if pieces:
-            reads.append(Read(start, end - start, tuple(pieces)))
-            pieces.clear()
-
+    base = shard.data_start
+    whole = chunk - chunk % 4  # every item size divides this: a tensor that fits needs no element arithmetic
     for index, t in enumerate(ordered):
+        pos, stop = base + t.begin, base + t.end
+        if pieces and pos - end <= gap and stop - start <= whole:  # the common case: it joins the read whole
+            pieces.append((index, pos - start, stop - pos))
+            end = stop
+            continue
         item = ITEM_SIZE.get(value_dtype(t), 1)
-        pos, stop = shard.data_start + t.begin, shard.data_start + t.end
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
             take = min(stop - pos, room - room % item)
             if take <= 0:
-                close()
+                if pieces:
+                    reads.append(Read(start, end - start, tuple(pieces)))
+                    pieces = []
                 start = end = pos
                 take = min(stop - pos, max(chunk - chunk % item, item))
             pieces.append((index, pos - start, take))
             pos += take
             end = pos
-    close()
+    if pieces:
+        reads.append(Read(start, end - start, tuple(pieces)))
     return ShardPlan(shard.name, ordered, tuple(reads))
 
 
@@ -213,7 +218,10 @@ def scan_shard(
     progress: Callable[[int], object] = lambda n: None,
 ) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors."""
-    accs = [Accumulator(value_dtype(t), t.numel, channel_layout(t)) for t in plan.tensors]
+    tensors = plan.tensors
+    # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
+    # whole of a small tensor without channels (global and input scales: most of the tensors a scan measures).
+    accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
     try:
@@ -229,13 +237,36 @@ def scan_shard(
                 ahead += 1
             blob = _fetch(reader, plan, read, counters)
             for index, offset, length in read.pieces:
-                accs[index].feed(blob[offset : offset + length] if length != len(blob) else blob)
+                acc = accs[index]
+                if acc is None:
+                    acc = _start(tensors[index], length)
+                    if acc is None:
+                        accs[index] = small_stats(value_dtype(tensors[index]), blob[offset : offset + length])
+                        continue
+                    accs[index] = acc
+                assert isinstance(acc, Accumulator)
+                acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
             del blob
             reader.done(read)
             progress(read.length)
     finally:
         reader.close()
-    return {t.name: acc.result() for t, acc in zip(plan.tensors, accs, strict=True)}
+    out: dict[str, TensorStats] = {}
+    for t, acc in zip(tensors, accs, strict=True):
+        if acc is None:  # an empty tensor: no piece
+            acc = Accumulator(value_dtype(t), t.numel, channel_layout(t))
+        out[t.name] = acc if isinstance(acc, TensorStats) else acc.result()
+    return out
+
+
+def _start(tensor: TensorInfo, first_piece: int) -> Accumulator | None:
+    """The accumulator of a tensor whose first piece is `first_piece` bytes, or None when that piece is the whole
+    tensor and `small_stats` measures it at once (small, no channel layout)."""
+    layout = channel_layout(tensor)
+    numel = tensor.numel
+    if layout is None and numel <= SMALL_TENSOR_ELEMENTS and first_piece == tensor.end - tensor.begin:
+        return None
+    return Accumulator(value_dtype(tensor), numel, layout)
 
 
 def scan_values(

@@ -142,7 +142,8 @@ class Rule(Documented):
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """Whether this rule judges `tensor`'s value statistics (`ctx.ckpt.values`). A rule with `needs_values`
         overrides it; the pipeline scans the union over the rules that run, so a rule never sees statistics it did
-        not ask for unless another rule asked for them too."""
+        not ask for unless another rule asked for them too. The answer may depend only on the tensor's dtype, shape
+        and last name segment (its suffix): the pipeline asks once per such triple, not once per tensor."""
         return False
 
     def check(self, ctx: Context) -> Iterable[Finding]:
