@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from ..model.modules import ROLES
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
+from ._memo import once_per
 from ._values import role
 from .base import Context, Finding, Rule, files_of, register
 
@@ -52,8 +53,10 @@ def _value_problem(name: str, s: TensorStats) -> str | None:
     return None
 
 
+@once_per
 def problems(ctx: Context) -> dict[str, str]:
-    """Tensor -> what is wrong with its values, over every float scale tensor the value scan measured."""
+    """Tensor -> what is wrong with its values, over every float scale tensor the value scan measured (once per
+    analysis: zero-scale-row reads it too, to leave those tensors to this rule)."""
     out: dict[str, str] = {}
     if ctx.ckpt.values is None:
         return out
