@@ -160,11 +160,19 @@ def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Ha
     out: dict[str, str] = {}
     if not loads(det):
         return out
+    # A layer holds thousands of modules of a few classes: the kernel depends on the class only (the declared scheme,
+    # the layer kind and the config group, which gives the group size and input type).
+    picked: dict[tuple[str, str, str, str | None], Kernel | None] = {}
     for hw in profiles:
         by_kind: dict[str, list[str]] = {}
         for r in rows:
             kind = layer_kind(r.name)
-            k = select(r.declared, kind, hw, group_size(det, r), det.vllm_quantization, input_type(det, r))
+            key = (hw.id, r.declared.label, kind, r.group)
+            if key not in picked:
+                picked[key] = select(
+                    r.declared, kind, hw, group_size(det, r), det.vllm_quantization, input_type(det, r)
+                )
+            k = picked[key]
             if k is not None and k.label not in by_kind.get(kind, []):
                 by_kind.setdefault(kind, []).append(k.label)
         if len(by_kind) == 1:
