@@ -11,7 +11,8 @@ from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
 from ._experts import partially_missing
-from .base import Context, Finding, Rule, module_files, register
+from ._layout_findings import WHAT, layout_findings
+from .base import Context, Finding, Rule, register
 
 
 def _ceil(a: int, b: int) -> int:
@@ -222,21 +223,10 @@ class ScaleShapeMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection:
             return
-        grouped: dict[tuple[str, str], list[Problem]] = defaultdict(list)
+        grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
         for p in scale_shape_problems(ctx):
-            grouped[(p.suffix, p.kind)].append(p)
-        for (suffix, kind), items in sorted(grouped.items()):
-            modules = [p.module for p in items]
-            what = {
-                "missing": f"lack `{suffix}`",
-                "dtype": f"have a `{suffix}` of the wrong dtype",
-                "shape": f"have a `{suffix}` of the wrong shape",
-                "in-features": "have input features NVFP4 cannot group",
-            }[kind]
-            yield self.finding(
-                f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0].detail}); vLLM fails to "
-                f"load them or dequantizes with wrong scales. Re-export these modules with the producer.",
-                tensors=[f"{m}.{suffix}" for m in modules] if kind != "missing" else modules,
-                files=module_files(ctx.ckpt, modules),
-                details={"tensor": suffix, "problem": kind, "examples": {p.module: p.detail for p in items[:20]}},
-            )
+            grouped[(p.suffix, p.kind)].append((p.module, p.detail))
+        what = {**WHAT, "in-features": "have input features NVFP4 cannot group"}
+        yield from layout_findings(
+            self, ctx, grouped, what, "vLLM fails to load them or dequantizes with wrong scales."
+        )

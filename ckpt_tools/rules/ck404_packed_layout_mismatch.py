@@ -10,7 +10,8 @@ from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
-from .base import Context, Finding, Rule, module_files, register
+from ._layout_findings import WHAT, layout_findings
+from .base import Context, Finding, Rule, register
 
 # Formats whose int packing follows GPTQ's layout ([in/p, out]) or AWQ's ([in, out/p]) (rules/formats.toml).
 _LAYOUT_PRODUCERS = {"gptq": "gptq", "awq": "awq"}
@@ -254,20 +255,11 @@ class PackedLayoutMismatch(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection:
             return
-        grouped = packed_layout_problems(ctx)
-        for (suffix, problem), items in sorted(grouped.items()):
-            modules = [m for m, _ in items]
-            what = {
-                "missing": f"lack `{suffix}`",
-                "dtype": f"have a `{suffix}` of the wrong dtype",
-                "shape": f"have a `{suffix}` of the wrong shape",
-                "extra": f"carry a stray `{suffix}`",
-                "features": "have weights whose dimensions do not match the model",
-            }[problem]
-            yield self.finding(
-                f"{len(modules)} quantized module(s) {what} (e.g. `{modules[0]}`: {items[0][1]}); vLLM fails to load "
-                f"them or loads scrambled weights. Re-export these modules with the producer.",
-                tensors=[f"{m}.{suffix}" for m in modules] if problem != "missing" else modules,
-                files=module_files(ctx.ckpt, modules),
-                details={"tensor": suffix, "problem": problem, "examples": dict(items[:20])},
-            )
+        what = {
+            **WHAT,
+            "extra": "carry a stray `{suffix}`",
+            "features": "have weights whose dimensions do not match the model",
+        }
+        yield from layout_findings(
+            self, ctx, packed_layout_problems(ctx), what, "vLLM fails to load them or loads scrambled weights."
+        )
