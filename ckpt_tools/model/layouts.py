@@ -26,18 +26,22 @@ class Layouts:
 
     of: Mapping[str, int]
     layouts: tuple[Layout, ...]
+    members: tuple[tuple[str, ...], ...]  # layout id -> the names of the modules that have it, in module order
 
 
 def group_layouts(modules: Mapping[str, Module]) -> Layouts:
     ids: dict[Layout, int] = {}
     of: dict[str, int] = {}
+    members: list[list[str]] = []
     for name, module in modules.items():
         layout = tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()])
         lid = ids.get(layout)
         if lid is None:
             lid = ids[layout] = len(ids)
+            members.append([])
         of[name] = lid
-    return Layouts(MappingProxyType(of), tuple(ids))
+        members[lid].append(name)
+    return Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))
 
 
 class LayoutMemo(Generic[V]):
