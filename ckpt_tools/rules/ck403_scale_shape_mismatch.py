@@ -7,9 +7,9 @@ from typing import Any
 
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, TensorSpec, scheme_for
-from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
+from ._classes import Key, row_classes
 from ._experts import partially_missing
 from ._layout_findings import WHAT, layout_findings
 from .base import Context, Finding, Rule, register
@@ -165,23 +165,31 @@ def _spec_problems(
     return out
 
 
+def _judged(row: ModuleRow) -> bool:
+    return row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")
+
+
 def scale_shape_problems(ctx: Context) -> list[Problem]:
-    """Every module's problems, in row order. Modules with the same layout, schemes and config group have the same
-    problems, so each is judged once per layout (`LayoutMemo`); only the names differ."""
-    memo: LayoutMemo[list[tuple[str, str, str, bool]]] = LayoutMemo(ctx.ckpt.layouts)
-    modules = ctx.ckpt.modules
-    skip: frozenset[str] | None = None
+    """Every module's problems, in row order. WHY per class: `_layout_problems` reads the module's layout, the row's
+    schemes (the disk scheme is its layout's) and its config group, never its name, so every row of a class
+    (`_classes.RowClasses`) has the same problems; only the names differ, and rows are listed only for classes that
+    have problems."""
+    classes = row_classes(ctx)
+    rows, modules = classes.rows, ctx.ckpt.modules
+    by_class: dict[Key, list[tuple[str, str, str, bool]]] = {}
+    for key, i in classes.first.items():
+        row = rows[i]
+        if _judged(row):
+            found = _layout_problems(ctx, row, modules[row.name])
+            if found:
+                by_class[key] = found
+    if not by_class:
+        return []
+    skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
     out: list[Problem] = []
-    for row in ctx.det.rows:
-        if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
-            continue
-        extra = (id(row.declared), id(row.disk), row.group)  # schemes by identity: rows share a few, all alive
-        found = memo.get(row.name, extra, _layout_problems, ctx, row, modules[row.name])
-        if not found:
-            continue
-        if skip is None:
-            skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
-        out.extend(Problem(row.name, *p[:3]) for p in found if not (p[3] and f"{row.name}.{p[0]}" in skip))
+    for i in classes.indices(by_class):
+        name = rows[i].name
+        out.extend(Problem(name, *p[:3]) for p in by_class[classes.keys[i]] if not (p[3] and f"{name}.{p[0]}" in skip))
     return out
 
 

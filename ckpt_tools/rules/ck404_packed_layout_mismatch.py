@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
-from ..model.layouts import LayoutMemo
 from ..model.modules import Module
+from ._classes import Key, row_classes
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
 from ._layout_findings import WHAT, layout_findings
@@ -112,18 +112,6 @@ def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, .
     }.get(shape)
 
 
-def _name_class(name: str) -> tuple[str, bool, bool, bool, bool]:
-    """What of a module's name `config_features` reads: with the layout and the declared scheme, the whole key of a
-    module's problems."""
-    return (
-        name.rsplit(".", 1)[-1],
-        ".experts." in name,
-        ".shared_expert." in name,
-        ".self_attn." in name,
-        ".mlp." in name,
-    )
-
-
 def _problems(
     ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
 ) -> list[tuple[str, str, str]]:
@@ -198,20 +186,28 @@ def _int_tensor_problems(
 
 
 def packed_layout_problems(ctx: Context) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. A module's problems depend
-    on its layout, its declared scheme and the parts of its name that `config_features` reads, so each is judged
-    once per distinct key (`LayoutMemo`)."""
+    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. WHY per class
+    (`_classes.RowClasses`): `_problems` reads the module's layout, the row's schemes (the disk scheme is its
+    layout's) and, of its name, only what `config_features` reads: the last segment and whether `.experts.`,
+    `.shared_expert.`, `.self_attn.` or `.mlp.` occur. None of these holds a digit, so a name with its digits as `#`
+    gives the same answer (a last segment with digits names no projection either way); rows are listed only for
+    classes that have problems."""
     layout = _int_layout(ctx)
-    memo: LayoutMemo[list[tuple[str, str, str]]] = LayoutMemo(ctx.ckpt.layouts)
-    modules = ctx.ckpt.modules
+    classes = row_classes(ctx)
+    rows, modules = classes.rows, ctx.ckpt.modules
+    by_class: dict[Key, list[tuple[str, str, str]]] = {}
+    for key, i in classes.first.items():
+        row = rows[i]
+        if row.disk.quantized or row.declared.quantized:
+            found = _problems(ctx, row, modules[row.name], layout)
+            if found:
+                by_class[key] = found
     grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-    for row in ctx.det.rows:
-        if not (row.disk.quantized or row.declared.quantized):
-            continue
-        # The declared scheme by identity: rows share a few scheme objects, alive while the rule runs.
-        extra = (id(row.declared), _name_class(row.name))
-        for suffix, problem, detail in memo.get(row.name, extra, _problems, ctx, row, modules[row.name], layout):
-            grouped[(suffix, problem)].append((row.name, detail))
+    if by_class:
+        for i in classes.indices(by_class):
+            name = rows[i].name
+            for suffix, problem, detail in by_class[classes.keys[i]]:
+                grouped[(suffix, problem)].append((name, detail))
     return grouped
 
 
