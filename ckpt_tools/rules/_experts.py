@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import chain
-from operator import attrgetter, methodcaller
+from itertools import chain, compress, repeat
+from operator import attrgetter, methodcaller, not_
 
 from ..knowledge.modules import model_config
 from ..model.checkpoint import Checkpoint
 from ..model.modules import ExpertGroup
 from ._memo import once_per
 
-_NAME, _VALUES = attrgetter("name"), methodcaller("values")
+_NAME, _EXPERTS, _VALUES = attrgetter("name"), attrgetter("experts"), methodcaller("values")
 
 
 @dataclass(frozen=True)
@@ -143,3 +143,23 @@ def layer_gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
 def partially_missing(ckpt: Checkpoint) -> frozenset[str]:
     """`<module>.<suffix>` names that some experts of a layer lack while others have them."""
     return frozenset(n for gap in layer_gaps(ckpt) for n in gap.missing_names())
+
+
+@once_per
+def non_expert_modules(ckpt: Checkpoint) -> tuple[str, ...]:
+    """The names of the modules that are not per-expert modules (`Module.expert` is None), in module order: what a
+    rule that judges experts once per layer (`Checkpoint.experts`) still has to look at one by one. WHY the C-level
+    test is exact: every per-expert module's name contains `.experts.`, so when as many names contain it as there
+    are per-expert modules, the names without it are exactly the others."""
+    names = tuple(ckpt.modules)
+    marked = list(map(str.__contains__, names, repeat(".experts.")))
+    experts = sum(map(len, chain.from_iterable(map(_VALUES, map(_EXPERTS, ckpt.experts.values())))))
+    if sum(marked) == experts:
+        return tuple(compress(names, map(not_, marked)))
+    return tuple(name for name, module in ckpt.modules.items() if module.expert is None)
+
+
+def first_tensor(group: ExpertGroup) -> str:
+    """The name of one tensor under the layer's experts prefix."""
+    module = next(iter(next(iter(group.experts.values())).values()))
+    return next(iter(module.tensors.values())).name
