@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..detect.resolve import ModuleRow
 from ..knowledge.modules import fused_groups_for, parallel
 from ..knowledge.scales import schemes
+from ._classes import row_classes
 from .base import Context, Finding, Rule, register
 
 
@@ -50,8 +51,16 @@ def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
     return None
 
 
+def _block_fp8(row: ModuleRow) -> bool:
+    return row.disk.kind == "fp8" and "block" in (row.disk.detail, row.declared.detail)
+
+
 def block_rows(ctx: Context) -> list[ModuleRow]:
-    return [r for r in ctx.det.rows if r.disk.kind == "fp8" and "block" in (r.disk.detail, r.declared.detail)]
+    """The block-FP8 rows, in row order. WHY per class: the test reads the row's schemes alone (its disk scheme is
+    its layout's), so it is decided on the first row of each class (`_classes.RowClasses`)."""
+    classes = row_classes(ctx)
+    wanted = {key for key, i in classes.first.items() if _block_fp8(classes.rows[i])}
+    return [classes.rows[i] for i in classes.indices(wanted)] if wanted else []
 
 
 def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
