@@ -23,7 +23,7 @@ from ckpt_tools.rules.base import Context, find_rule
 from tests import case_ops
 from tests.corrupt import copy_fixture
 
-RULES = ("CK105", "CK201", "CK202", "CK203", "CK302", "CK308", "CK402", "CK403", "CK404")
+RULES = ("CK105", "CK201", "CK202", "CK203", "CK302", "CK308", "CK309", "CK402", "CK403", "CK404")
 
 # Several defects on members of classes that other members share unharmed: scales of the wrong shape on two
 # experts of different layers, one of the wrong dtype, an expert lacking one scale, another lacking a whole

@@ -9,7 +9,7 @@ from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, TensorSpec, scheme_for
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
-from ._classes import Key, row_classes
+from ._classes import in_row_order, row_classes
 from ._experts import partially_missing
 from ._layout_findings import WHAT, layout_findings
 from .base import Context, Finding, Rule, register
@@ -172,24 +172,21 @@ def _judged(row: ModuleRow) -> bool:
 def scale_shape_problems(ctx: Context) -> list[Problem]:
     """Every module's problems, in row order. WHY per class: `_layout_problems` reads the module's layout, the row's
     schemes (the disk scheme is its layout's) and its config group, never its name, so every row of a class
-    (`_classes.RowClasses`) has the same problems; only the names differ, and rows are listed only for classes that
-    have problems."""
-    classes = row_classes(ctx)
-    rows, modules = classes.rows, ctx.ckpt.modules
-    by_class: dict[Key, list[tuple[str, str, str, bool]]] = {}
-    for key, i in classes.first.items():
-        row = rows[i]
-        if _judged(row):
-            found = _layout_problems(ctx, row, modules[row.name])
-            if found:
-                by_class[key] = found
-    if not by_class:
+    (`_classes.row_classes`) has the same problems; only the names differ, and members are listed only for classes
+    that have problems."""
+    modules = ctx.ckpt.modules
+    found: list[tuple[tuple[str, ...], list[tuple[str, str, str, bool]]]] = []
+    for c in row_classes(ctx):
+        if _judged(c.row):
+            problems = _layout_problems(ctx, c.row, modules[c.row.name])
+            if problems:
+                found.append((c.names, problems))
+    if not found:
         return []
     skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
     out: list[Problem] = []
-    for i in classes.indices(by_class):
-        name = rows[i].name
-        out.extend(Problem(name, *p[:3]) for p in by_class[classes.keys[i]] if not (p[3] and f"{name}.{p[0]}" in skip))
+    for name, problems in in_row_order(found):
+        out.extend(Problem(name, *p[:3]) for p in problems if not (p[3] and f"{name}.{p[0]}" in skip))
     return out
 
 

@@ -7,7 +7,7 @@ from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
-from ._classes import Key, row_classes
+from ._classes import in_row_order, row_classes, split_by, templates_of
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
 from ._layout_findings import WHAT, layout_findings
@@ -113,9 +113,9 @@ def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, .
 
 
 def _problems(
-    ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
+    ctx: Context, row: ModuleRow, name: str, module: Module, layout: tuple[str, int, int] | None
 ) -> list[tuple[str, str, str]]:
-    """(suffix, problem, detail) for one quantized module."""
+    """(suffix, problem, detail) for one quantized module of the row's class, named `name`."""
     if is_gpt_oss_experts(module):
         return gpt_oss_problems(ctx.ckpt, module)
     kind = row.declared.kind if row.declared.quantized else row.disk.kind
@@ -129,7 +129,7 @@ def _problems(
     if scheme is None:
         return []
     bits = layout[1] if layout else (8 if kind == "int8" else 4)
-    want = config_features(ctx.ckpt, row.name)
+    want = config_features(ctx.ckpt, name)
     # Only the transposed layout is judged against the config: some families widen a projection on purpose (Qwen3.5's
     # gated q_proj is 2 x heads x head_dim), so other differences are not evidence of a defect.
     if want is not None and want[0] != want[1] and _transposed(weight.shape, scheme.weight.shape, want, bits):
@@ -186,28 +186,30 @@ def _int_tensor_problems(
 
 
 def packed_layout_problems(ctx: Context) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. WHY per class
-    (`_classes.RowClasses`): `_problems` reads the module's layout, the row's schemes (the disk scheme is its
-    layout's) and, of its name, only what `config_features` reads: the last segment and whether `.experts.`,
-    `.shared_expert.`, `.self_attn.` or `.mlp.` occur. None of these holds a digit, so a name with its digits as `#`
-    gives the same answer (a last segment with digits names no projection either way); rows are listed only for
-    classes that have problems."""
+    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. WHY per class and name
+    template (`_classes`): `_problems` reads the module's layout, the row's schemes (the disk scheme is its layout's)
+    and, of its name, only what `config_features` reads: the last segment and whether `.experts.`,
+    `.shared_expert.`, `.self_attn.` or `.mlp.` occur. None of these holds a digit, so names that differ only in
+    their digits get the same answer (a last segment with digits names no projection either way); a class is split
+    by template only when its templates get different answers."""
     layout = _int_layout(ctx)
-    classes = row_classes(ctx)
-    rows, modules = classes.rows, ctx.ckpt.modules
-    by_class: dict[Key, list[tuple[str, str, str]]] = {}
-    for key, i in classes.first.items():
-        row = rows[i]
-        if row.disk.quantized or row.declared.quantized:
-            found = _problems(ctx, row, modules[row.name], layout)
-            if found:
-                by_class[key] = found
+    modules = ctx.ckpt.modules
+    found: list[tuple[list[str] | tuple[str, ...], list[tuple[str, str, str]]]] = []
+    for c in row_classes(ctx):
+        if not (c.row.disk.quantized or c.row.declared.quantized):
+            continue
+        module = modules[c.row.name]
+        templates, first = templates_of(c.names)
+        answers = {t: _problems(ctx, c.row, name, module, layout) for t, name in first.items()}
+        if len(answers) == 1 or all(a == answers[templates[0]] for a in answers.values()):
+            if answers[templates[0]]:
+                found.append((c.names, answers[templates[0]]))
+            continue
+        found.extend((names, answers[t]) for t, names in split_by(c.names, templates).items() if answers[t])
     grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-    if by_class:
-        for i in classes.indices(by_class):
-            name = rows[i].name
-            for suffix, problem, detail in by_class[classes.keys[i]]:
-                grouped[(suffix, problem)].append((name, detail))
+    for name, problems in in_row_order(found):
+        for suffix, problem, detail in problems:
+            grouped[(suffix, problem)].append((name, detail))
     return grouped
 
 
