@@ -29,6 +29,7 @@ V = TypeVar("V")
 
 @dataclass(frozen=True)
 class RowClass:
+    layout: int  # the members' layout id (`Checkpoint.layouts`)
     row: ModuleRow  # the class's first row: every field but the name is the whole class's
     names: tuple[str, ...]  # every member's name, in row order
 
@@ -63,7 +64,7 @@ def row_classes(ctx: Context) -> tuple[RowClass, ...]:
             members[key] = [i]
         else:
             held.append(i)
-    return tuple(RowClass(rows[ids[0]], tuple(map(names.__getitem__, ids))) for ids in members.values())
+    return tuple(RowClass(key[0], rows[ids[0]], tuple(map(names.__getitem__, ids))) for key, ids in members.items())
 
 
 def templates_of(names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:

@@ -176,9 +176,16 @@ def scale_shape_problems(ctx: Context) -> list[Problem]:
     that have problems."""
     modules = ctx.ckpt.modules
     found: list[tuple[tuple[str, ...], list[tuple[str, str, str, bool]]]] = []
+    # Classes may be finer than what the answer reads (component, ignore entry): one answer per what it reads, the
+    # schemes by identity (shared objects, alive with the rows).
+    answers: dict[tuple[int, int, int, str | None], list[tuple[str, str, str, bool]]] = {}
     for c in row_classes(ctx):
-        if _judged(c.row):
-            problems = _layout_problems(ctx, c.row, modules[c.row.name])
+        row = c.row
+        if _judged(row):
+            key = (c.layout, id(row.declared), id(row.disk), row.group)
+            problems = answers.get(key)
+            if problems is None:
+                problems = answers[key] = _layout_problems(ctx, row, modules[row.name])
             if problems:
                 found.append((c.names, problems))
     if not found:

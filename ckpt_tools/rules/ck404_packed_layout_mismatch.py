@@ -7,7 +7,7 @@ from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
-from ._classes import in_row_order, row_classes, split_by, templates_of
+from ._classes import RowClass, in_row_order, row_classes, split_by, templates_of
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
 from ._layout_findings import WHAT, layout_findings
@@ -195,12 +195,22 @@ def packed_layout_problems(ctx: Context) -> dict[tuple[str, str], list[tuple[str
     layout = _int_layout(ctx)
     modules = ctx.ckpt.modules
     found: list[tuple[list[str] | tuple[str, ...], list[tuple[str, str, str]]]] = []
+    # Classes may be finer than what the answer reads (group, component, ignore entry): one answer per what it
+    # reads, the schemes by identity (shared objects, alive with the rows).
+    memo: dict[tuple[int, int, int, str], list[tuple[str, str, str]]] = {}
+
+    def answer(c: RowClass, template: str, name: str) -> list[tuple[str, str, str]]:
+        key = (c.layout, id(c.row.declared), id(c.row.disk), template)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _problems(ctx, c.row, name, modules[c.row.name], layout)
+        return got
+
     for c in row_classes(ctx):
         if not (c.row.disk.quantized or c.row.declared.quantized):
             continue
-        module = modules[c.row.name]
         templates, first = templates_of(c.names)
-        answers = {t: _problems(ctx, c.row, name, module, layout) for t, name in first.items()}
+        answers = {t: answer(c, t, name) for t, name in first.items()}
         if len(answers) == 1 or all(a == answers[templates[0]] for a in answers.values()):
             if answers[templates[0]]:
                 found.append((c.names, answers[templates[0]]))
