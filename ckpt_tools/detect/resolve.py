@@ -332,7 +332,7 @@ def component_of(name: str, family: Family) -> str:
     return "other"
 
 
-def _component_fixed_by(prefix: str, family: Family) -> bool:
+def component_fixed_by(prefix: str, family: Family) -> bool:
     """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
     and the segment after it both lie within the first four segments, which `prefix` then holds."""
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
@@ -342,31 +342,37 @@ def component_lookup(family: Family) -> Callable[[str], str]:
     """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
     its prefix fixes it, and so do the modules below one fixed four-segment head (`model.language_model.layers.7`),
     so most names cost one dictionary lookup and `component_of` runs about once per layer."""
+    of_module = module_component_lookup(family)
     shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
-    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
 
     def lookup(name: str) -> str:
         prefix = name.rpartition(".")[0]
         try:
             component = shared[prefix]
         except KeyError:
-            component = _module_component(prefix, name)
-            shared[prefix] = component
-            return component if component is not None else component_of(name, family)
+            component = shared[prefix] = of_module(prefix, name)
         return component if component is not None else component_of(name, family)
 
-    def _module_component(prefix: str, name: str) -> str | None:
+    return lookup
+
+
+def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
+    """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
+    prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""
+    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
+
+    def of_module(prefix: str, name: str) -> str | None:
         if prefix.count(".") < 3:
             return None
         head = prefix if prefix.count(".") == 3 else prefix[: _nth_dot(prefix, 4)]
         try:
             return heads[head]
         except KeyError:
-            component = component_of(name, family) if _component_fixed_by(head, family) else None
+            component = component_of(name, family) if component_fixed_by(head, family) else None
             heads[head] = component
             return component
 
-    return lookup
+    return of_module
 
 
 def _nth_dot(text: str, n: int) -> int:
@@ -610,7 +616,7 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
       model file's forced-unquantized patterns read the member's own name, and they are matched per name first;
     - disk scheme and whether the weight is a linear one: the layout's alone;
     - embedding or not (a 2-D weight): the projection name, the member's last segment;
-    - component: fixed by the experts prefix when `_component_fixed_by` says so, else found per member.
+    - component: fixed by the experts prefix when `component_fixed_by` says so, else found per member.
     Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
     `experts.1`) is judged on its own, as before."""
     modules = ckpt.modules
@@ -642,7 +648,7 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
 
     claimed: set[str] = set()
     for prefix, group in ckpt.experts.items():
-        fixed = _component_fixed_by(prefix, family)
+        fixed = component_fixed_by(prefix, family)
         banks = list(group.experts.values())  # {projection -> module}, per expert
         projs = sorted(set().union(*banks))
         # Every expert has every projection (the usual case): one C-level item lookup per member.
