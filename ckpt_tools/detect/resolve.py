@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from itertools import filterfalse, repeat
+from itertools import chain, filterfalse, repeat
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
@@ -67,6 +67,13 @@ class RowClass:
     @property
     def is_expert(self) -> bool:
         return ".experts." in self.names[0]
+
+    def rows(self, names: Iterable[str] | None = None) -> list[ModuleRow]:
+        """The rows of `names` (members of this class; default all of them), made in C."""
+        shared = map(repeat, (self.component, self.declared, self.disk, self.covered_by, self.group))
+        # repeat() is endless: the names end the zip
+        fields = zip(self.names if names is None else names, *shared, strict=False)
+        return list(map(_new_row, repeat(ModuleRow), fields))
 
 
 @dataclass(frozen=True)
@@ -567,11 +574,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     classes, found_components = _row_classes(ckpt, family, resolver)
-    rows: list[ModuleRow] = []
-    for c in classes:
-        # repeat() is endless: the names end the zip
-        fields = zip(c.names, *map(repeat, (c.component, c.declared, c.disk, c.covered_by, c.group)), strict=False)
-        rows.extend(map(_new_row, repeat(ModuleRow), fields))
+    rows = list(chain.from_iterable(map(RowClass.rows, classes)))
     rows.sort(key=itemgetter(0))
 
     if producer == "none" and any(r.disk.quantized for r in rows):
