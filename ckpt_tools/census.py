@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, itemgetter, methodcaller, sub
+from operator import attrgetter, eq, itemgetter, methodcaller, sub
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -218,9 +218,14 @@ def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
     for component, tensors in by_component.items():
         dtypes = list(map(attrgetter("dtype"), tensors))
         nbytes = list(map(sub, map(attrgetter("end"), tensors), map(attrgetter("begin"), tensors)))  # TensorInfo.nbytes
-        for dtype, n in Counter(dtypes).items():
-            counts[(component, dtype)] = n
-            sizes[(component, dtype)] = sum(compress(nbytes, map(dtype.__eq__, dtypes)))
+        per_dtype = Counter(dtypes)
+        left = sum(nbytes)
+        *others, last = per_dtype  # the last dtype's bytes are what the others leave: one pass fewer
+        for dtype in others:
+            size = sum(compress(nbytes, map(eq, dtypes, repeat(dtype))))
+            counts[(component, dtype)], sizes[(component, dtype)] = per_dtype[dtype], size
+            left -= size
+        counts[(component, last)], sizes[(component, last)] = per_dtype[last], left
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 
