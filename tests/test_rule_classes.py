@@ -5,6 +5,7 @@ class has a single member and a class shortcut cannot share a verdict) must give
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -55,6 +56,11 @@ CASES = {
             {"op": "drop", "pattern": r"^model\.layers\.1\.mlp\.up_proj\.scales$"},
         ],
     ),
+    # Every module of every class at fault (expert classes hold a layer's experts): all members listed.
+    "fp8-block-config-edited": (
+        "transformers-qwen3moe-fp8-block",
+        [{"op": "edit_json", "file": "config.json", "set": {"quantization_config.weight_block_size": [32, 32]}}],
+    ),
     "fp8-block-one-expert-off": (
         "transformers-qwen3moe-fp8-block",
         [{"op": "retype", "tensor": "model.layers.0.mlp.experts.1.up_proj.weight_scale_inv", "shape": []}],
@@ -95,11 +101,14 @@ def _one_layout_per_module(ckpt: Checkpoint) -> None:
     ckpt.__dict__["layouts"] = Layouts(of, layouts, tuple((n,) for n in names))
 
 
-def _findings(folder: Path, per_module: bool) -> dict[str, list[dict[str, Any]]]:
+def _findings(folder: Path, per_module: bool, rows_only: bool = False) -> dict[str, list[dict[str, Any]]]:
     ckpt = load_checkpoint(open_source(str(folder)))
     if per_module:
         _one_layout_per_module(ckpt)
-    ctx = Context(ckpt=ckpt, det=detect(ckpt), hardware=hardware_profiles(), target=str(folder))
+    det = detect(ckpt)
+    if rows_only:  # a detection without its classes: the rules group the rows themselves
+        det = dataclasses.replace(det, classes=())
+    ctx = Context(ckpt=ckpt, det=det, hardware=hardware_profiles(), target=str(folder))
     out = {}
     for code in RULES:
         rule = find_rule(code)
@@ -115,6 +124,7 @@ def test_class_shortcuts_match_the_per_module_path(case: str, tmp_path: Path) ->
     case_ops.apply(folder, steps)
     shared, alone = _findings(folder, per_module=False), _findings(folder, per_module=True)
     assert shared == alone
+    assert _findings(folder, per_module=False, rows_only=True) == shared
     assert any(shared.values()), "the corrupted checkpoint must have findings, or the comparison proves nothing"
 
 

@@ -45,10 +45,15 @@ def name_templates(names: list[str]) -> list[str]:
 
 @once_per
 def row_classes(ctx: Context) -> tuple[RowClass, ...]:
-    """The detection rows in classes, by first member. The key is built column by column in C: layout id (by
-    name), declared scheme (by identity: rows share a few scheme objects, alive as long as the rows), group,
-    component; the disk scheme is the layout's (detection reads it from the layout alone)."""
-    rows = ctx.det.rows
+    """The detection rows in classes. Detection's own classes (`Detection.classes`) share every field but the name,
+    and one layout: taken as they are, no pass over the rows. A detection made without them (rows only) is grouped
+    here, the key built column by column in C: layout id (by name), declared scheme (by identity: rows share a few
+    scheme objects, alive as long as the rows), group, component; the disk scheme is the layout's (detection reads it
+    from the layout alone)."""
+    det = ctx.det
+    if det.classes or not det.rows:
+        return tuple(RowClass(c.layout, c.rows(c.names[:1])[0], c.names) for c in det.classes)
+    rows = det.rows
     names = [r.name for r in rows]
     keys = zip(
         map(ctx.ckpt.layouts.of.__getitem__, names),
