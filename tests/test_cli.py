@@ -195,11 +195,13 @@ def test_header_path_imports_no_torch_or_numpy() -> None:
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
+# `main()`, not the console entry: `console()` ends the process (os._exit) before the probe could look.
 HELP_PROBE = """
-import runpy, sys
+import sys
 sys.argv = ["ckpt", *sys.argv[1:]]
+from ckpt_tools.cli.main import main
 try:
-    runpy.run_module("ckpt_tools.cli.main", run_name="__main__")
+    main()
 except SystemExit as exc:
     code = exc.code
 print(code, sorted(m for m in sys.modules

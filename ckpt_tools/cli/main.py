@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import signal
@@ -24,6 +25,43 @@ def main() -> None:
         _run()
     finally:
         gc.freeze()
+
+
+def console() -> None:
+    """The `ckpt` command (and `python -m ckpt_tools.cli.main`): `main()` in a process of its own. A read-only
+    command that kept its analysis (`app.keep_until_exit`) ends the process once its output is flushed and the exit
+    handlers have run, without tearing the analysis down object by object; anything unusual (other threads alive, an
+    exit status that is not a number, a flush that fails) takes the ordinary exit instead."""
+    from .app import State
+
+    State.own_process = True
+    try:
+        main()
+        code: object = 0
+    except SystemExit as exc:
+        code = exc.code
+        if State.kept:
+            _exit_now(code)
+        raise
+    if State.kept:
+        _exit_now(code)
+
+
+def _exit_now(code: object) -> None:
+    status = 0 if code is None else code
+    if type(status) is not int or not 0 <= status <= 255:
+        return
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        return  # the ordinary exit reports it as Python always does
+    atexit._run_exitfuncs()
+    os._exit(status)
 
 
 def _run() -> None:
@@ -85,4 +123,4 @@ def __getattr__(name: str):
 
 
 if __name__ == "__main__":
-    main()
+    console()
