@@ -42,7 +42,7 @@ class State:
 def keep_until_exit(result: object) -> None:
     """Leave what a command built (an analysis: a few objects per tensor) for process exit to reclaim, instead of
     freeing it object by object when the command returns (0.09 s for a 190k-tensor checkpoint). Only when the
-    process is the `ckpt` console command (`main.console`); an embedding process frees it as usual."""
+    process is the `ckpt` console command (`main.console`); an in-process caller of `main()` frees it as usual."""
     if State.own_process:
         State.kept.append(result)
 

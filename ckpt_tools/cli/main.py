@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import signal
@@ -28,40 +27,14 @@ def main() -> None:
 
 
 def console() -> None:
-    """The `ckpt` command (and `python -m ckpt_tools.cli.main`): `main()` in a process of its own. A read-only
-    command that kept its analysis (`app.keep_until_exit`) ends the process once its output is flushed and the exit
-    handlers have run, without tearing the analysis down object by object; anything unusual (other threads alive, an
-    exit status that is not a number, a flush that fails) takes the ordinary exit instead."""
+    """The `ckpt` command (and `python -m ckpt_tools.cli.main`): `main()` in a process of its own, so a read-only
+    command may leave its analysis to process exit (`app.keep_until_exit`): `main()` freezes every object before the
+    interpreter exits, so nothing kept is torn down object by object. In-process callers of `main()` (tests, an
+    embedding program) run many commands in one process and free each analysis as usual."""
     from .app import State
 
     State.own_process = True
-    try:
-        main()
-        code: object = 0
-    except SystemExit as exc:
-        code = exc.code
-        if State.kept:
-            _exit_now(code)
-        raise
-    if State.kept:
-        _exit_now(code)
-
-
-def _exit_now(code: object) -> None:
-    status = 0 if code is None else code
-    if type(status) is not int or not 0 <= status <= 255:
-        return
-    threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
-        return
-    try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-    except (OSError, ValueError):
-        return  # the ordinary exit reports it as Python always does
-    atexit._run_exitfuncs()
-    os._exit(status)
+    main()
 
 
 def _run() -> None:
