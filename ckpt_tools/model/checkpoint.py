@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +20,7 @@ from .values import ValueStats
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
-_NAME = itemgetter(0)  # TensorInfo.name, as a tuple index (cheaper than the field's descriptor)
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)

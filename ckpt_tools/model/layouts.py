@@ -38,7 +38,7 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     buckets: dict[str, dict[str, TensorInfo]] = {}
     get = buckets.get
     for t in tensors:
-        prefix, _, suffix = t[0].rpartition(".")  # split_name of t.name, inlined: this runs once per tensor
+        prefix, _, suffix = t.name.rpartition(".")  # split_name, inlined: this runs once per tensor
         bucket = get(prefix)
         if bucket is None:
             buckets[prefix] = bucket = {}
@@ -50,7 +50,7 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     layers: dict[str, dict[int, dict[str, Module]]] = {}
     for name, ts in buckets.items():
         module = modules[name] = Module(name, MappingProxyType(ts))
-        layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape) per tensor
+        layout = tuple([(s, t.dtype, t.shape) for s, t in ts.items()])
         lid = ids.get(layout)
         if lid is None:
             lid = ids[layout] = len(members)
