@@ -547,3 +547,28 @@ def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_pa
     result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
     for name, _dtype, _shape, blob in tensors:
         assert_matches(result.get(name), dtype, blob)
+
+
+def test_tensors_read_whole_share_results_only_where_their_bytes_and_layout_agree(tmp_path: Path) -> None:
+    # A tensor read whole in one piece is measured on the spot, and the results of small tensors with the same bytes
+    # and of all-zero tensors with the same layout are shared: every tensor still gets what splitting it would give.
+    tensors = [
+        ("a.weight_scale", "F8_E4M3", [64, 16], bytes(1024)),
+        ("b.weight_scale", "F8_E4M3", [64, 16], bytes(1024)),
+        ("c.weight_scale", "F8_E4M3", [32, 32], bytes(1024)),  # same bytes, other channels
+        ("d.weight_scale", "F8_E4M3", [1024], bytes(1024)),  # same bytes, no channel layout
+        ("a.input_global_scale", "F32", [1], struct.pack("<f", 0.0)),
+        ("b.input_global_scale", "F32", [1], struct.pack("<f", 0.0)),
+        ("c.input_global_scale", "F32", [1], struct.pack("<f", -0.0)),
+        ("d.input_global_scale", "BF16", [2], bytes(4)),  # the same four bytes in another dtype
+        ("e.weight_scale", "F8_E4M3", [64, 16], bytes([0x38]) * 1023 + b"\x00"),
+    ]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    args = (source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    whole, split = scan_values(*args), scan_values(*args, chunk=3)
+    assert dict(whole.items()) == dict(split.items())
+    assert whole.get("a.weight_scale").zero_rows == 64 and whole.get("c.weight_scale").channels == 32
+    assert whole.get("d.weight_scale").channels == 0 and whole.get("d.input_global_scale").count == 2
+    assert whole.get("c.input_global_scale").zero == 1 and whole.get("e.weight_scale").zero == 1

@@ -31,6 +31,7 @@ from ..model.values import (
     Accumulator,
     TensorStats,
     ValueStats,
+    all_zero,
     channel_layout,
     small_stats,
     value_dtype,
@@ -164,11 +165,12 @@ class ScanCounters:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
 
-    def add(self, n: int) -> None:
+    def add(self, n: int, reads: int = 1, largest: int | None = None) -> None:
+        """`reads` reads of `n` bytes in all, the largest `largest` bytes (default: `n`)."""
         with self._lock:
             self.bytes_read += n
-            self.reads += 1
-            self.largest_read = max(self.largest_read, n)
+            self.reads += reads
+            self.largest_read = max(self.largest_read, n if largest is None else largest)
 
 
 def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader:
@@ -215,15 +217,22 @@ def scan_shard(
     plan: ShardPlan,
     reader: _LocalReader | _SourceReader,
     counters: ScanCounters,
-    progress: Callable[[int], object] = lambda n: None,
+    progress: Callable[[int], object] | None = None,
 ) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors."""
     tensors = plan.tensors
+    known: dict[tuple[str, str, tuple[int, ...]], _Kind] = {}
+    kinds = [_kind(t, known) for t in tensors]
     # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
-    # whole of a small tensor without channels (global and input scales: most of the tensors a scan measures).
+    # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
+    # A tensor read whole in one piece has statistics that are a function of (format, layout, element count, bytes)
+    # alone: small tensors' and all-zero pieces' results are shared, not recomputed (stats are immutable values).
+    small: dict[tuple[str, bytes], TensorStats] = {}
+    zero_whole: dict[_Kind, TensorStats] = {}
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
+    fetched = largest = 0
     try:
         for i, read in enumerate(reads):
             if ahead <= i:
@@ -235,38 +244,65 @@ def scan_shard(
                 reader.prefetch(reads[ahead])
                 pending += reads[ahead].length
                 ahead += 1
-            blob = _fetch(reader, plan, read, counters)
+            blob = _fetch(reader, plan, read, None)
+            fetched += len(blob)
+            largest = max(largest, len(blob))
             for index, offset, length in read.pieces:
                 acc = accs[index]
                 if acc is None:
-                    acc = _start(tensors[index], length)
-                    if acc is None:
-                        accs[index] = small_stats(value_dtype(tensors[index]), blob[offset : offset + length])
+                    kind = kinds[index]
+                    dtype, layout, numel, nbytes = kind
+                    if length == nbytes:  # the whole tensor in this piece: measured on the spot
+                        piece = blob[offset : offset + length] if length != len(blob) else blob
+                        if layout is None and numel <= SMALL_TENSOR_ELEMENTS:
+                            key = (dtype, piece)
+                            stats = small.get(key)
+                            if stats is None:
+                                stats = small[key] = small_stats(dtype, piece)
+                            accs[index] = stats
+                        elif all_zero(piece):
+                            stats = zero_whole.get(kind)
+                            if stats is None:
+                                stats = zero_whole[kind] = _whole(dtype, numel, layout, piece)
+                            accs[index] = stats
+                        else:
+                            accs[index] = _whole(dtype, numel, layout, piece)
                         continue
-                    accs[index] = acc
+                    acc = accs[index] = Accumulator(dtype, numel, layout)
                 assert isinstance(acc, Accumulator)
                 acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
             del blob
             reader.done(read)
-            progress(read.length)
+            if progress is not None:
+                progress(read.length)
     finally:
         reader.close()
+    counters.add(fetched, len(reads), largest)
     out: dict[str, TensorStats] = {}
-    for t, acc in zip(tensors, accs, strict=True):
+    for t, kind, acc in zip(tensors, kinds, accs, strict=True):
         if acc is None:  # an empty tensor: no piece
-            acc = Accumulator(value_dtype(t), t.numel, channel_layout(t))
+            acc = Accumulator(kind[0], kind[2], kind[1])
         out[t.name] = acc if isinstance(acc, TensorStats) else acc.result()
     return out
 
 
-def _start(tensor: TensorInfo, first_piece: int) -> Accumulator | None:
-    """The accumulator of a tensor whose first piece is `first_piece` bytes, or None when that piece is the whole
-    tensor and `small_stats` measures it at once (small, no channel layout)."""
-    layout = channel_layout(tensor)
-    numel = tensor.numel
-    if layout is None and numel <= SMALL_TENSOR_ELEMENTS and first_piece == tensor.end - tensor.begin:
-        return None
-    return Accumulator(value_dtype(tensor), numel, layout)
+_Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
+
+
+def _kind(tensor: TensorInfo, known: dict[tuple[str, str, tuple[int, ...]], _Kind]) -> _Kind:
+    """What measuring a tensor depends on besides its bytes, from its dtype, last name segment and shape alone
+    (all that `value_dtype` and `channel_layout` read): a checkpoint has a few hundred such triples."""
+    key = (tensor.dtype, tensor.name.rpartition(".")[2], tensor.shape)
+    kind = known.get(key)
+    if kind is None:
+        kind = known[key] = (value_dtype(tensor), channel_layout(tensor), tensor.numel, tensor.end - tensor.begin)
+    return kind
+
+
+def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes) -> TensorStats:
+    acc = Accumulator(dtype, numel, layout)
+    acc.feed(piece)
+    return acc.result()
 
 
 def scan_values(
@@ -303,7 +339,7 @@ def scan_values(
 
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
-                return scan_shard(plan, open_reader(source, plan), counters, bar.update)
+                return scan_shard(plan, open_reader(source, plan), counters, None if disable else bar.update)
             except OSError as exc:
                 raise TargetError(
                     f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"
