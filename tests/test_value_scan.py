@@ -23,7 +23,7 @@ from ckpt_tools.model.values import (
     float8_table,
 )
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
-from ckpt_tools.read import open_source
+from ckpt_tools.read import open_source, residency
 from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.read.local import LocalSource
 from ckpt_tools.read.value_scan import ScanCounters, plan_shard, read_pieces, scan_values
@@ -443,9 +443,15 @@ def test_local_reads_are_hinted_and_work_where_hints_are_refused(
         real(fd, start, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", record)
-    assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+    with monkeypatch.context() as cold:  # residency unknown: every read is hinted, as on a cold cache
+        cold.setattr(residency, "_snapshot", lambda *_a: None)
+        assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
     assert hints[0] == os.POSIX_FADV_SEQUENTIAL  # one dense region
     assert hints.count(os.POSIX_FADV_WILLNEED) == hints.count(os.POSIX_FADV_DONTNEED) == 3  # 3 reads of <= 4 KiB
+    if residency.supported():  # the file was just written: its pages are cached, so nothing is hinted or dropped
+        hints.clear()
+        assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+        assert hints == [os.POSIX_FADV_SEQUENTIAL]
 
     def refuse(*_args: object) -> None:
         raise OSError(22, "Invalid argument")
@@ -572,3 +578,26 @@ def test_tensors_read_whole_share_results_only_where_their_bytes_and_layout_agre
     assert whole.get("a.weight_scale").zero_rows == 64 and whole.get("c.weight_scale").channels == 32
     assert whole.get("d.weight_scale").channels == 0 and whole.get("d.input_global_scale").count == 2
     assert whole.get("c.input_global_scale").zero == 1 and whole.get("e.weight_scale").zero == 1
+
+
+@pytest.mark.skipif(not residency.supported(), reason="page-cache residency is known on Linux only")
+def test_residency_tells_cached_pages_from_dropped_ones(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 64 * 1024)  # 16 MiB, cached as written
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        page = residency.PAGE
+        assert residency.Residency(fd, 10, 9 * page).cached(10, 9 * page)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        after = residency.Residency(fd, page, 4 * page)
+        if after.cached(page, 4 * page):
+            pytest.skip("this file system keeps every page resident (tmpfs)")
+        assert not after.cached(page, 2 * page)
+        assert not after.cached(0, page)  # outside the range it describes: unknown, so hinted
+        os.pread(fd, 2 * page, page)  # read back: resident again
+        assert residency.Residency(fd, page, 4 * page).cached(page, 3 * page)
+    finally:
+        os.close(fd)

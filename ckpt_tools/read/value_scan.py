@@ -48,6 +48,10 @@ REMOTE_WORKERS = 16
 PROGRESS_THRESHOLD = 64 * 1024 * 1024  # show a progress bar (on a terminal) from this many bytes on
 
 
+class ScanCancelled(Exception):
+    """The scan was asked to stop (`cancel` set): the analysis it was feeding ended first (an error, Ctrl-C)."""
+
+
 @dataclass(frozen=True)
 class Read:
     """One read of a shard: `length` bytes from file offset `start`, and the tensor pieces in it as
@@ -106,13 +110,22 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
 
 class _LocalReader:
     """pread with fadvise hints, on one file descriptor per shard. Hints are advice: a file system that refuses them
-    (EINVAL, ESPIPE) is read without."""
+    (EINVAL, ESPIPE) is read without. A read whose pages were all in the page cache when the shard was opened
+    (`ckpt_tools.read.residency`) gets no hint at all: it costs no disk, and dropping it would evict bytes someone had cached
+    (the checkpoint just written, the last run's scan, a server's load); only what the scan itself brings in is
+    dropped."""
 
-    def __init__(self, path: str, dense: bool) -> None:
+    def __init__(self, path: str, plan: ShardPlan) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
+        self.cached: Callable[[int, int], bool] = lambda start, end: False
         if self.advise:
-            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if dense else os.POSIX_FADV_RANDOM)
+            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if plan.dense else os.POSIX_FADV_RANDOM)
+        if self.advise and plan.reads:
+            from .residency import Residency
+
+            last = plan.reads[-1]
+            self.cached = Residency(self.fd, plan.reads[0].start, last.start + last.length).cached
 
     def _hint(self, start: int, length: int, advice: int) -> None:
         try:
@@ -121,14 +134,14 @@ class _LocalReader:
             self.advise = False
 
     def prefetch(self, read: Read) -> None:
-        if self.advise:
+        if self.advise and not self.cached(read.start, read.start + read.length):
             self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
 
     def read(self, read: Read) -> bytes:
         return os.pread(self.fd, read.length, read.start)
 
     def done(self, read: Read) -> None:
-        if self.advise:
+        if self.advise and not self.cached(read.start, read.start + read.length):
             self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
@@ -177,7 +190,7 @@ def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader
     """The reader for one shard: pread + fadvise on a local file, `read_ranges` on any other source."""
     local_path = getattr(source, "path", None) if not source.is_remote else None
     if local_path is not None:
-        return _LocalReader(str(local_path(plan.shard)), plan.dense)
+        return _LocalReader(str(local_path(plan.shard)), plan)
     return _SourceReader(source, plan.shard)
 
 
@@ -218,8 +231,9 @@ def scan_shard(
     reader: _LocalReader | _SourceReader,
     counters: ScanCounters,
     progress: Callable[[int], object] | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, TensorStats]:
-    """The statistics of one shard's planned tensors."""
+    """The statistics of one shard's planned tensors; `ScanCancelled` at the next read once `cancel` is set."""
     tensors = plan.tensors
     known: dict[tuple[str, str, tuple[int, ...]], _Kind] = {}
     kinds = [_kind(t, known) for t in tensors]
@@ -235,6 +249,8 @@ def scan_shard(
     fetched = largest = 0
     try:
         for i, read in enumerate(reads):
+            if cancel is not None and cancel.is_set():
+                raise ScanCancelled
             if ahead <= i:
                 reader.prefetch(read)
                 ahead = i + 1
@@ -314,11 +330,14 @@ def scan_values(
     workers: int | None = None,
     progress: bool | None = None,
     counters: ScanCounters | None = None,
+    cancel: threading.Event | None = None,
 ) -> ValueStats:
     """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
     worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
-    changed or vanished since its header was read) is a `TargetError`."""
+    changed or vanished since its header was read) is a `TargetError`. Once `cancel` is set, every worker stops at
+    its next read and the scan raises `ScanCancelled`."""
     counters = counters if counters is not None else ScanCounters()
+    stop = cancel if cancel is not None else threading.Event()
     by_shard: dict[str, list[TensorInfo]] = {}
     for t in tensors:
         if value_dtype(t) in STATS_DTYPES:
@@ -339,7 +358,7 @@ def scan_values(
 
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
-                return scan_shard(plan, open_reader(source, plan), counters, None if disable else bar.update)
+                return scan_shard(plan, open_reader(source, plan), counters, None if disable else bar.update, stop)
             except OSError as exc:
                 raise TargetError(
                     f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"
@@ -349,7 +368,11 @@ def scan_values(
             results = [one(plan) for plan in plans]
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(one, plans))
+                try:
+                    results = list(pool.map(one, plans))
+                except BaseException:  # a shard failed, or Ctrl-C: the other workers stop at their next read
+                    stop.set()
+                    raise
     out: dict[str, TensorStats] = {}
     for part in results:  # in plan order, whatever order the reads finished in
         out.update(part)
