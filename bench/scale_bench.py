@@ -292,7 +292,8 @@ def build_misnested_seed(folder: Path) -> dict[str, bytes]:
 
 def header_snapshot(folder: Path) -> dict[str, bytes]:
     """File name -> the bytes a header-only repair may rewrite: each shard's 8-byte length and JSON header, every
-    other file whole (index, config); plus each file's size under `name + "\0size"`."""
+    other file whole (index, config); plus each file's size under `name + "\0size"` (a shard whose size changed was
+    rewritten whole, which only a full rebuild undoes)."""
     out: dict[str, bytes] = {}
     for p in sorted(folder.iterdir()):
         with open(p, "rb") as fh:
@@ -311,14 +312,18 @@ def restore_misnested_seed(folder: Path, snapshot: dict[str, bytes]) -> dict[str
     added or removed) gets a full rebuild. Returns the snapshot to use next time."""
     names = {k for k in snapshot if "\0" not in k}
     present = {p.name: p for p in folder.iterdir()} if folder.exists() else {}
+    shards = {n for n in names if n.endswith(".safetensors")}
     same = set(present) == names and all(
-        str(present[n].stat().st_size).encode() == snapshot[n + "\0size"] for n in names
+        str(present[n].stat().st_size).encode() == snapshot[n + "\0size"] for n in shards
     )
     if not same:
         return build_misnested_seed(folder)
     for name in names:
-        with open(present[name], "r+b") as fh:
-            fh.write(snapshot[name])
+        if name in shards:  # the header, in place: the data region was never written
+            with open(present[name], "r+b") as fh:
+                fh.write(snapshot[name])
+        else:
+            present[name].write_bytes(snapshot[name])
     return snapshot
 
 
