@@ -118,14 +118,15 @@ class _LocalReader:
     def __init__(self, path: str, plan: ShardPlan) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
-        self.cached: Callable[[int, int], bool] = lambda start, end: False
+        self.cached: frozenset[int] = frozenset()  # starts of the reads whose pages were all cached at open
         if self.advise:
             self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if plan.dense else os.POSIX_FADV_RANDOM)
         if self.advise and plan.reads:
             from .residency import Residency
 
             last = plan.reads[-1]
-            self.cached = Residency(self.fd, plan.reads[0].start, last.start + last.length).cached
+            cached = Residency(self.fd, plan.reads[0].start, last.start + last.length).cached
+            self.cached = frozenset(r.start for r in plan.reads if cached(r.start, r.start + r.length))
 
     def _hint(self, start: int, length: int, advice: int) -> None:
         try:
@@ -134,14 +135,14 @@ class _LocalReader:
             self.advise = False
 
     def prefetch(self, read: Read) -> None:
-        if self.advise and not self.cached(read.start, read.start + read.length):
+        if self.advise and read.start not in self.cached:
             self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
 
     def read(self, read: Read) -> bytes:
         return os.pread(self.fd, read.length, read.start)
 
     def done(self, read: Read) -> None:
-        if self.advise and not self.cached(read.start, read.start + read.length):
+        if self.advise and read.start not in self.cached:
             self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
