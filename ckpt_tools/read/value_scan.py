@@ -45,6 +45,7 @@ REMOTE_GAP = 256 * 1024  # a round trip costs more than this many bytes
 DENSE = 0.5  # wanted bytes / bytes spanned above which a shard is read as one sequential stream
 LOCAL_WORKERS = 2  # shards in parallel: one worker measures while the other waits on the disk
 REMOTE_WORKERS = 16
+RESIDENCY_WINDOW = 1 << 30  # bytes of file whose page residency is taken at once (a 256 KiB page map)
 PROGRESS_THRESHOLD = 64 * 1024 * 1024  # show a progress bar (on a terminal) from this many bytes on
 
 
@@ -110,23 +111,41 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
 
 class _LocalReader:
     """pread with fadvise hints, on one file descriptor per shard. Hints are advice: a file system that refuses them
-    (EINVAL, ESPIPE) is read without. A read whose pages were all in the page cache when the shard was opened
-    (`ckpt_tools.read.residency`) gets no hint at all: it costs no disk, and dropping it would evict bytes someone had cached
-    (the checkpoint just written, the last run's scan, a server's load); only what the scan itself brings in is
-    dropped."""
+    (EINVAL, ESPIPE) is read without. A read whose pages were all in the page cache before the scan touched them
+    (`ckpt_tools.read.residency`) gets no hint at all: it costs no disk, and dropping it would evict bytes someone had
+    cached (the checkpoint just written, the last run's scan, a server's load); only what the scan brings in is
+    dropped. Residency is taken per window of reads spanning at most `RESIDENCY_WINDOW` bytes (one page-map byte per
+    4 KiB: bounded memory however far apart a hostile header puts its tensors), each just before the first hint or
+    read of the window."""
 
     def __init__(self, path: str, plan: ShardPlan) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
-        self.cached: frozenset[int] = frozenset()  # starts of the reads whose pages were all cached at open
+        self.cached: set[int] = set()  # starts of the reads found cached so far
+        self._windows: list[tuple[int, int, int]] = []  # (first read, end read, span end) per window, in file order
+        self._next = 0  # windows[:_next] were measured
+        self._reads = plan.reads
         if self.advise:
             self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if plan.dense else os.POSIX_FADV_RANDOM)
         if self.advise and plan.reads:
-            from .residency import Residency
-
+            first = 0
+            for i, r in enumerate(plan.reads):
+                if r.start + r.length - plan.reads[first].start > RESIDENCY_WINDOW and i > first:
+                    self._windows.append((first, i, plan.reads[i - 1].start + plan.reads[i - 1].length))
+                    first = i
             last = plan.reads[-1]
-            cached = Residency(self.fd, plan.reads[0].start, last.start + last.length).cached
-            self.cached = frozenset(r.start for r in plan.reads if cached(r.start, r.start + r.length))
+            self._windows.append((first, len(plan.reads), last.start + last.length))
+
+    def _measure(self, read: Read) -> None:
+        """Take the residency of every window up to the one holding `read` that is not measured yet."""
+        from .residency import Residency
+
+        reads = self._reads
+        while self._next < len(self._windows) and reads[self._windows[self._next][0]].start <= read.start:
+            i, j, end = self._windows[self._next]
+            cached = Residency(self.fd, reads[i].start, end).cached
+            self.cached.update(r.start for r in reads[i:j] if cached(r.start, r.start + r.length))
+            self._next += 1
 
     def _hint(self, start: int, length: int, advice: int) -> None:
         try:
@@ -135,10 +154,14 @@ class _LocalReader:
             self.advise = False
 
     def prefetch(self, read: Read) -> None:
-        if self.advise and read.start not in self.cached:
-            self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
+        if self.advise:
+            self._measure(read)
+            if read.start not in self.cached:
+                self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
 
     def read(self, read: Read) -> bytes:
+        if self.advise:
+            self._measure(read)
         return os.pread(self.fd, read.length, read.start)
 
     def done(self, read: Read) -> None:
