@@ -10,10 +10,12 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, compress, filterfalse, repeat
+from operator import attrgetter, eq, itemgetter, methodcaller, sub
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .detect.resolve import Detection, ModuleRow, component_lookup
+from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_lookup, component_of
 from .knowledge.hardware import Hardware
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
@@ -75,17 +77,7 @@ class Inspection:
                 {"component": r.component, "dtype": r.dtype, "tensors": r.tensors, "bytes": r.bytes}
                 for r in self.census
             ],
-            "modules": [
-                {
-                    "name": r.name,
-                    "component": r.component,
-                    "declared": r.declared.label,
-                    "disk": r.disk.label,
-                    "covered_by": r.covered_by,
-                    "group": r.group,
-                }
-                for r in self.modules
-            ],
+            "modules": _module_dicts(self.modules),
             "layers": [
                 {"layer": r.layer, "schemes": dict(r.schemes), "summary": r.summary, "kernel": dict(r.kernel)}
                 for r in self.layers
@@ -130,6 +122,26 @@ class Inspection:
         return "\n".join(out) + "\n"
 
 
+_MODULE_KEYS = ("name", "component", "declared", "disk", "covered_by", "group")
+
+
+def _module_dicts(rows: Sequence[ModuleRow]) -> list[dict[str, Any]]:
+    """The JSON `modules` objects, made by C-level maps: a scheme's label is worked out once per scheme object (the
+    rows of a class share theirs), not once per row."""
+    declared_schemes = list(map(itemgetter(2), rows))
+    disk_schemes = list(map(itemgetter(3), rows))
+    # By id: the schemes are alive (the rows hold them), and a hostile config's detail may be unhashable.
+    unique = dict(zip(map(id, declared_schemes), declared_schemes, strict=True))
+    unique.update(zip(map(id, disk_schemes), disk_schemes, strict=True))
+    labels = {k: scheme.label for k, scheme in unique.items()}
+    declared = map(labels.__getitem__, map(id, declared_schemes))
+    disk = map(labels.__getitem__, map(id, disk_schemes))
+    columns = (map(itemgetter(i), rows) for i in (0, 1, 4, 5))
+    name, component, covered_by, group = columns
+    values = zip(name, component, declared, disk, covered_by, group, strict=True)
+    return list(map(dict, map(zip, repeat(_MODULE_KEYS), values)))
+
+
 def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequence[str] = ()) -> Inspection:
     """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing; the kernel
     column names `hardware` (profile ids), else the runtime's default GPU, else every profile."""
@@ -146,7 +158,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
         hub=hub,
         census=census(ckpt, det),
         modules=tuple(det.rows),
-        layers=layer_table(det.rows, det, profiles),
+        layers=layer_table(det, profiles),
         memory=memory_figures(analysis),
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
@@ -180,33 +192,68 @@ def inspect(
 
 
 def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
-    """Tensors and bytes per (component, dtype), sorted."""
-    component_of = component_lookup(det.family)
-    counts: Counter[tuple[str, str]] = Counter()
-    sizes: Counter[tuple[str, str]] = Counter()
-    for t in ckpt.tensors.values():
-        key = (component_of(t.name), t.dtype)
-        counts[key] += 1
-        sizes[key] += t.nbytes
+    """Tensors and bytes per (component, dtype), sorted.
+
+    Every tensor below an experts prefix that fixes the component (`component_fixed_by`) has that prefix's
+    component, so those tensors are counted in bulk (C-level maps over the expert modules `Checkpoint.experts`
+    holds); every other tensor is looked up by name."""
+    family = det.family
+    by_component: dict[str, list[TensorInfo]] = {}
+    bulk: set[str] = set()  # the modules counted in bulk
+    for prefix, group in ckpt.experts.items():
+        if not component_fixed_by(prefix, family):
+            continue
+        held = list(chain.from_iterable(map(methodcaller("values"), group.experts.values())))
+        bulk.update(map(attrgetter("name"), held))
+        below = chain.from_iterable(map(methodcaller("values"), map(attrgetter("tensors"), held)))
+        first = next(iter(held[0].tensors.values())).name
+        by_component.setdefault(component_of(first, family), []).extend(below)
+    lookup = component_lookup(family)
+    modules = ckpt.modules
+    for name in filterfalse(bulk.__contains__, modules):
+        for t in modules[name].tensors.values():
+            by_component.setdefault(lookup(t.name), []).append(t)
+    counts: dict[tuple[str, str], int] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for component, tensors in by_component.items():
+        dtypes = list(map(attrgetter("dtype"), tensors))
+        nbytes = list(map(sub, map(attrgetter("end"), tensors), map(attrgetter("begin"), tensors)))  # TensorInfo.nbytes
+        per_dtype = Counter(dtypes)
+        left = sum(nbytes)
+        *others, last = per_dtype  # the last dtype's bytes are what the others leave: one pass fewer
+        for dtype in others:
+            size = sum(compress(nbytes, map(eq, dtypes, repeat(dtype))))
+            counts[(component, dtype)], sizes[(component, dtype)] = per_dtype[dtype], size
+            left -= size
+        counts[(component, last)], sizes[(component, last)] = per_dtype[last], left
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 
-def layer_table(
-    rows: Sequence[ModuleRow], det: Detection | None = None, profiles: Sequence[Hardware] = ()
-) -> tuple[LayerRow, ...]:
-    """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9), and with
-    `det` and `profiles`, the kernel families vLLM picks per profile for each layer."""
+def layer_table(det: Detection, profiles: Sequence[Hardware] = ()) -> tuple[LayerRow, ...]:
+    """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9), and the
+    kernel families vLLM picks per profile for each layer.
+
+    Counted per row class (`Detection.classes`): a class of several members is the expert projections of one experts
+    prefix, and the layer pattern cannot match the expert id or the projection (the segment before the id is
+    `experts`, not a layer word), so every member has the layer its first member has, or, with no match, each is its
+    own layer. Labels and layers keep the order of their first row by name, as a pass over the rows gives."""
     from .kernels import row_kernels
 
+    entries: list[tuple[str, str, str, int, RowClass]] = []  # (first row, layer, label, modules, class)
+    for c in det.classes:
+        same = c.declared == c.disk or (not c.disk.quantized and not c.declared.quantized)
+        label = c.declared.label if same else f"{c.declared.label} (disk: {c.disk.label})"
+        m = LAYER.match(c.names[0])
+        if m:
+            entries.append((c.names[0], m.group(1), label, len(c.names), c))
+        else:
+            entries.extend((n, n, label, 1, c) for n in c.names)
+    entries.sort(key=itemgetter(0))
     groups: dict[str, Counter[str]] = {}
-    members: dict[str, list[ModuleRow]] = {}
-    for r in rows:
-        m = LAYER.match(r.name)
-        layer = m.group(1) if m else r.name
-        members.setdefault(layer, []).append(r)
-        same = r.declared == r.disk or (not r.disk.quantized and not r.declared.quantized)
-        label = r.declared.label if same else f"{r.declared.label} (disk: {r.disk.label})"
-        groups.setdefault(layer, Counter())[label] += 1
+    members: dict[str, list[RowClass]] = {}
+    for _, layer, label, n, c in entries:
+        members.setdefault(layer, []).append(c)
+        groups.setdefault(layer, Counter())[label] += n
 
     def natural(name: str) -> list[int | str]:
         return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
@@ -216,7 +263,7 @@ def layer_table(
             layer,
             MappingProxyType(dict(c)),
             ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())),
-            MappingProxyType(row_kernels(det, members[layer], profiles) if det is not None else {}),
+            MappingProxyType(row_kernels(det, members[layer], profiles)),
         )
         for layer, c in sorted(groups.items(), key=lambda kv: natural(kv[0]))
     )

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .detect.resolve import Detection, ModuleRow
+from .detect.resolve import Detection, ModuleRow, RowClass
 from .detect.schemes import Scheme
 from .knowledge.hardware import Hardware, hardware
 from .knowledge.hardware import profiles as hardware_profiles
@@ -89,30 +89,38 @@ def select(
     return None
 
 
-def _group_args(det: Detection, row: ModuleRow, part: str) -> Mapping[str, Any] | None:
-    """The compressed-tensors config group's `weights` / `input_activations` for this module, or None."""
+def _group_args(det: Detection, group: str | None, part: str) -> Mapping[str, Any] | None:
+    """The compressed-tensors config group's `weights` / `input_activations` for a module of `group`, or None."""
     groups = (det.config.data or {}).get("config_groups")
-    if not (isinstance(groups, dict) and isinstance(row.group, str) and isinstance(groups.get(row.group), dict)):
+    if not (isinstance(groups, dict) and isinstance(group, str) and isinstance(groups.get(group), dict)):
         return None
-    args = groups[row.group].get(part)
+    args = groups[group].get(part)
     return args if isinstance(args, dict) else None
 
 
-def group_size(det: Detection, row: ModuleRow) -> int | None:
+def group_size(det: Detection, row: ModuleRow | RowClass) -> int | None:
     """The weight group size the config gives this module (compressed-tensors group, GPTQ / AWQ / AutoRound
-    top level), or None."""
+    top level), or None. It reads the row's config group only, so a class answers for its members."""
+    return _group_size(det, row.group)
+
+
+def input_type(det: Detection, row: ModuleRow | RowClass) -> str | None:
+    """The activation type (`int` / `float`) the module's config group quantizes inputs to, or None."""
+    return _input_type(det, row.group)
+
+
+def _group_size(det: Detection, group: str | None) -> int | None:
     data: Mapping[str, Any] = det.config.data or {}
     groups = data.get("config_groups")
-    if isinstance(groups, dict) and isinstance(row.group, str) and row.group in groups:
-        value = (_group_args(det, row, "weights") or {}).get("group_size")
+    if isinstance(groups, dict) and isinstance(group, str) and group in groups:
+        value = (_group_args(det, group, "weights") or {}).get("group_size")
     else:
         value = data.get("group_size")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def input_type(det: Detection, row: ModuleRow) -> str | None:
-    """The activation type (`int` / `float`) the module's config group quantizes inputs to, or None."""
-    value = (_group_args(det, row, "input_activations") or {}).get("type")
+def _input_type(det: Detection, group: str | None) -> str | None:
+    value = (_group_args(det, group, "input_activations") or {}).get("type")
     return value if isinstance(value, str) else None
 
 
@@ -137,12 +145,14 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     checkpoint vLLM refuses."""
     if not loads(det):
         return []
-    # Keyed by label, not by Scheme: a hostile config's detail may be unhashable.
+    # Keyed by label, not by Scheme: a hostile config's detail may be unhashable. A row class shares the declared
+    # scheme, the config group (which gives the group size and input type) and the layer kind, so it is counted
+    # whole; classes come sorted by first member, so each key keeps the scheme of its first row by name.
     classes: dict[tuple[str, str, int | None, str | None], list] = {}
-    for r in det.rows:
-        if r.declared.quantized:
-            key = (r.declared.label, layer_kind(r.name), group_size(det, r), input_type(det, r))
-            classes.setdefault(key, [r.declared, 0])[1] += 1
+    for c in det.classes:
+        if c.declared.quantized:
+            key = (c.declared.label, layer_kind(c.names[0]), _group_size(det, c.group), _input_type(det, c.group))
+            classes.setdefault(key, [c.declared, 0])[1] += len(c.names)
     out = []
     for hw in profiles:
         for (label, layer, gs, it), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -154,23 +164,23 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     return out
 
 
-def row_kernels(det: Detection, rows: Sequence[ModuleRow], profiles: Sequence[Hardware]) -> dict[str, str]:
-    """Hardware id -> the kernel labels of these modules (one layer of inspect's table), joined; {} when none of
-    them is quantized with a modelled scheme or vLLM refuses the checkpoint."""
+def row_kernels(det: Detection, classes: Sequence[RowClass], profiles: Sequence[Hardware]) -> dict[str, str]:
+    """Hardware id -> the kernel labels of these row classes (one layer of inspect's table, in the order of their
+    first rows), joined; {} when none of them is quantized with a modelled scheme or vLLM refuses the checkpoint."""
     out: dict[str, str] = {}
     if not loads(det):
         return out
-    # A layer holds thousands of modules of a few classes: the kernel depends on the class only (the declared scheme,
-    # the layer kind and the config group, which gives the group size and input type).
+    # The kernel depends on the class only (the declared scheme, the layer kind and the config group, which gives
+    # the group size and input type): a layer holds thousands of modules of a few classes.
     picked: dict[tuple[str, str, str, str | None], Kernel | None] = {}
     for hw in profiles:
         by_kind: dict[str, list[str]] = {}
-        for r in rows:
-            kind = layer_kind(r.name)
-            key = (hw.id, r.declared.label, kind, r.group)
+        for c in classes:
+            kind = layer_kind(c.names[0])
+            key = (hw.id, c.declared.label, kind, c.group)
             if key not in picked:
                 picked[key] = select(
-                    r.declared, kind, hw, group_size(det, r), det.vllm_quantization, input_type(det, r)
+                    c.declared, kind, hw, _group_size(det, c.group), det.vllm_quantization, _input_type(det, c.group)
                 )
             k = picked[key]
             if k is not None and k.label not in by_kind.get(kind, []):

@@ -7,10 +7,12 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any
+from itertools import chain, filterfalse, repeat
+from operator import attrgetter, itemgetter, methodcaller
+from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
 from ..knowledge.architectures import Family, family_for, markers
@@ -28,9 +30,12 @@ from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_schem
 FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})
 
 
-@dataclass(frozen=True)
-class ModuleRow:
-    """One linear layer or expert projection: what vLLM builds for it (declared) and what the tensors are (disk)."""
+class ModuleRow(NamedTuple):
+    """One linear layer or expert projection: what vLLM builds for it (declared) and what the tensors are (disk).
+
+    An immutable record like the frozen dataclasses elsewhere, but a tuple: detection makes one per module (tens of
+    thousands on a big MoE), and tuples of a class's shared fields are made in C (`tuple.__new__` over zipped
+    columns) instead of through a Python `__init__` per module."""
 
     name: str
     component: str
@@ -42,6 +47,33 @@ class ModuleRow:
     @property
     def is_expert(self) -> bool:
         return ".experts." in self.name
+
+
+@dataclass(frozen=True)
+class RowClass:
+    """Rows that share every field but the name, and one layout (`Checkpoint.layouts`): judge the class once, then
+    name its members. Every member has the same layer kind (all expert projections of one experts prefix and
+    projection, or a single module), so a verdict that reads a row's fields, its layout or whether it is an expert
+    holds for each member."""
+
+    layout: int
+    component: str
+    declared: Scheme
+    disk: Scheme
+    covered_by: str | None
+    group: str | None
+    names: tuple[str, ...]  # sorted; never empty
+
+    @property
+    def is_expert(self) -> bool:
+        return ".experts." in self.names[0]
+
+    def rows(self, names: Iterable[str] | None = None) -> list[ModuleRow]:
+        """The rows of `names` (members of this class; default all of them), made in C."""
+        shared = map(repeat, (self.component, self.declared, self.disk, self.covered_by, self.group))
+        # repeat() is endless: the names end the zip
+        fields = zip(self.names if names is None else names, *shared, strict=False)
+        return list(map(_new_row, repeat(ModuleRow), fields))
 
 
 @dataclass(frozen=True)
@@ -84,28 +116,37 @@ class Detection:
     rows: tuple[ModuleRow, ...] = field(repr=False)
     components: tuple[str, ...] = ()
     made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
+    # The rows grouped into classes (every row in exactly one), sorted by first member: what a rule judges once.
+    classes: tuple[RowClass, ...] = field(default=(), repr=False)
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
-        return {r.name: r for r in self.rows}
+        return dict(zip(map(itemgetter(0), self.rows), self.rows, strict=True))
 
     @cached_property
     def activation_mode(self) -> str | None:
         """What vLLM builds for the NVFP4 layers: the config decides W4A4 vs W4A16, whatever the tensors hold (a
         W4A4 config without input scales still builds W4A4, with uninitialised scales: CK401)."""
-        return _nvfp4_mode([r.declared for r in self.rows if r.declared.kind == "nvfp4"])
+        return _nvfp4_mode((c.declared, len(c.names)) for c in self.classes)
 
     @property
     def disk_activation_mode(self) -> str | None:
         """What the tensors support: W4A4 only where every NVFP4 module carries an input global scale."""
-        return _nvfp4_mode([r.disk for r in self.rows if r.disk.kind == "nvfp4"])
+        return _nvfp4_mode((c.disk, len(c.names)) for c in self.classes)
 
 
-def _nvfp4_mode(schemes: list[Scheme]) -> str | None:
-    if not schemes:
+def _nvfp4_mode(schemes: Iterable[tuple[Scheme, int]]) -> str | None:
+    """W4A4 / W4A16 / mixed over the NVFP4 ones of (scheme, modules) pairs; None when there is none."""
+    a4 = a16 = 0
+    for s, n in schemes:
+        if s.kind == "nvfp4":
+            if s.activation == "A4":
+                a4 += n
+            else:
+                a16 += n
+    if not a4 + a16:
         return None
-    a4 = sum(1 for s in schemes if s.activation == "A4")
-    return "W4A4" if a4 == len(schemes) else "W4A16" if a4 == 0 else "mixed"
+    return "W4A4" if not a16 else "W4A16" if not a4 else "mixed"
 
 
 # ---- which config vLLM reads --------------------------------------------------------------------------------------
@@ -298,7 +339,7 @@ def component_of(name: str, family: Family) -> str:
     return "other"
 
 
-def _component_fixed_by(prefix: str, family: Family) -> bool:
+def component_fixed_by(prefix: str, family: Family) -> bool:
     """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
     and the segment after it both lie within the first four segments, which `prefix` then holds."""
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
@@ -308,31 +349,37 @@ def component_lookup(family: Family) -> Callable[[str], str]:
     """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
     its prefix fixes it, and so do the modules below one fixed four-segment head (`model.language_model.layers.7`),
     so most names cost one dictionary lookup and `component_of` runs about once per layer."""
+    of_module = module_component_lookup(family)
     shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
-    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
 
     def lookup(name: str) -> str:
         prefix = name.rpartition(".")[0]
         try:
             component = shared[prefix]
         except KeyError:
-            component = _module_component(prefix, name)
-            shared[prefix] = component
-            return component if component is not None else component_of(name, family)
+            component = shared[prefix] = of_module(prefix, name)
         return component if component is not None else component_of(name, family)
 
-    def _module_component(prefix: str, name: str) -> str | None:
+    return lookup
+
+
+def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
+    """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
+    prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""
+    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
+
+    def of_module(prefix: str, name: str) -> str | None:
         if prefix.count(".") < 3:
             return None
         head = prefix if prefix.count(".") == 3 else prefix[: _nth_dot(prefix, 4)]
         try:
             return heads[head]
         except KeyError:
-            component = component_of(name, family) if _component_fixed_by(head, family) else None
+            component = component_of(name, family) if component_fixed_by(head, family) else None
             heads[head] = component
             return component
 
-    return lookup
+    return of_module
 
 
 def _nth_dot(text: str, n: int) -> int:
@@ -373,6 +420,8 @@ class _Resolver:
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
         self.method = method  # the checkpoint's quant_method; "fp8" is decided by vLLM's Fp8Config
         self.forced_unquantized = self._applicable_forced_unquantized()
+        # Modules the model file builds without a quant config whatever the config says (rules/modules.toml).
+        self.forced: dict[str, str] = {}
         if producer == "modelopt":
             base = modelopt_scheme(algo)
             if algo == "NVFP4" and _modelopt_downgraded(view):
@@ -382,22 +431,30 @@ class _Resolver:
             self.mixed_layers = layers if isinstance(layers, dict) else {}
 
     def declared(self, module: Module) -> tuple[Scheme, str | None, str | None]:
-        forced = self._built_unquantized(module.name)
+        forced = self.forced.get(module.name)
         if forced is not None:
             return UNQUANTIZED, forced, None
         where = module.expert
-        # vLLM resolves a fused MoE layer once, on expert 0's projection names (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.4)).
-        key = f"{where[0]}.0.{where[2]}" if where else module.name
-        if key not in self.cache:
-            self.cache[key] = self._declared(key, where[0] if where else None)
-        return self.cache[key]
+        if where is None:
+            return self.declared_at(module.name, None)
+        return self.declared_at(f"{where[0]}.0.{where[2]}", where[0])
 
-    def _built_unquantized(self, name: str) -> str | None:
-        """Modules the model file builds without a quant config whatever the config says (rules/modules.toml)."""
-        for pattern, reason in self.forced_unquantized:
-            if pattern.search(name):
-                return f"(built unquantized by vLLM: {reason})"
-        return None
+    def declared_at(self, key: str, experts_prefix: str | None) -> tuple[Scheme, str | None, str | None]:
+        """The scheme vLLM builds at `key`: a module's name, or for an expert projection expert 0's name under its
+        experts prefix: vLLM resolves a fused MoE layer once, on expert 0's projection names
+        (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe.py,
+        vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.4)), so every expert of a layer gets its answer."""
+        hit = self.cache.get(key)
+        if hit is None:
+            hit = self.cache[key] = self._declared(key, experts_prefix)
+        return hit
+
+    def find_forced(self, names: Iterable[str]) -> None:
+        """Fill `forced` (module name -> why the model builds it unquantized) for `names`: each pattern is one
+        C-level filter over the names, the first pattern that matches a name gives its reason."""
+        names = list(names)
+        for pattern, reason in reversed(self.forced_unquantized):
+            self.forced.update(dict.fromkeys(filter(pattern.search, names), f"(built unquantized by vLLM: {reason})"))
 
     def _applicable_forced_unquantized(self) -> list:
         """The rules/modules.toml entries that apply to this family, producer and config, decided once."""
@@ -516,38 +573,9 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
-    rows = []
-    found_components: set[str] = set()
-    by_layer: dict[str, str] = {}  # experts prefix -> the component all its expert modules share
-    # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
-    layout_of = ckpt.layouts.of
-    by_layout: dict[int, tuple[bool | None, Scheme]] = {}
-    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
-    for name, module in ckpt.modules.items():
-        where = module.expert
-        component = by_layer.get(where[0]) if where is not None else None
-        if component is None:
-            component = component_of(name + "." if name else "", family)  # one lookup serves rows and components
-            if where is not None and _component_fixed_by(where[0], family):
-                by_layer[where[0]] = component
-        found_components.add(component)
-        lid = layout_of[name]
-        tensors_say = by_layout.get(lid)
-        if tensors_say is None:
-            tensors_say = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
-        fit, disk = tensors_say
-        if fit is None:
-            last = where[2] if where is not None else name.rpartition(".")[2]  # an expert's projection is its last
-            linear = embed_ok.get(last)
-            if linear is None:
-                linear = embed_ok[last] = _not_embedding(last)
-            if not linear:
-                continue
-        elif not fit:
-            continue
-        declared, covered, group = resolver.declared(module)
-        rows.append(ModuleRow(name, component if name else component_of(".", family), declared, disk, covered, group))
-    rows.sort(key=lambda r: r.name)
+    classes, found_components = _row_classes(ckpt, family, resolver)
+    rows = list(chain.from_iterable(map(RowClass.rows, classes)))
+    rows.sort(key=itemgetter(0))
 
     if producer == "none" and any(r.disk.quantized for r in rows):
         producer = _producer_from_tensors(ckpt)
@@ -575,7 +603,104 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         rows=tuple(rows),
         components=tuple(comps),
         made_by=formats.made_by(view.data),
+        classes=tuple(classes),
     )
+
+
+_new_row = tuple.__new__  # tuple.__new__(ModuleRow, fields): a row made in C, with no Python frame per module
+
+
+def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str]]:
+    """The rows of every linear module, as classes sorted by first member, and the components of all modules.
+
+    Expert projections are judged per (experts prefix, projection, layout), on the members `Checkpoint.experts`
+    files under them. WHY every member gets the same row but its name:
+    - declared scheme, covered_by, group: vLLM resolves the layer on expert 0's name (`declared_at`); only the
+      model file's forced-unquantized patterns read the member's own name, and they are matched per name first;
+    - disk scheme and whether the weight is a linear one: the layout's alone;
+    - embedding or not (a 2-D weight): the projection name, the member's last segment;
+    - component: fixed by the experts prefix when `component_fixed_by` says so, else found per member.
+    Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
+    `experts.1`) is judged on its own, as before."""
+    modules = ckpt.modules
+    of = ckpt.layouts.of
+    resolver.find_forced(modules)
+    forced = resolver.forced
+    by_layout: dict[int, tuple[bool | None, Scheme]] = {}
+    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
+    found: set[str] = set()
+    out: list[RowClass] = []
+
+    def tensors_say(lid: int, module: Module) -> tuple[bool | None, Scheme]:
+        # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
+        said = by_layout.get(lid)
+        if said is None:
+            said = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
+        return said
+
+    def linear(fit: bool | None, last: str) -> bool:
+        if fit is None:
+            ok = embed_ok.get(last)
+            if ok is None:
+                ok = embed_ok[last] = _not_embedding(last)
+            return ok
+        return fit
+
+    def emit(lid: int, component: str, disk: Scheme, names: list[str], judged: tuple) -> None:
+        out.append(RowClass(lid, component, judged[0], disk, judged[1], judged[2], tuple(names)))
+
+    claimed: set[str] = set()
+    for prefix, group in ckpt.experts.items():
+        fixed = component_fixed_by(prefix, family)
+        banks = list(group.experts.values())  # {projection -> module}, per expert
+        projs = sorted(set().union(*banks))
+        # Every expert has every projection (the usual case): one C-level item lookup per member.
+        complete = sum(map(len, banks)) == len(banks) * len(projs)
+        for proj in projs:
+            pick = itemgetter(proj) if complete else methodcaller("get", proj)
+            names = list(map(attrgetter("name"), filter(None, map(pick, banks))))
+            claimed.update(names)
+            lids = set(map(of.__getitem__, names))
+            by_lid: dict[int, list[str]] = {lids.pop(): names} if len(lids) == 1 else {}
+            if not by_lid:
+                for name in names:
+                    by_lid.setdefault(of[name], []).append(name)
+            if fixed:
+                shared = component_of(names[0] + ".", family)
+                found.add(shared)
+            else:
+                each = {n: component_of(n + ".", family) for n in names}
+                found.update(each.values())
+            for lid, lid_names in by_lid.items():
+                fit, disk = tensors_say(lid, modules[lid_names[0]])
+                if not linear(fit, proj):
+                    continue
+                judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)
+                by_component = {shared: lid_names} if fixed else {}
+                if not fixed:
+                    for n in lid_names:
+                        by_component.setdefault(each[n], []).append(n)
+                for component, same in by_component.items():
+                    hit = forced.keys() & same if forced else ()
+                    if hit:
+                        for n in sorted(hit):
+                            emit(lid, component, disk, [n], (UNQUANTIZED, forced[n], None))
+                        same = [n for n in same if n not in hit]
+                    if same:
+                        emit(lid, component, disk, sorted(same), judged)
+
+    for name in filterfalse(claimed.__contains__, modules):
+        module = modules[name]
+        where = module.expert
+        component = component_of(name + "." if name else "", family)
+        found.add(component)
+        lid = of[name]
+        fit, disk = tensors_say(lid, module)
+        if not linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
+            continue
+        emit(lid, component if name else component_of(".", family), disk, [name], resolver.declared(module))
+    out.sort(key=lambda c: c.names[0])
+    return out, found
 
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..detect.resolve import component_of
+from ..detect.resolve import component_lookup
 from ..knowledge.architectures import Family
 from ..model.tensors import TensorInfo
 from . import facts
@@ -24,8 +24,9 @@ class Weights:
 def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
     by_component: Counter[str] = Counter()
     replicated = split = 0
+    component_of = component_lookup(family)  # the same answers, about one `component_of` per layer
     for t in tensors:
-        by_component[component_of(t.name, family)] += t.nbytes
+        by_component[component_of(t.name)] += t.nbytes
         if tp > 1 and facts.split_across_ranks(t.name, len(t.shape)):
             split += t.nbytes
         else:

@@ -13,6 +13,8 @@ import importlib
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter, methodcaller
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -233,9 +235,11 @@ def find_rule(code_or_slug: str) -> type[Rule] | None:
 
 
 def module_files(ckpt: Checkpoint, modules: Iterable[str]) -> set[str]:
-    """The shards holding any tensor of these modules."""
+    """The shards holding any tensor of these modules (C-level maps: a whole-checkpoint finding names every module)."""
     lookup = ckpt.modules
-    return {t.shard for m in modules if m in lookup for t in lookup[m].tensors.values()}
+    held = map(lookup.__getitem__, filter(lookup.__contains__, modules))
+    tensors = chain.from_iterable(map(methodcaller("values"), map(attrgetter("tensors"), held)))
+    return set(map(attrgetter("shard"), tensors))
 
 
 def files_of(ckpt: Checkpoint, tensors: Iterable[str]) -> set[str]:

@@ -3,11 +3,13 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from itertools import chain
+from operator import itemgetter
 from types import MappingProxyType
 
-from ..detect.resolve import ModuleRow
+from ..detect.resolve import ModuleRow, RowClass
 from ..knowledge.modules import fused_groups_for
 from .base import Context, Finding, Rule, module_files, register
 from .ck201_misnested_prefix import rename_plan
@@ -36,9 +38,19 @@ def _hf_side_entry(ctx: Context, name: str) -> str | None:
     return None
 
 
-def _weight_suffix(ctx: Context, row: ModuleRow) -> str:
-    weight = ctx.ckpt.modules[row.name].weight
+def _weight_suffix(ctx: Context, module: str) -> str:
+    weight = ctx.ckpt.modules[module].weight
     return weight.name.rsplit(".", 1)[-1] if weight is not None else "weight"
+
+
+_Part = tuple[RowClass, Sequence[str]]  # a row class and the members of it that are judged
+
+
+def _rows(parts: list[_Part]) -> list[ModuleRow]:
+    """The rows of these members, in row (name) order."""
+    rows = list(chain.from_iterable(c.rows(names) for c, names in parts))
+    rows.sort(key=itemgetter(0))
+    return rows
 
 
 def _shown(names: list[str], n: int = 3) -> str:
@@ -85,11 +97,23 @@ class IgnoreListMismatch(Rule):
         det = ctx.det
         if det.producer not in ("modelopt", "compressed-tensors") or det.rejection or det.config.data is None:
             return
+        # Judged per row class (Detection.classes), each with the members that are kept: the verdicts read the
+        # row's schemes and covered_by, which a class shares; the members are expanded to rows only where there is
+        # something to report.
         # Modules under a wrong prefix are misnested-prefix's / non-hf-layout's: once renamed, the list may match.
         wrong = {n for names in rename_plan(ctx).values() for n in names} | misplaced_names(ctx)
-        rows = [r for r in det.rows if f"{r.name}.{_weight_suffix(ctx, r)}" not in wrong] if wrong else list(det.rows)
+        parts: list[_Part] = []
+        for c in det.classes:
+            if wrong:
+                # The weight's suffix is the layout's, so the class's.
+                suffix = _weight_suffix(ctx, c.names[0])
+                kept = [n for n in c.names if f"{n}.{suffix}" not in wrong]
+                if kept:
+                    parts.append((c, kept))
+            else:
+                parts.append((c, c.names))
         # Nothing declared quantized and nothing quantized on disk: quant-config-mismatch's business, not ours.
-        if not any(r.declared.quantized for r in rows) or not any(r.disk.quantized for r in rows):
+        if not any(c.declared.quantized for c, _ in parts) or not any(c.disk.quantized for c, _ in parts):
             return
         # Name the key the config actually uses (ModelOpt writes `ignore` in config.json, `exclude_modules` in
         # hf_quant_config.json); the detector reads `ignore` first.
@@ -98,8 +122,11 @@ class IgnoreListMismatch(Rule):
         # Modules under the family's dropped prefixes (Qwen3.5 `mtp.`) are loaded only by the MTP drafter: a
         # mismatch there breaks speculative decoding, not the model, so it is reported apart as a warning.
         dropped = ctx.det.family.dropped_prefixes
-        main = [r for r in rows if not (dropped and r.name.startswith(dropped))]
-        drafter = [r for r in rows if dropped and r.name.startswith(dropped)]
+        main: list[_Part] = parts
+        drafter: list[_Part] = []
+        if dropped:
+            main = [(c, [n for n in names if not n.startswith(dropped)]) for c, names in parts]
+            drafter = [(c, [n for n in names if n.startswith(dropped)]) for c, names in parts]
         for part, scope in ((main, None), (drafter, "drafter")):
             for finding in (
                 *self._unquantized_but_quantized(ctx, part, key, source),
@@ -117,10 +144,17 @@ class IgnoreListMismatch(Rule):
                         ),
                         details=MappingProxyType({**finding.details, "scope": "mtp-drafter"}),
                     )
-        yield from self._fused_disagree(ctx, rows, source)
+        # Only linears are fused (experts are skipped below): their rows suffice.
+        yield from self._fused_disagree(ctx, _rows([p for p in parts if not p[0].is_expert]), source)
 
-    def _unquantized_but_quantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
-        bad = [r for r in rows if not r.declared.quantized and r.declared.kind == "unquantized" and r.disk.quantized]
+    def _unquantized_but_quantized(self, ctx: Context, parts: list[_Part], key: str, source: str) -> Iterable[Finding]:
+        bad = _rows(
+            [
+                p
+                for p in parts
+                if not p[0].declared.quantized and p[0].declared.kind == "unquantized" and p[0].disk.quantized
+            ]
+        )
         if not bad:
             return
         by_cause: dict[str, list[ModuleRow]] = defaultdict(list)
@@ -148,8 +182,8 @@ class IgnoreListMismatch(Rule):
             },
         )
 
-    def _quantized_but_unquantized(self, ctx: Context, rows, key: str, source: str) -> Iterable[Finding]:
-        bad = [r for r in rows if r.declared.quantized and r.disk.kind == "unquantized"]
+    def _quantized_but_unquantized(self, ctx: Context, parts: list[_Part], key: str, source: str) -> Iterable[Finding]:
+        bad = _rows([p for p in parts if p[0].declared.quantized and p[0].disk.kind == "unquantized"])
         if not bad:
             return
         traps = {r.name: e for r in bad if (e := _hf_side_entry(ctx, r.name)) is not None}

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from itertools import chain
 from typing import Any
 
+from ..detect.resolve import RowClass
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES
 from .base import Context, Finding, Rule, files_of, module_files, register
 
@@ -116,30 +118,38 @@ class QuantConfigMismatch(Rule):
             if finding is not None:
                 yield finding
                 return
-        declared_q = [r for r in ctx.det.rows if r.declared.quantized]
+        # Judged per row class (Detection.classes): every verdict below reads the row's schemes and its module's
+        # tensor suffixes, which the members of a class share (one layout); the members are named afterwards.
+        declared_q = [c for c in ctx.det.classes if c.declared.quantized]
         yield from self._kind_mismatch(ctx, declared_q, source)
         yield from self._naming(ctx, declared_q, source)
         yield from self._activation_config(ctx, source)
 
     def _nothing_quantized(self, ctx: Context, source: str) -> Finding | None:
-        det, rows = ctx.det, ctx.det.rows
-        if det.config.data is None or det.rejection is not None or not rows or any(r.disk.quantized for r in rows):
+        det, classes = ctx.det, ctx.det.classes
+        if (
+            det.config.data is None
+            or det.rejection is not None
+            or not classes
+            or any(c.disk.quantized for c in classes)
+        ):
             return None
+        # The classes come sorted by first member: the first holds the first row.
         return self.finding(
             f"{source} declares {det.quant_method} quantization ({det.quant_algo or 'no algo'}) but no tensor is "
-            f"quantized: every linear weight is {rows[0].disk.label}. Remove the quantization_config or export "
+            f"quantized: every linear weight is {classes[0].disk.label}. Remove the quantization_config or export "
             f"the quantized weights.",
             files=[det.config.file],
-            count=len(rows),
+            count=len(det.rows),
         )
 
     def _nothing_declared(self, ctx: Context, source: str) -> Finding | None:
-        disk_q = [r for r in ctx.det.rows if r.disk.quantized]
+        disk_q = [c for c in ctx.det.classes if c.disk.quantized]
         if ctx.det.config.data is not None or not disk_q:
             return None
-        names = [r.name for r in disk_q]
+        names = _names(disk_q)
         return self.finding(
-            f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but neither config.json nor "
+            f"{len(names)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but neither config.json nor "
             f"hf_quant_config.json declares a quantization: vLLM loads the model as unquantized and fails on the "
             f"first quantized tensor. Add the producer's quantization_config.",
             tensors=names,
@@ -151,27 +161,27 @@ class QuantConfigMismatch(Rule):
         """A config is present but quantizes nothing: empty or malformed `config_groups`, or an ignore / exclude list
         that covers every module. ignore-list-mismatch (CK301) stands aside when nothing is declared."""
         det = ctx.det
-        disk_q = [r for r in det.rows if r.disk.quantized]
+        disk_q = [c for c in det.classes if c.disk.quantized]
         if (
             not disk_q
-            or any(r.declared.quantized for r in det.rows)
+            or any(c.declared.quantized for c in det.classes)
             or det.rejection is not None
             or not (det.producer in ("compressed-tensors", "modelopt") or det.quant_method == "fp8")
         ):
             return None
-        names = [r.name for r in disk_q]
+        names = _names(disk_q)
         groups = (det.config.data or {}).get("config_groups")
         if det.producer == "compressed-tensors" and not (isinstance(groups, dict) and groups):
             why = f"`config_groups` is {'empty' if not groups else 'not an object'}"
         else:
-            covered = sorted({r.covered_by for r in disk_q if r.covered_by})
+            covered = sorted({c.covered_by for c in disk_q if c.covered_by})
             why = (
                 f"covered by {', '.join(f'`{c}`' for c in covered[:3])}"
                 if covered
                 else "no config group quantizes them"
             )
         return self.finding(
-            f"{len(disk_q)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
+            f"{len(names)} module(s) hold quantized tensors ({disk_q[0].disk.label}) but {source} quantizes none "
             f"of them ({why}): vLLM builds every layer unquantized and fails on the first quantized tensor "
             f"(\"There is no module or parameter named ...\"). Regenerate the quantization_config with the "
             f"producer.",
@@ -179,16 +189,17 @@ class QuantConfigMismatch(Rule):
             files=module_files(ctx.ckpt, names) | {det.config.file},
         )
 
-    def _kind_mismatch(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
-        kinds: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for r in declared_q:
+    def _kind_mismatch(self, ctx: Context, declared_q: list[RowClass], source: str) -> Iterable[Finding]:
+        kinds: dict[tuple[str, str], list[RowClass]] = defaultdict(list)
+        for c in declared_q:
             if (
-                r.disk.quantized
-                and r.disk.kind != r.declared.kind
-                and not ({r.disk.kind, r.declared.kind} <= {"int4", "int8"})
+                c.disk.quantized
+                and c.disk.kind != c.declared.kind
+                and not ({c.disk.kind, c.declared.kind} <= {"int4", "int8"})
             ):
-                kinds[(r.declared.label, r.disk.label)].append(r.name)
-        for (want, have), names in sorted(kinds.items()):
+                kinds[(c.declared.label, c.disk.label)].append(c)
+        for (want, have), classes in sorted(kinds.items()):
+            names = _names(classes)
             yield self.finding(
                 f"{len(names)} module(s) are declared {want} by {source} but their tensors are {have}; vLLM will build "
                 f"{want} parameters and fail or load garbage. Regenerate the quantization_config with the producer.",
@@ -196,42 +207,46 @@ class QuantConfigMismatch(Rule):
                 files=module_files(ctx.ckpt, names) | {ctx.det.config.file},
             )
 
-    def _naming(self, ctx: Context, declared_q: list, source: str) -> Iterable[Finding]:
+    def _naming(self, ctx: Context, declared_q: list[RowClass], source: str) -> Iterable[Finding]:
         producer = ctx.det.producer
         # The other producer's names: a module carrying any of them is named wrongly (a C-level disjointness test
-        # on the module's own suffix view, no set built per module).
+        # on the module's own suffix view, once per class: its members share the layout, so the suffixes).
         foreign = {"compressed-tensors": _CT_FOREIGN, "modelopt": COMPRESSED_TENSORS_SUFFIXES}.get(producer)
         if foreign is None:
             return
         modules = ctx.ckpt.modules
-        wrong = [
-            r.name
-            for r in declared_q
-            if r.declared.kind == "nvfp4"
-            and r.disk.kind == "nvfp4"
-            and not modules[r.name].tensors.keys().isdisjoint(foreign)
-        ]
+        wrong = _names(
+            [
+                c
+                for c in declared_q
+                if c.declared.kind == "nvfp4"
+                and c.disk.kind == "nvfp4"
+                and not modules[c.names[0]].tensors.keys().isdisjoint(foreign)
+            ]
+        )
         if wrong:
             other = "ModelOpt" if producer == "compressed-tensors" else "compressed-tensors"
             yield self.finding(
                 f"{len(wrong)} NVFP4 module(s) use {other} tensor names under a {producer} config (e.g. "
                 f"{', '.join(sorted(ctx.ckpt.modules[wrong[0]].tensors))}); vLLM has no parameter for them. Convert "
                 f"the checkpoint with the producer's own tooling instead of renaming tensors.",
-                tensors=sorted(wrong),
+                tensors=wrong,
                 files=module_files(ctx.ckpt, wrong) | {ctx.det.config.file},
             )
 
     def _activation_config(self, ctx: Context, source: str) -> Iterable[Finding]:
         det = ctx.det
         if det.producer == "compressed-tensors":
-            extra = [
-                r.name
-                for r in det.rows
-                if r.declared.kind == "nvfp4"
-                and r.declared.activation == "A16"
-                and not r.is_expert
-                and "input_global_scale" in ctx.ckpt.modules[r.name].tensors
-            ]
+            extra = _names(
+                [
+                    c
+                    for c in det.classes
+                    if c.declared.kind == "nvfp4"
+                    and c.declared.activation == "A16"
+                    and not c.is_expert
+                    and "input_global_scale" in ctx.ckpt.modules[c.names[0]].tensors
+                ]
+            )
             if extra:
                 yield self.finding(
                     f"{len(extra)} linear(s) are declared NVFP4A16 (input_activations: null) but carry "
@@ -241,14 +256,16 @@ class QuantConfigMismatch(Rule):
                     files=module_files(ctx.ckpt, extra) | {ctx.det.config.file},
                 )
         elif det.producer == "modelopt":
-            downgraded = [
-                r.name
-                for r in det.rows
-                if r.declared.kind == "nvfp4"
-                and r.declared.detail
-                and r.declared.detail.startswith("downgraded")
-                and r.disk.activation == "A4"
-            ]
+            downgraded = _names(
+                [
+                    c
+                    for c in det.classes
+                    if c.declared.kind == "nvfp4"
+                    and c.declared.detail
+                    and c.declared.detail.startswith("downgraded")
+                    and c.disk.activation == "A4"
+                ]
+            )
             if downgraded:
                 yield self.finding(
                     f"quant_algo is NVFP4 but every config group has `input_activations: null`, so vLLM silently "
@@ -258,3 +275,8 @@ class QuantConfigMismatch(Rule):
                     files={ctx.det.config.file},
                     severity="warning",
                 )
+
+
+def _names(classes: list[RowClass]) -> list[str]:
+    """The members of these row classes, in row (name) order."""
+    return sorted(chain.from_iterable(c.names for c in classes))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import methodcaller
 from typing import Any
 
 from ..dtypes import FLOAT_HIGH_PRECISION
@@ -20,7 +21,12 @@ def tie_flag(ctx: Context) -> tuple[bool | None, str]:
 
 def head_modules(ctx: Context) -> list[str]:
     """Output-head modules: `lm_head` at the root or under a language-model prefix."""
-    return sorted(m for m in ctx.ckpt.modules if m.rsplit(".", 1)[-1] == "lm_head")
+    # The last segment is `lm_head` exactly when the name is `lm_head` or ends in `.lm_head`: one C-level
+    # `endswith` filter over the module names finds them.
+    modules = ctx.ckpt.modules
+    return sorted(
+        [*filter(methodcaller("endswith", ".lm_head"), modules), *(["lm_head"] if "lm_head" in modules else [])]
+    )
 
 
 def _quantized(ctx: Context, module: str) -> bool:

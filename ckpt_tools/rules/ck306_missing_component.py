@@ -45,9 +45,10 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
         modules = ctx.ckpt.modules
         likely = (
             t.name
-            for r in ctx.det.rows
-            if r.component == entry.expect_component
-            for t in modules[r.name].tensors.values()
+            for c in ctx.det.classes
+            if c.component == entry.expect_component
+            for name in c.names
+            for t in modules[name].tensors.values()
         )
         if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
             return True

@@ -50,7 +50,16 @@ class UnsupportedQuantAlgo(Rule):
             return
         if det.runtime.quantization.modelopt.loads_pre_quant_scale:
             return
-        pqs = sorted(n for n in ctx.ckpt.tensors if n.endswith(".pre_quant_scale"))
+        # A tensor name ends in `.pre_quant_scale` exactly when its suffix is `pre_quant_scale` under a named module:
+        # the layouts say which modules have one, with no pass over the tensor names.
+        layouts = ctx.ckpt.layouts
+        pqs = sorted(
+            f"{module}.pre_quant_scale"
+            for lid, layout in enumerate(layouts.layouts)
+            if any(suffix == "pre_quant_scale" for suffix, _, _ in layout)
+            for module in layouts.members[lid]
+            if module
+        )
         if pqs:
             files = files_of(ctx.ckpt, pqs)
             yield self.finding(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 
 from ..knowledge.hardware import Hardware
 from ..knowledge.scales import global_scales
@@ -76,16 +77,18 @@ class Nvfp4WeightOnly(Rule):
     title = "NVFP4 without input global scales"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
-        rows = [r for r in ctx.det.rows if r.declared.kind == "nvfp4" and r.disk.kind == "nvfp4"]
-        if not rows:
+        # Judged per row class (Detection.classes): the schemes, and so the activation modes, are the class's; only
+        # the scales a broken shard or a layer-mate's finding covers are looked up per member.
+        classes = [c for c in ctx.det.classes if c.declared.kind == "nvfp4" and c.disk.kind == "nvfp4"]
+        if not classes:
             return
         # Experts whose layer-mates do carry input scales are moe-expert-missing-scale's (CK402), and scales held by
         # a missing or broken shard are that shard's finding: this rule covers modules and whole MoE layers without
         # input scales, so one defect is reported once.
         partial = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
-        total = len(rows)
+        total = sum(len(c.names) for c in classes)
         # Only modules without input scales on disk are reported below, so only those are filtered.
-        rows = [r for r in rows if r.disk.activation == "A16"]
+        rows = list(chain.from_iterable(c.rows() for c in classes if c.disk.activation == "A16"))
         if partial:
             rows = [r for r in rows if not any(join_name(r.name, s) in partial for s in global_scales().input)]
         lacking = sorted(r.name for r in rows)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 
 from ..kernels import KernelUse, default_profiles, kernels_for, table_version
 from ..knowledge.hardware import profiles as hardware_profiles
@@ -98,7 +99,7 @@ class KernelSelection(Rule):
             notes.append(f"slow fallback on {where}: {u.kernel.fallback}")
         yield self.finding(
             f"Kernels vLLM {table_version()} picks: {text}." + (" " + _sentence("; ".join(notes)) if notes else ""),
-            files=module_files(ctx.ckpt, [r.name for r in det.rows if r.declared.quantized]),
+            files=module_files(ctx.ckpt, chain.from_iterable(c.names for c in det.classes if c.declared.quantized)),
             count=sum(u.modules for u in uses if u.hardware == uses[0].hardware),
             severity=severity,
             details={
