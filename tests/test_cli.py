@@ -290,3 +290,29 @@ def test_readme_rule_table_lists_every_rule() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for rule in all_rules():
         assert f"| {rule.code} | `{rule.slug}` |" in readme, rule.code
+
+
+CONSOLE_PROBE = """
+import sys, time
+from ckpt_tools.cli.main import {entry}
+sys.argv = ["ckpt", *sys.argv[1:]]
+try:
+    {entry}()
+finally:
+    from ckpt_tools.cli.app import State
+    print("KEPT", len(State.kept), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("entry", "kept"), [("console", 1), ("main", 0)])
+def test_only_the_console_entry_keeps_the_analysis_until_exit(entry: str, kept: int) -> None:
+    """`ckpt` (console) leaves its analysis to process exit; `main()` in a caller's process frees it (a test run
+    or an embedding program runs many commands in one process). Output and exit status are the same."""
+    target = str(GENUINE / "llmc-qwen35moe-nvfp4")
+    args = ["doctor", target, "--headers-only", "-f", "json", "--fail-on", "info"]
+    proc = subprocess.run(
+        [sys.executable, "-c", CONSOLE_PROBE.format(entry=entry), *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"KEPT {kept}"
+    assert json.loads(proc.stdout)["summary"]["info"] == 1

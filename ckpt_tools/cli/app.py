@@ -10,7 +10,7 @@ import types
 import typing
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar
 
 import typer
 import typer.core
@@ -35,6 +35,16 @@ class State:
 
     quiet = False
     argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
+    own_process = False  # set by `console()`: the process ends with this command (see `keep_until_exit`)
+    kept: ClassVar[list[object]] = []
+
+
+def keep_until_exit(result: object) -> None:
+    """Leave what a command built (an analysis: a few objects per tensor) for process exit to reclaim, instead of
+    freeing it object by object when the command returns (0.09 s for a 190k-tensor checkpoint). Only when the
+    process is the `ckpt` console command (`main.console`); an in-process caller of `main()` frees it as usual."""
+    if State.own_process:
+        State.kept.append(result)
 
 
 def _type_label(self, ctx) -> str | None:

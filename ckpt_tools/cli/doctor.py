@@ -6,7 +6,7 @@ import sys
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, Format, app, echo_first_line, emit, use_color, write_output
+from .app import FailOn, Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
 
 
 @app.command()
@@ -71,6 +71,7 @@ def doctor(
             headers_only=headers_only,
             producer_schema=producer_schema,
         )
+        keep_until_exit(run)
         text = render_many(run.reports, format.value, color=color)
         code = run.exit_code(fail_on.value)
     elif len(targets) > 1:
@@ -83,6 +84,7 @@ def doctor(
             deep=deep,
             revision=revision,
         )
+        keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
         if format in (Format.text, Format.markdown):
             text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
@@ -97,6 +99,7 @@ def doctor(
             deep=deep,
             revision=revision,
         )
+        keep_until_exit(result)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
     if format == Format.text and not pre_commit and len(targets) == 1:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import orjson
 import typer
 
-from .app import TextOrJson, app, emit
+from .app import TextOrJson, app, emit, keep_until_exit
 
 
 @app.command("inspect")
@@ -31,6 +31,7 @@ def inspect_command(
         tensors,
         hardware=[h for h in (hardware or "").split(",") if h.strip()],
     )
+    keep_until_exit(result)
     if format == TextOrJson.json:
         emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

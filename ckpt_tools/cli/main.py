@@ -26,6 +26,17 @@ def main() -> None:
         gc.freeze()
 
 
+def console() -> None:
+    """The `ckpt` command (and `python -m ckpt_tools.cli.main`): `main()` in a process of its own, so a read-only
+    command may leave its analysis to process exit (`app.keep_until_exit`): `main()` freezes every object before the
+    interpreter exits, so nothing kept is torn down object by object. In-process callers of `main()` (tests, an
+    embedding program) run many commands in one process and free each analysis as usual."""
+    from .app import State
+
+    State.own_process = True
+    main()
+
+
 def _run() -> None:
     try:
         from ..errors import CkptError
@@ -85,4 +96,4 @@ def __getattr__(name: str):
 
 
 if __name__ == "__main__":
-    main()
+    console()

@@ -6,7 +6,7 @@ from enum import Enum
 
 import typer
 
-from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, note, use_color
+from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
 
 
 class Emit(str, Enum):
@@ -96,6 +96,7 @@ def serve_flags_command(
         repo_id=repo_id,
         served_model_name=served_model_name,
     )
+    keep_until_exit(plan)
     code = plan.exit_code(fail_on.value)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself

@@ -13,8 +13,8 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
-from .layouts import Layouts, group_layouts
-from .modules import ExpertGroup, Module, group_experts, group_modules
+from .layouts import Layouts, group_checkpoint
+from .modules import ExpertGroup, Module
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
 
@@ -94,18 +94,23 @@ class Checkpoint:
         return frozenset(t for t, shard in self.index.weight_map.items() if shard not in good)
 
     @cached_property
+    def _grouped(self) -> tuple[Mapping[str, Module], Layouts, Mapping[str, ExpertGroup]]:
+        modules, layouts, experts = group_checkpoint(self.tensors.values())
+        return MappingProxyType(modules), layouts, MappingProxyType(experts)
+
+    @cached_property
     def modules(self) -> Mapping[str, Module]:
-        return MappingProxyType(group_modules(self.tensors.values()))
+        return self._grouped[0]
 
     @cached_property
     def layouts(self) -> Layouts:
         """Module name -> layout id (tensor suffixes, dtypes and shapes): what detection and the layout rules compute
         once per layout rather than once per module (`model.layouts.LayoutMemo`)."""
-        return group_layouts(self.modules)
+        return self._grouped[1]
 
     @cached_property
     def experts(self) -> Mapping[str, ExpertGroup]:
-        return MappingProxyType(group_experts(self.modules))
+        return self._grouped[2]
 
     @property
     def shard_by_name(self) -> Mapping[str, Shard]:

@@ -2,18 +2,20 @@
 
 A large checkpoint has tens of thousands of modules but a handful of layouts (every expert projection of a layer
 looks alike), and whatever depends only on a module's layout (its disk scheme, whether its scales fit their weight)
-is the same for every module that shares it. `group_layouts` numbers the layouts in one pass; `LayoutMemo` computes a
+is the same for every module that shares it. `group_layouts` numbers the layouts in one pass (`group_checkpoint` groups
+the modules, numbers their layouts and files the experts in one); `LayoutMemo` computes a
 result once per layout (and a caller's extra key) instead of once per module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from .modules import Module
+from .modules import ExpertGroup, Module
+from .tensors import TensorInfo
 
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
 V = TypeVar("V")
@@ -27,6 +29,45 @@ class Layouts:
     of: Mapping[str, int]
     layouts: tuple[Layout, ...]
     members: tuple[tuple[str, ...], ...]  # layout id -> the names of the modules that have it, in module order
+
+
+def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], Layouts, dict[str, ExpertGroup]]:
+    """Modules (`group_modules`), their layouts (`group_layouts`) and the MoE experts (`group_experts`) of tensors in
+    load order, in one pass over the tensors and one over the modules: the same objects, in the same order, as the
+    three functions give one after the other."""
+    buckets: dict[str, dict[str, TensorInfo]] = {}
+    get = buckets.get
+    for t in tensors:
+        prefix, _, suffix = t.name.rpartition(".")  # split_name, inlined: this runs once per tensor
+        bucket = get(prefix)
+        if bucket is None:
+            buckets[prefix] = bucket = {}
+        bucket[suffix] = t
+    modules: dict[str, Module] = {}
+    ids: dict[Layout, int] = {}
+    of: dict[str, int] = {}
+    members: list[list[str]] = []
+    layers: dict[str, dict[int, dict[str, Module]]] = {}
+    for name, ts in buckets.items():
+        module = modules[name] = Module(name, MappingProxyType(ts))
+        layout = tuple([(s, t.dtype, t.shape) for s, t in ts.items()])
+        lid = ids.get(layout)
+        if lid is None:
+            lid = ids[layout] = len(members)
+            members.append([name])
+        else:
+            members[lid].append(name)
+        of[name] = lid
+        if ".experts." in name:
+            where = module.expert
+            if where is not None:
+                layer, expert, proj = where
+                layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
+    experts = {
+        layer: ExpertGroup(MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
+        for layer, ex in layers.items()
+    }
+    return modules, Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members))), experts
 
 
 def group_layouts(modules: Mapping[str, Module]) -> Layouts:

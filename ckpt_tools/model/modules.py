@@ -117,10 +117,7 @@ class Module:
     @_computed_once
     def expert(self) -> tuple[str, int, str] | None:
         """(experts prefix, expert id, projection) for a per-expert module, else None."""
-        if ".experts." not in self.name:
-            return None
-        m = _EXPERT.match(self.name)
-        return (m["layer"], int(m["expert"]), m["proj"]) if m else None
+        return expert_of(self.name)
 
 
 @dataclass(frozen=True)
@@ -133,6 +130,27 @@ class ExpertGroup:
     @property
     def ids(self) -> tuple[int, ...]:
         return tuple(sorted(self.experts))
+
+
+def expert_of(name: str) -> tuple[str, int, str] | None:
+    """(experts prefix, expert id, projection) if `name` matches `_EXPERT`, else None, in str methods: the
+    projection has no dot and the id is digits, so the last two dots are where the pattern splits; the prefix is
+    the rest, `.+\\.experts` (one character or more before `.experts`, none a newline, which `.` does not match);
+    `\\d` is `str.isdecimal` (Unicode decimal digits, which `int` reads)."""
+    if ".experts." not in name:
+        return None
+    head, _, proj = name.rpartition(".")
+    layer, dot, expert = head.rpartition(".")
+    if (
+        not dot
+        or not proj
+        or not expert.isdecimal()
+        or not layer.endswith(".experts")
+        or len(layer) <= len(".experts")
+        or "\n" in layer
+    ):
+        return None
+    return layer, int(expert), proj
 
 
 def split_name(name: str) -> tuple[str, str]:

@@ -117,10 +117,10 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
             if (b"\\" in raw and b"\\u003" in raw) or (b"-" in raw and b"-0" in raw and NEG_ZERO.search(raw)):
                 raise _Reread
             obj = orjson.loads(raw)
-            tensors, metadata, dupes = _entries(name, obj, raw)
+            tensors, metadata, dupes, data_end = _entries(name, obj, raw)
         except (_Reread, orjson.JSONDecodeError, RecursionError) as fast_error:
-            tensors, metadata, dupes = _entries_exact(name, raw, fast_error)
-        problems = _validate_layout(name, file_size, len(raw), tensors)
+            tensors, metadata, dupes, data_end = _entries_exact(name, raw, fast_error)
+        problems = _validate_layout(name, file_size, len(raw), tensors, data_end)
     except _Invalid as exc:
         return _fail(name, exc.kind, exc.message, exc.tensor)
     if dupes:
@@ -140,7 +140,7 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
     return ShardRead(shard, None, tuple(problems))
 
 
-def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[TensorInfo], Any, list[str]]:
+def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[TensorInfo], Any, list[str], int | None]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as uexc:
@@ -154,8 +154,10 @@ def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[T
     return _entries(name, obj, None)
 
 
-def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], Any, list[str]]:
-    """Tensors (in header order, the last of a repeated name), metadata and repeated names of a parsed header.
+def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], Any, list[str], int | None]:
+    """Tensors (in header order, the last of a repeated name), metadata and repeated names of a parsed header, and
+    where the data region ends when the tensors already passed every check of `_validate_layout` but the file
+    length in header order (`_plain_entries`; None when `_validate_layout` must judge them).
 
     `raw` is given on the fast path (an orjson tree): anything orjson may have parsed differently from serde_json
     raises `_Reread`. Without it, `obj` comes from `parse_exact` and repeated keys are visible as `JObject.pairs`.
@@ -182,9 +184,12 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
 
     # Integers from either parser are within [-2**63, 2**64 - 1] (orjson and serde_number make floats beyond that;
     # the standard library's int only runs on tokens under 20 digits), so a non-negative int is a u64 as it is.
-    tensors = _plain_entries(name, obj) if raw is not None else None
+    plain = _plain_entries(name, obj) if raw is not None else None
     unusual_keys = 0  # keys beyond three per entry (an enum-map dtype), or fewer (an array entry)
-    if tensors is None:
+    data_end = None
+    if plain is not None:
+        tensors, data_end = plain
+    else:
         tensors, unusual_keys = _entries_one_by_one(name, items, raw is None)
     keys += 3 * len(tensors) + unusual_keys
     dupes: list[str] = []
@@ -199,28 +204,31 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     # The fast path: orjson's dict has no repeated name or field; the colon count proves the text had none either.
     if raw is not None and raw.count(b":") != keys:
         _check_colons(raw, keys, obj, metadata)
-    return tensors, metadata, dupes
+    return tensors, metadata, dupes, data_end
 
 
-def _plain_entries(name: str, obj: dict[str, Any]) -> list[TensorInfo] | None:
+def _plain_entries(name: str, obj: dict[str, Any]) -> tuple[list[TensorInfo], int | None] | None:
     """The tensors of an orjson tree whose every entry is plain (an object of exactly `dtype`, `shape`,
     `data_offsets`, a known dtype string, a list of non-negative ints, a [begin, end] pair of non-negative ints), in
     whole-list operations without a per-tensor Python loop; None if any entry is not, for `_entries_one_by_one` to
-    judge. `type(x) is int` is the test (a bool is not an int here), as in the entry-by-entry path."""
+    judge. `type(x) is int` is the test (a bool is not an int here), as in the entry-by-entry path. With the tensors
+    comes the end of their data region when, in header order, they pass every check of `_validate_layout` but the
+    file length (`_in_order_end`), else None."""
     infos = list(obj.values())
     if not infos:
-        return []
+        return [], None
     if set(map(type, infos)) != {dict} or set(map(len, infos)) != {3}:
         return None
     try:
         dtypes = list(map(_GET_DTYPE, infos))
         shapes = list(map(_GET_SHAPE, infos))
         offsets = list(map(_GET_OFFSETS, infos))
-    except KeyError:
+        # Of the values JSON has, only a string equals a dtype name; a list or an object raises TypeError here.
+        known = _DTYPES.keys() >= set(dtypes)
+    except (KeyError, TypeError):
         return None
     if (
-        set(map(type, dtypes)) != {str}
-        or not _DTYPES.keys() >= set(dtypes)
+        not known
         or set(map(type, shapes)) != {list}
         or set(map(type, offsets)) != {list}
         or set(map(len, offsets)) != {2}
@@ -230,23 +238,34 @@ def _plain_entries(name: str, obj: dict[str, Any]) -> list[TensorInfo] | None:
     dims = list(chain.from_iterable(shapes))
     if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
         return None
-    bounds = list(chain.from_iterable(offsets))
-    if set(map(type, bounds)) != {int} or min(bounds) < 0:
+    begins = list(map(_FIRST, offsets))
+    ends = list(map(_SECOND, offsets))
+    if set(map(type, begins)) != {int} or set(map(type, ends)) != {int} or min(begins) < 0 or min(ends) < 0:
         return None
-    return list(
+    shape_tuples = list(map(tuple, shapes))
+    tensors = list(
         map(
             tuple.__new__,
             repeat(TensorInfo),
-            zip(
-                obj,
-                map(_DTYPES.__getitem__, dtypes),
-                map(tuple, shapes),
-                repeat(name),
-                map(_FIRST, offsets),
-                map(_SECOND, offsets),
-            ),
+            zip(obj, map(_DTYPES.__getitem__, dtypes), shape_tuples, repeat(name), begins, ends),
         )
     )
+    return tensors, _in_order_end(dtypes, shape_tuples, begins, ends)
+
+
+def _in_order_end(dtypes: list[str], shapes: list[tuple[int, ...]], begins: list[int], ends: list[int]) -> int | None:
+    """The last tensor's end if the tensors, in header order, pass every check of `_validate_layout` but the file
+    length, else None (that walk then judges them, as `_layout_in_order` does). Each tensor's span check depends on
+    its (dtype, shape, byte span) only, so it is made once per distinct triple: a few hundred in a checkpoint."""
+    if begins[0] != 0 or begins[1:] != ends[:-1]:
+        return None
+    for dtype, shape, span in set(zip(dtypes, shapes, map(sub, ends, begins), strict=True)):
+        bits = prod(shape) * BITS[dtype]
+        # A zero dimension hides an overflowing partial product from `prod` (the reader's `checked_mul` fails on
+        # it): such tensors, rare, are left to the exact walk.
+        if bits != 8 * span or bits > U64_MAX or (not bits and len(shape) >= 3):
+            return None
+    return ends[-1]
 
 
 def _entries_one_by_one(name: str, items: Any, exact: bool) -> tuple[list[TensorInfo], int]:
@@ -381,8 +400,13 @@ def _enum_form(dtype: Any) -> Any:
     return dtype
 
 
-def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo]) -> list[Problem]:
-    """`Metadata::validate` in its order of checks, then the file length. Raises `_Invalid`."""
+def _validate_layout(
+    name: str, file_size: int, n: int, tensors: list[TensorInfo], data_end: int | None = None
+) -> list[Problem]:
+    """`Metadata::validate` in its order of checks, then the file length. Raises `_Invalid`. `data_end`: where the
+    data region ends if the tensors are already known to pass every other check in header order (`_in_order_end`)."""
+    if data_end is not None and 8 + n + data_end == file_size:
+        return []
     if _layout_in_order(file_size, n, tensors):
         return []
     expected = 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
@@ -16,7 +15,6 @@ from .configs import read_config, read_index
 from .header import ShardRead, read_shard
 from .header_estimate import first_read_sizes
 from .source import Source
-from .value_scan import scan_values as scan
 
 SHARD_SUFFIX = ".safetensors"
 T = TypeVar("T")
@@ -107,6 +105,8 @@ def _read_headers(source: Source, names: Iterable[str], index: Index | None, siz
 def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
     """`fn` over `items`, in order; in threads when each call waits on network round trips."""
     if source.is_remote and len(items) > 1:
+        from concurrent.futures import ThreadPoolExecutor  # (and logging): only a remote source needs threads
+
         with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
             return list(pool.map(fn, items))
     return [fn(item) for item in items]
@@ -127,6 +127,8 @@ def scan_values(
     Only the loaded tensors are scanned (the ones `Checkpoint.tensors` names), and only in valid shards: an invalid
     shard's offsets cannot be trusted.
     """
+    from .value_scan import scan_values as scan  # a header-only analysis never loads the scanner (nor its threads)
+
     shards = {s.name: s for s in checkpoint.shards if s.valid}
     chosen = [t for t in checkpoint.tensors.values() if t.shard in shards and wanted(t)]
     return replace(checkpoint, values=scan(source, chosen, shards, progress=progress))

@@ -8,7 +8,6 @@ follows what GitHub code scanning needs to show an alert: relative file URIs aga
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -174,6 +173,8 @@ def fingerprint(f: Finding, base: _Base) -> str:
     the message (wording may improve between releases), the count (truncated lists keep their first names) or a Hub
     commit (the same defect in the next commit is the same alert)."""
     parts = [f.code, *sorted(base.key + n for n in f.files), *sorted(f.tensors)]
+    import hashlib  # only a SARIF rendering needs it (OpenSSL's module costs a text report a few ms)
+
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

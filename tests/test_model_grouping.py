@@ -1,0 +1,102 @@
+"""`group_checkpoint` (one pass: modules, layouts, experts) gives exactly what `group_modules`, `group_layouts` and
+`group_experts` give one after the other: the same modules in the same order with the same tensors in the same order,
+the same layout ids, layouts and members, the same expert groups, on every genuine fixture and on their tensors in a
+shuffled load order (a module's tensors spread over shards and dtype runs, as real exports store them)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import fields
+
+import pytest
+
+from ckpt_tools.model.layouts import group_checkpoint, group_layouts
+from ckpt_tools.model.modules import Module, group_experts, group_modules
+from ckpt_tools.model.tensors import TensorInfo
+from ckpt_tools.read import open_source
+from ckpt_tools.read.loader import load_checkpoint
+from tests.corrupt import GENUINE, genuine_entries
+
+FIXTURES = genuine_entries()
+
+
+def _same(tensors: list[TensorInfo]) -> None:
+    modules, layouts, experts = group_checkpoint(tensors)
+    want = group_modules(tensors)
+    assert list(modules) == list(want)
+    for name, module in modules.items():
+        assert type(module) is Module and module == want[name]
+        assert list(module.tensors.items()) == list(want[name].tensors.items())
+        assert {f.name for f in fields(Module)} <= set(vars(module))
+    assert layouts == group_layouts(want)
+    assert experts == group_experts(want)
+    assert list(experts) == list(group_experts(want))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_one_pass_equals_the_three_passes(fixture: str) -> None:
+    tensors = list(load_checkpoint(open_source(str(GENUINE / fixture))).tensors.values())
+    _same(tensors)
+    shuffled = tensors[:]
+    random.Random(fixture).shuffle(shuffled)
+    _same(shuffled)
+
+
+def test_one_pass_on_a_small_moe_module() -> None:
+    t = TensorInfo("model.layers.0.mlp.experts.3.down_proj.weight", "BF16", (4, 4), "a.safetensors", 0, 32)
+    s = TensorInfo("model.layers.0.mlp.experts.3.down_proj.weight_scale", "F32", (1,), "a.safetensors", 32, 36)
+    modules, layouts, experts = group_checkpoint([t, s])
+    module = modules["model.layers.0.mlp.experts.3.down_proj"]
+    assert module == Module(module.name, module.tensors) and repr(module) == repr(Module(module.name, module.tensors))
+    assert module.weight is t and module.expert == ("model.layers.0.mlp.experts", 3, "down_proj")
+    with pytest.raises(AttributeError):
+        module.name = "x"  # type: ignore[misc]  # still frozen
+    assert layouts.layouts == ((("weight", "BF16", (4, 4)), ("weight_scale", "F32", (1,))),)
+    assert experts["model.layers.0.mlp.experts"].experts[3]["down_proj"] is module
+
+
+def _by_pattern(name: str):
+    from ckpt_tools.model.modules import _EXPERT
+
+    if ".experts." not in name:
+        return None
+    m = _EXPERT.match(name)
+    return (m["layer"], int(m["expert"]), m["proj"]) if m else None
+
+
+TRICKY = [
+    "model.layers.0.mlp.experts.3.down_proj",
+    "model.layers.0.mlp.experts.٣.down_proj",  # an Arabic-Indic digit: `\d` and int() read it
+    ".experts.1.p",
+    "x.experts.1.p",
+    "a\n.experts.1.p",
+    "a.experts.1.p\n",
+    "a.experts.1.\n",
+    "a.experts.1.",
+    "a.experts..p",
+    "a.experts.1a.p",
+    "a.experts.1.p.q",
+    "a.b.experts.1.p",
+    "a.experts.experts.2.p",
+    "experts.1.p",
+    "a.xexperts.1.p",
+    "a.experts.1",
+    "a.experts.-1.p",
+    "a.experts. 1.p",
+]
+
+
+def test_expert_of_reads_names_as_the_pattern_does() -> None:
+    from ckpt_tools.model.modules import expert_of
+
+    rng = random.Random(11)
+    pieces = ["a", ".", "experts", "1", "٣", "\n", "p", "x", ".experts."]
+
+    def word() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))
+
+    names = TRICKY + [word() + word() + word() for _ in range(10000)]
+    names += [f"{word()}.experts.{rng.choice(['1', '٣', '12', '', 'a', '1.2'])}.{word()}" for _ in range(10000)]
+    assert sum(_by_pattern(n) is not None for n in names) > 1000  # the sample holds many matches
+    for name in names:
+        assert expert_of(name) == _by_pattern(name), repr(name)
