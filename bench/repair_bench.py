@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synth import write_checkpoint
+from synth import Values, write_checkpoint
 
 from ckpt_tools.repair import fix_prefix, run
 
@@ -367,10 +367,17 @@ def seed_tensors() -> list[tuple[str, str, list[int]]]:
     return out
 
 
-def make_seed_checkpoint(folder: Path) -> dict[str, int]:
+def make_seed_checkpoint(folder: Path, values: Values | None = None) -> dict[str, int]:
+    """The seed-size mis-nested export; `values` as in `synth.write_shard` (default: every data byte a hole)."""
     folder.mkdir(parents=True)
     out = write_checkpoint(
-        folder, sorted(seed_tensors()), shards=SEED_SHARDS, config=SEED_CONFIG, index_indent=2, index_sort_keys=True
+        folder,
+        sorted(seed_tensors()),
+        shards=SEED_SHARDS,
+        config=SEED_CONFIG,
+        index_indent=2,
+        index_sort_keys=True,
+        values=values,
     )
     return {"tensors": out.tensors, "shards": SEED_SHARDS, "weight_bytes": out.data_bytes}
 

@@ -20,10 +20,19 @@ Synthetics (built once, reused while their parameters match; never committed):
   shard count (4 / 19 / 61 layers; `s163` is 189k tensors and 43 GB of FP8 block scales, like the real exports).
 - `m1`: the same layout with 1,024 experts per layer, 82 layers in 163 shards: just over a million tensors.
 - `seed-misnested` (with `seed`): repair_bench's seed-size ModelOpt NVFP4 export (123k tensors, 5 shards) with the
-  vision tower mis-nested, for the `fix-prefix` rows (rebuilt before every run, untimed).
+  vision tower mis-nested and plausible scale values (as `seed`'s), for the `fix-prefix` rows. It is built once per
+  run; before every `fix-prefix` run (untimed) only what the repair rewrites is put back: each shard's header bytes and
+  the index, as built (a repair that changed a file's size or left another file gets a full rebuild instead).
 - `seed`: the seed model's layout (Qwen3.6-35B-A3B, `Qwen3_5MoeForConditionalGeneration`, compressed-tensors
   NVFP4 by llm-compressor): 40 hybrid layers (3 GatedDeltaNet : 1 full attention), 256 experts + a shared expert,
-  the 27-block vision tower (333 tensors), real dimensions, 5 shards: 124k tensors, about 21 GB of (sparse) data.
+  the 27-block vision tower (333 tensors), real dimensions, 5 shards: 124k tensors, about 21 GB of data. Its scale
+  tensors hold real, plausible values (`synth.plausible_scales`: positive normal E4M3 block scales, global scales in
+  compressed-tensors' reciprocal convention, shared by the projections vLLM fuses), 2.1 GB written to disk; the weights
+  are holes. So its value-scan rows measure what users meet: a clean checkpoint, no value finding. Before each of
+  those runs the bench reads the scale bytes once, untimed (`warm_scales`): they are in the page cache, as right
+  after an export or a download.
+- `seed-zero`: `seed` with every scale a hole too (all zeros): every scale tensor is a CK503 / CK504 finding, so its
+  `doctor (value scan)` row measures the defect path (62k + 31k flagged tensors), which must stay linear.
 
 Baselines, each a whole process like the command it is compared with:
 
@@ -42,6 +51,7 @@ synthetics reads holes (zeros from the kernel), so its rows measure memory, not 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -57,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from header_bench import build as build_moe
-from synth import write_checkpoint
+from synth import plausible_scales, write_checkpoint
 
 KIMI = {"hidden": 7168, "moe_inter": 2048, "dense": True}
 SYNTHETICS = {
@@ -240,16 +250,22 @@ def seed_config(ignore: list[str]) -> dict:
     }
 
 
-def build_seed(root: Path) -> int:
+def build_seed(root: Path, plausible: bool = True) -> int:
     tensors, ignore = seed_tensors()
     tensors.sort()  # the writer deals tensors to shards in name order
-    return write_checkpoint(root, tensors, shards=SEED_SHARDS, config=seed_config(ignore), index_indent=2).tensors
+    values = plausible_scales if plausible else None
+    return write_checkpoint(
+        root, tensors, shards=SEED_SHARDS, config=seed_config(ignore), index_indent=2, values=values
+    ).tensors
+
+
+SEED_BUILDS = {"seed": {"seed": True, "scales": "plausible"}, "seed-zero": {"seed": True}}
 
 
 def ensure(root: Path, name: str) -> Path:
     """Build synthetic `name` under `root` unless an identical build is already there."""
     folder = root / name
-    params = {"seed": True} if name == "seed" else SYNTHETICS[name]
+    params = SEED_BUILDS.get(name) or SYNTHETICS[name]
     stamp = folder / "BUILD.json"
     if stamp.exists() and json.loads(stamp.read_text()) == params:
         return folder
@@ -257,29 +273,93 @@ def ensure(root: Path, name: str) -> Path:
         for p in folder.iterdir():
             p.unlink()
     t0 = time.perf_counter()
-    count = build_seed(folder) if name == "seed" else build_moe(folder, **params)
+    if name in SEED_BUILDS:
+        count = build_seed(folder, plausible=name == "seed")
+    else:
+        count = build_moe(folder, **params)
     stamp.write_text(json.dumps(params))
     print(f"built {name}: {count:,} tensors in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return folder
 
 
-def build_misnested_seed(folder: Path) -> None:
-    """repair_bench's seed-size ModelOpt NVFP4 export whose vision tower is mis-nested (the seed defect), afresh."""
+def build_misnested_seed(folder: Path) -> dict[str, bytes]:
+    """repair_bench's seed-size ModelOpt NVFP4 export whose vision tower is mis-nested (the seed defect), afresh, with
+    plausible scale values; returns what `restore_misnested_seed` puts back (`header_snapshot`)."""
     from repair_bench import make_seed_checkpoint
 
     if folder.exists():
         shutil.rmtree(folder)
-    make_seed_checkpoint(folder)
+    make_seed_checkpoint(folder, values=plausible_scales)
+    return header_snapshot(folder)
+
+
+def header_snapshot(folder: Path) -> dict[str, bytes]:
+    """File name -> the bytes a header-only repair may rewrite: each shard's 8-byte length and JSON header, every
+    other file whole (index, config); plus each file's size under `name + "\0size"` (a shard whose size changed was
+    rewritten whole, which only a full rebuild undoes)."""
+    out: dict[str, bytes] = {}
+    for p in sorted(folder.iterdir()):
+        with open(p, "rb") as fh:
+            if p.suffix == ".safetensors":
+                head = fh.read(8)
+                out[p.name] = head + fh.read(struct.unpack("<Q", head)[0])
+            else:
+                out[p.name] = fh.read()
+        out[p.name + "\0size"] = str(p.stat().st_size).encode()
+    return out
+
+
+def restore_misnested_seed(folder: Path, snapshot: dict[str, bytes]) -> dict[str, bytes]:
+    """Undo a header-only fix-prefix: write back the snapshot's header bytes and small files, in place (seconds of
+    rebuilding 2 GB of scale bytes saved per run). Anything else the repair could have done (another file size, a file
+    added or removed) gets a full rebuild. Returns the snapshot to use next time."""
+    names = {k for k in snapshot if "\0" not in k}
+    present = {p.name: p for p in folder.iterdir()} if folder.exists() else {}
+    shards = {n for n in names if n.endswith(".safetensors")}
+    same = set(present) == names and all(
+        str(present[n].stat().st_size).encode() == snapshot[n + "\0size"] for n in shards
+    )
+    if not same:
+        return build_misnested_seed(folder)
+    for name in names:
+        if name in shards:  # the header, in place: the data region was never written
+            with open(present[name], "r+b") as fh:
+                fh.write(snapshot[name])
+        else:
+            present[name].write_bytes(snapshot[name])
+    return snapshot
+
+
+SCALE_SUFFIXES = ("weight_scale", "weight_global_scale", "input_global_scale", "weight_scale_2", "input_scale")
+
+
+def warm_scales(folder: Path) -> None:
+    """Read every scale tensor's bytes once (untimed), so the next command finds them in the page cache, as they are
+    right after an export or a download: runs of a tree whose scan drops what it read (or a previous run's drop)
+    would otherwise leave the next command a cold read, and alternating trees would measure each other's cache."""
+    for p in sorted(folder.glob("*.safetensors")):
+        with open(p, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+            for name, info in header.items():
+                if name != "__metadata__" and name.rpartition(".")[2] in SCALE_SUFFIXES:
+                    begin, end = info["data_offsets"]
+                    os.pread(fh.fileno(), end - begin, 8 + n + begin)
 
 
 def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measure) -> None:
-    """`ckpt fix-prefix` end to end on the mis-nested seed (rebuilt before every run: the repair changes it), by
-    default (value scan, before and after verdicts) and header-only, against its own orjson baseline."""
+    """`ckpt fix-prefix` end to end on the mis-nested seed (its headers restored before every run: the repair
+    changes them), by default (value scan, before and after verdicts) and header-only, against its own orjson
+    baseline."""
     folder = root / "seed-misnested"
-    build_misnested_seed(folder)
+    snapshot = [build_misnested_seed(folder)]
     base = best([sys.executable, "-c", BASELINE, str(folder)], repeat)
     rows.append(("seed-fix", "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
-    rebuild = lambda: build_misnested_seed(folder)  # noqa: E731
+
+    def rebuild() -> None:
+        snapshot[0] = restore_misnested_seed(folder, snapshot[0])
+        warm_scales(folder)
+
     for what, extra in (("fix-prefix", []), ("fix-prefix --headers-only", ["--headers-only"])):
         measure("seed-fix", what, [*ckpt, "fix-prefix", str(folder), *extra], base, folder, repeat, rebuild)
 
@@ -441,7 +521,7 @@ def main() -> None:
         compile_tree(against)
     previous: dict[int, Run] = {}  # row index -> the same command from `against`
     root = Path(args.dir)
-    names = [n for n in ("seed", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
+    names = [n for n in ("seed", "seed-zero", "s10", "s50", "s163", "m1") if not args.only or n in args.only.split(",")]
     if args.skip_1m and "m1" in names:
         names.remove("m1")
     py = sys.executable
@@ -472,12 +552,17 @@ def main() -> None:
         repeat = 1 if name == "m1" else args.repeat
         base = best([py, "-c", BASELINE, str(folder)], repeat)
         rows.append((name, "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
+        if name == "seed-zero":  # the same headers as `seed`: only the defect path's value scan is new
+            if not args.no_value_scan:
+                measure(name, "doctor (value scan, all-zero scales)", [*ckpt, "doctor", str(folder)], base, folder, 1)
+            continue
         measure(name, "doctor --headers-only", [*ckpt, "doctor", str(folder), "--headers-only"], base, folder, repeat)
         if name == "seed":
-            measure(name, "serve-flags", [*ckpt, "serve-flags", str(folder)], base, folder, repeat)
+            warm = functools.partial(warm_scales, folder)
+            measure(name, "serve-flags", [*ckpt, "serve-flags", str(folder)], base, folder, repeat, warm)
             measure(name, "inspect", [*ckpt, "inspect", str(folder)], base, folder, repeat)
             if not args.no_value_scan:
-                measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1)
+                measure(name, "doctor (value scan)", [*ckpt, "doctor", str(folder)], base, folder, 1, warm)
             fix_prefix_rows(root, ckpt, args.repeat, rows, measure)
 
     print(

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
@@ -153,7 +154,7 @@ def _analyze(
     if skipped_reason or not run_values:
         ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
     else:
-        ckpt = scan_values(source, ckpt, wanted_values(run_values), progress=progress)
+        ckpt = _with_views(scan_values(source, ckpt, wanted_values(run_values), progress=progress), ckpt)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
     return judge(
@@ -168,6 +169,17 @@ def _analyze(
         suppressions=suppressions,
         extra={"hub": provenance} if provenance else {},
     )
+
+
+def _with_views(scanned: Checkpoint, ckpt: Checkpoint) -> Checkpoint:
+    """`scanned` (`ckpt` with its value statistics) given the derived views already computed on `ckpt` (the scan
+    builds the tensor map), instead of building them again. WHY this is exact: every cached view of a `Checkpoint` is
+    computed from its files, shards, index and configs, which the scan copies unchanged, and none reads `values` (a
+    test computes each of them on a checkpoint whose `values` cannot be read)."""
+    for name, value in vars(ckpt).items():
+        if isinstance(vars(Checkpoint).get(name), cached_property):
+            scanned.__dict__.setdefault(name, value)
+    return scanned
 
 
 def judge(

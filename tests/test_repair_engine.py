@@ -195,3 +195,37 @@ def test_index_keeps_its_layout(layout):
     data = {"metadata": {"total_size": 3, "note": "für"}, "weight_map": {"a.w": "x", "b.w": "y"}}
     raw = layout(data).encode()
     assert _dump_like(json.loads(raw), raw) == raw
+
+
+def test_index_rewrite_counts_and_refuses_colliding_keys(tmp_path: Path) -> None:
+    # The index step renames keys in one pass and names the first collision, in index order, when there is one.
+    from types import MappingProxyType
+
+    from ckpt_tools.read.loader import load_checkpoint
+    from ckpt_tools.read.local import LocalSource
+    from ckpt_tools.repair.plan import Plan
+    from ckpt_tools.repair.steps import IndexStep, compile_plan
+    from ckpt_tools.write.header import build_file
+
+    (tmp_path / "model-00001-of-00001.safetensors").write_bytes(
+        build_file([(n, "BF16", [1], b"\x00\x00") for n in ("a.w", "b.w", "c.w", "d.w")])
+    )
+    index = {
+        "metadata": {},
+        "weight_map": dict.fromkeys(["d.w", "a.w", "c.w", "b.w"], "model-00001-of-00001.safetensors"),
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    ckpt = load_checkpoint(LocalSource(tmp_path))
+
+    def index_step(renames: dict[str, str], drops: frozenset[str] = frozenset()) -> IndexStep:
+        plan = Plan("t", "t", MappingProxyType({}), MappingProxyType(renames), drops)
+        (step,) = compile_plan(plan, ckpt, tmp_path)
+        assert isinstance(step, IndexStep)
+        return step
+
+    step = index_step({"a.w": "x.w", "b.w": "y.w"}, frozenset({"d.w"}))
+    assert list(json.loads(step.new)["weight_map"]) == ["x.w", "c.w", "y.w"]  # an unsorted index keeps its order
+    assert step.note == "2 key(s) renamed, 1 key(s) removed"
+    assert list(json.loads(index_step({"d.w": "a.w"}, frozenset({"a.w"})).new)["weight_map"]) == ["a.w", "c.w", "b.w"]
+    with pytest.raises(TargetError, match=r"two entries would both be named `c\.w`"):
+        index_step({"a.w": "c.w", "b.w": "c.w"})

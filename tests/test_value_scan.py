@@ -23,7 +23,7 @@ from ckpt_tools.model.values import (
     float8_table,
 )
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
-from ckpt_tools.read import open_source
+from ckpt_tools.read import open_source, residency
 from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.read.local import LocalSource
 from ckpt_tools.read.value_scan import ScanCounters, plan_shard, read_pieces, scan_values
@@ -443,9 +443,15 @@ def test_local_reads_are_hinted_and_work_where_hints_are_refused(
         real(fd, start, length, advice)
 
     monkeypatch.setattr(os, "posix_fadvise", record)
-    assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+    with monkeypatch.context() as cold:  # residency unknown: every read is hinted, as on a cold cache
+        cold.setattr(residency, "_snapshot", lambda *_a: None)
+        assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
     assert hints[0] == os.POSIX_FADV_SEQUENTIAL  # one dense region
     assert hints.count(os.POSIX_FADV_WILLNEED) == hints.count(os.POSIX_FADV_DONTNEED) == 3  # 3 reads of <= 4 KiB
+    if residency.supported():  # the file was just written: its pages are cached, so nothing is hinted or dropped
+        hints.clear()
+        assert scan_values(*args, chunk=4096).get("x.weight_scale").count == 10_000
+        assert hints == [os.POSIX_FADV_SEQUENTIAL]
 
     def refuse(*_args: object) -> None:
         raise OSError(22, "Invalid argument")
@@ -547,3 +553,117 @@ def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_pa
     result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
     for name, _dtype, _shape, blob in tensors:
         assert_matches(result.get(name), dtype, blob)
+
+
+def test_tensors_read_whole_share_results_only_where_their_bytes_and_layout_agree(tmp_path: Path) -> None:
+    # A tensor read whole in one piece is measured on the spot, and the results of small tensors with the same bytes
+    # and of all-zero tensors with the same layout are shared: every tensor still gets what splitting it would give.
+    tensors = [
+        ("a.weight_scale", "F8_E4M3", [64, 16], bytes(1024)),
+        ("b.weight_scale", "F8_E4M3", [64, 16], bytes(1024)),
+        ("c.weight_scale", "F8_E4M3", [32, 32], bytes(1024)),  # same bytes, other channels
+        ("d.weight_scale", "F8_E4M3", [1024], bytes(1024)),  # same bytes, no channel layout
+        ("a.input_global_scale", "F32", [1], struct.pack("<f", 0.0)),
+        ("b.input_global_scale", "F32", [1], struct.pack("<f", 0.0)),
+        ("c.input_global_scale", "F32", [1], struct.pack("<f", -0.0)),
+        ("d.input_global_scale", "BF16", [2], bytes(4)),  # the same four bytes in another dtype
+        ("e.weight_scale", "F8_E4M3", [64, 16], bytes([0x38]) * 1023 + b"\x00"),
+    ]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    args = (source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards})
+    whole, split = scan_values(*args), scan_values(*args, chunk=3)
+    assert dict(whole.items()) == dict(split.items())
+    assert whole.get("a.weight_scale").zero_rows == 64 and whole.get("c.weight_scale").channels == 32
+    assert whole.get("d.weight_scale").channels == 0 and whole.get("d.input_global_scale").count == 2
+    assert whole.get("c.input_global_scale").zero == 1 and whole.get("e.weight_scale").zero == 1
+
+
+@pytest.mark.skipif(not residency.supported(), reason="page-cache residency is known on Linux only")
+def test_residency_tells_cached_pages_from_dropped_ones(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(256)) * 64 * 1024)  # 16 MiB, cached as written
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        page = residency.PAGE
+        assert residency.Residency(fd, 10, 9 * page).cached(10, 9 * page)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        after = residency.Residency(fd, page, 4 * page)
+        if after.cached(page, 4 * page):
+            pytest.skip("this file system keeps every page resident (tmpfs)")
+        assert not after.cached(page, 2 * page)
+        assert not after.cached(0, page)  # outside the range it describes: unknown, so hinted
+        os.pread(fd, 2 * page, page)  # read back: resident again
+        assert residency.Residency(fd, page, 4 * page).cached(page, 3 * page)
+    finally:
+        os.close(fd)
+
+
+class _Unreadable:
+    """A `values` that fails on any use."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a derived view read values.{name}")
+
+    def __bool__(self) -> bool:
+        raise AssertionError("a derived view tested values")
+
+    def __len__(self) -> int:
+        raise AssertionError("a derived view measured values")
+
+
+@pytest.mark.parametrize("fixture", ["modelopt-llama-nvfp4", "llmc-qwen35moe-nvfp4"])
+def test_derived_views_never_read_values_so_the_scan_keeps_them(fixture: str) -> None:
+    # The pipeline hands the views computed before the scan (tensor map, ...) to the scanned checkpoint: exact only
+    # because no cached view of a Checkpoint reads `values`.
+    from dataclasses import replace
+    from functools import cached_property
+
+    from ckpt_tools.model.checkpoint import Checkpoint
+
+    ckpt = load_checkpoint(LocalSource(GENUINE / fixture))
+    poisoned = replace(ckpt, values=_Unreadable())  # type: ignore[arg-type]
+    views = [name for name, attr in vars(Checkpoint).items() if isinstance(attr, cached_property)]
+    assert {"modules", "layouts", "experts", "_tensor_index"} <= set(views)
+    for name in views:
+        assert getattr(poisoned, name) == getattr(ckpt, name)
+    scanned = analyze(str(GENUINE / fixture)).checkpoint
+    assert scanned.values is not None and len(scanned.values)
+    assert scanned.tensors == ckpt.tensors and scanned.modules == ckpt.modules
+
+
+@pytest.mark.skipif(not residency.supported(), reason="page-cache residency is known on Linux only")
+def test_residency_is_taken_per_bounded_window_before_the_window_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from ckpt_tools.read import value_scan
+
+    data = bytes([0x38]) * 40_000
+    write_shard(tmp_path, "model.safetensors", [("x.weight_scale", "F8_E4M3", [40_000], data)])
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    snapshots: list[int] = []
+    real = residency._snapshot
+
+    def counted(fd: int, offset: int, length: int) -> bytes | None:
+        snapshots.append(length)
+        return None if len(snapshots) % 2 else real(fd, offset, length)  # every other window: unknown (cold)
+
+    hints: list[int] = []
+    real_advise = os.posix_fadvise
+    monkeypatch.setattr(
+        os, "posix_fadvise", lambda fd, a, n, advice: hints.append(advice) or real_advise(fd, a, n, advice)
+    )
+    monkeypatch.setattr(residency, "_snapshot", counted)
+    monkeypatch.setattr(value_scan, "RESIDENCY_WINDOW", 8192)
+    stats = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards}, chunk=4096)
+    assert stats.get("x.weight_scale").count == 40_000
+    assert len(snapshots) == 5 and max(snapshots) <= 8192 + residency.PAGE  # 10 reads of 4 KiB, 2 per window
+    # The cold windows' reads are hinted and dropped (about half of the 10); the cached ones get no hint.
+    assert 4 <= hints.count(os.POSIX_FADV_WILLNEED) == hints.count(os.POSIX_FADV_DONTNEED) <= 6

@@ -394,7 +394,7 @@ class Accumulator:
         base = self.count
         self.count += len(piece)
         channels = self.channels
-        if _all_zero(piece):  # holes of sparse files, zero-filled tensors
+        if all_zero(piece):  # holes of sparse files, zero-filled tensors
             self._add_class(table.classes[0], len(piece))
             if channels is not None:
                 if table.classes[0] == ZERO:
@@ -449,7 +449,7 @@ class Accumulator:
         if not n:
             return
         channels = self.channels
-        if _all_zero(piece):
+        if all_zero(piece):
             self.zero += n
             self._extend(0.0, 0.0)
             if channels is not None:
@@ -547,7 +547,7 @@ def small_stats(dtype: str, blob: bytes) -> TensorStats:
 _zeros = b""
 
 
-def _all_zero(piece: bytes) -> bool:
+def all_zero(piece: bytes) -> bool:
     """Whether every byte is zero: one memcmp against a shared zero buffer (`startswith` compares with memcmp)."""
     global _zeros
     if len(piece) > len(_zeros):

@@ -31,6 +31,7 @@ from ..model.values import (
     Accumulator,
     TensorStats,
     ValueStats,
+    all_zero,
     channel_layout,
     small_stats,
     value_dtype,
@@ -44,7 +45,12 @@ REMOTE_GAP = 256 * 1024  # a round trip costs more than this many bytes
 DENSE = 0.5  # wanted bytes / bytes spanned above which a shard is read as one sequential stream
 LOCAL_WORKERS = 2  # shards in parallel: one worker measures while the other waits on the disk
 REMOTE_WORKERS = 16
+RESIDENCY_WINDOW = 1 << 30  # bytes of file whose page residency is taken at once (a 256 KiB page map)
 PROGRESS_THRESHOLD = 64 * 1024 * 1024  # show a progress bar (on a terminal) from this many bytes on
+
+
+class ScanCancelled(Exception):
+    """The scan was asked to stop (`cancel` set): the analysis it was feeding ended first (an error, Ctrl-C)."""
 
 
 @dataclass(frozen=True)
@@ -105,13 +111,41 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
 
 class _LocalReader:
     """pread with fadvise hints, on one file descriptor per shard. Hints are advice: a file system that refuses them
-    (EINVAL, ESPIPE) is read without."""
+    (EINVAL, ESPIPE) is read without. A read whose pages were all in the page cache before the scan touched them
+    (`ckpt_tools.read.residency`) gets no hint at all: it costs no disk, and dropping it would evict bytes someone had
+    cached (the checkpoint just written, the last run's scan, a server's load); only what the scan brings in is
+    dropped. Residency is taken per window of reads spanning at most `RESIDENCY_WINDOW` bytes (one page-map byte per
+    4 KiB: bounded memory however far apart a hostile header puts its tensors), each just before the first hint or
+    read of the window."""
 
-    def __init__(self, path: str, dense: bool) -> None:
+    def __init__(self, path: str, plan: ShardPlan) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.advise = hasattr(os, "posix_fadvise")  # not on macOS / Windows
+        self.cached: set[int] = set()  # starts of the reads found cached so far
+        self._windows: list[tuple[int, int, int]] = []  # (first read, end read, span end) per window, in file order
+        self._next = 0  # windows[:_next] were measured
+        self._reads = plan.reads
         if self.advise:
-            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if dense else os.POSIX_FADV_RANDOM)
+            self._hint(0, 0, os.POSIX_FADV_SEQUENTIAL if plan.dense else os.POSIX_FADV_RANDOM)
+        if self.advise and plan.reads:
+            first = 0
+            for i, r in enumerate(plan.reads):
+                if r.start + r.length - plan.reads[first].start > RESIDENCY_WINDOW and i > first:
+                    self._windows.append((first, i, plan.reads[i - 1].start + plan.reads[i - 1].length))
+                    first = i
+            last = plan.reads[-1]
+            self._windows.append((first, len(plan.reads), last.start + last.length))
+
+    def _measure(self, read: Read) -> None:
+        """Take the residency of every window up to the one holding `read` that is not measured yet."""
+        from .residency import Residency
+
+        reads = self._reads
+        while self._next < len(self._windows) and reads[self._windows[self._next][0]].start <= read.start:
+            i, j, end = self._windows[self._next]
+            cached = Residency(self.fd, reads[i].start, end).cached
+            self.cached.update(r.start for r in reads[i:j] if cached(r.start, r.start + r.length))
+            self._next += 1
 
     def _hint(self, start: int, length: int, advice: int) -> None:
         try:
@@ -121,13 +155,17 @@ class _LocalReader:
 
     def prefetch(self, read: Read) -> None:
         if self.advise:
-            self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
+            self._measure(read)
+            if read.start not in self.cached:
+                self._hint(read.start, read.length, os.POSIX_FADV_WILLNEED)
 
     def read(self, read: Read) -> bytes:
+        if self.advise:
+            self._measure(read)
         return os.pread(self.fd, read.length, read.start)
 
     def done(self, read: Read) -> None:
-        if self.advise:
+        if self.advise and read.start not in self.cached:
             self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
@@ -164,18 +202,19 @@ class ScanCounters:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
 
-    def add(self, n: int) -> None:
+    def add(self, n: int, reads: int = 1, largest: int | None = None) -> None:
+        """`reads` reads of `n` bytes in all, the largest `largest` bytes (default: `n`)."""
         with self._lock:
             self.bytes_read += n
-            self.reads += 1
-            self.largest_read = max(self.largest_read, n)
+            self.reads += reads
+            self.largest_read = max(self.largest_read, n if largest is None else largest)
 
 
 def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader:
     """The reader for one shard: pread + fadvise on a local file, `read_ranges` on any other source."""
     local_path = getattr(source, "path", None) if not source.is_remote else None
     if local_path is not None:
-        return _LocalReader(str(local_path(plan.shard)), plan.dense)
+        return _LocalReader(str(local_path(plan.shard)), plan)
     return _SourceReader(source, plan.shard)
 
 
@@ -215,17 +254,27 @@ def scan_shard(
     plan: ShardPlan,
     reader: _LocalReader | _SourceReader,
     counters: ScanCounters,
-    progress: Callable[[int], object] = lambda n: None,
+    progress: Callable[[int], object] | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[str, TensorStats]:
-    """The statistics of one shard's planned tensors."""
+    """The statistics of one shard's planned tensors; `ScanCancelled` at the next read once `cancel` is set."""
     tensors = plan.tensors
+    known: dict[tuple[str, str, tuple[int, ...]], _Kind] = {}
+    kinds = [_kind(t, known) for t in tensors]
     # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
-    # whole of a small tensor without channels (global and input scales: most of the tensors a scan measures).
+    # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
+    # A tensor read whole in one piece has statistics that are a function of (format, layout, element count, bytes)
+    # alone: small tensors' and all-zero pieces' results are shared, not recomputed (stats are immutable values).
+    small: dict[tuple[str, bytes], TensorStats] = {}
+    zero_whole: dict[_Kind, TensorStats] = {}
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
+    fetched = largest = 0
     try:
         for i, read in enumerate(reads):
+            if cancel is not None and cancel.is_set():
+                raise ScanCancelled
             if ahead <= i:
                 reader.prefetch(read)
                 ahead = i + 1
@@ -235,38 +284,65 @@ def scan_shard(
                 reader.prefetch(reads[ahead])
                 pending += reads[ahead].length
                 ahead += 1
-            blob = _fetch(reader, plan, read, counters)
+            blob = _fetch(reader, plan, read, None)
+            fetched += len(blob)
+            largest = max(largest, len(blob))
             for index, offset, length in read.pieces:
                 acc = accs[index]
                 if acc is None:
-                    acc = _start(tensors[index], length)
-                    if acc is None:
-                        accs[index] = small_stats(value_dtype(tensors[index]), blob[offset : offset + length])
+                    kind = kinds[index]
+                    dtype, layout, numel, nbytes = kind
+                    if length == nbytes:  # the whole tensor in this piece: measured on the spot
+                        piece = blob[offset : offset + length] if length != len(blob) else blob
+                        if layout is None and numel <= SMALL_TENSOR_ELEMENTS:
+                            key = (dtype, piece)
+                            stats = small.get(key)
+                            if stats is None:
+                                stats = small[key] = small_stats(dtype, piece)
+                            accs[index] = stats
+                        elif all_zero(piece):
+                            stats = zero_whole.get(kind)
+                            if stats is None:
+                                stats = zero_whole[kind] = _whole(dtype, numel, layout, piece)
+                            accs[index] = stats
+                        else:
+                            accs[index] = _whole(dtype, numel, layout, piece)
                         continue
-                    accs[index] = acc
+                    acc = accs[index] = Accumulator(dtype, numel, layout)
                 assert isinstance(acc, Accumulator)
                 acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
             del blob
             reader.done(read)
-            progress(read.length)
+            if progress is not None:
+                progress(read.length)
     finally:
         reader.close()
+    counters.add(fetched, len(reads), largest)
     out: dict[str, TensorStats] = {}
-    for t, acc in zip(tensors, accs, strict=True):
+    for t, kind, acc in zip(tensors, kinds, accs, strict=True):
         if acc is None:  # an empty tensor: no piece
-            acc = Accumulator(value_dtype(t), t.numel, channel_layout(t))
+            acc = Accumulator(kind[0], kind[2], kind[1])
         out[t.name] = acc if isinstance(acc, TensorStats) else acc.result()
     return out
 
 
-def _start(tensor: TensorInfo, first_piece: int) -> Accumulator | None:
-    """The accumulator of a tensor whose first piece is `first_piece` bytes, or None when that piece is the whole
-    tensor and `small_stats` measures it at once (small, no channel layout)."""
-    layout = channel_layout(tensor)
-    numel = tensor.numel
-    if layout is None and numel <= SMALL_TENSOR_ELEMENTS and first_piece == tensor.end - tensor.begin:
-        return None
-    return Accumulator(value_dtype(tensor), numel, layout)
+_Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
+
+
+def _kind(tensor: TensorInfo, known: dict[tuple[str, str, tuple[int, ...]], _Kind]) -> _Kind:
+    """What measuring a tensor depends on besides its bytes, from its dtype, last name segment and shape alone
+    (all that `value_dtype` and `channel_layout` read): a checkpoint has a few hundred such triples."""
+    key = (tensor.dtype, tensor.name.rpartition(".")[2], tensor.shape)
+    kind = known.get(key)
+    if kind is None:
+        kind = known[key] = (value_dtype(tensor), channel_layout(tensor), tensor.numel, tensor.end - tensor.begin)
+    return kind
+
+
+def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes) -> TensorStats:
+    acc = Accumulator(dtype, numel, layout)
+    acc.feed(piece)
+    return acc.result()
 
 
 def scan_values(
@@ -278,11 +354,14 @@ def scan_values(
     workers: int | None = None,
     progress: bool | None = None,
     counters: ScanCounters | None = None,
+    cancel: threading.Event | None = None,
 ) -> ValueStats:
     """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
     worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
-    changed or vanished since its header was read) is a `TargetError`."""
+    changed or vanished since its header was read) is a `TargetError`. Once `cancel` is set, every worker stops at
+    its next read and the scan raises `ScanCancelled`."""
     counters = counters if counters is not None else ScanCounters()
+    stop = cancel if cancel is not None else threading.Event()
     by_shard: dict[str, list[TensorInfo]] = {}
     for t in tensors:
         if value_dtype(t) in STATS_DTYPES:
@@ -303,7 +382,7 @@ def scan_values(
 
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
-                return scan_shard(plan, open_reader(source, plan), counters, bar.update)
+                return scan_shard(plan, open_reader(source, plan), counters, None if disable else bar.update, stop)
             except OSError as exc:
                 raise TargetError(
                     f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"
@@ -313,7 +392,11 @@ def scan_values(
             results = [one(plan) for plan in plans]
         else:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(one, plans))
+                try:
+                    results = list(pool.map(one, plans))
+                except BaseException:  # a shard failed, or Ctrl-C: the other workers stop at their next read
+                    stop.set()
+                    raise
     out: dict[str, TensorStats] = {}
     for part in results:  # in plan order, whatever order the reads finished in
         out.update(part)

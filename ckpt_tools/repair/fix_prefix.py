@@ -67,7 +67,10 @@ def _renames(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> tuple[dict[s
     """(old name -> new name, tensors per pair) over the shard tensors; the first matching pair wins."""
     renames: dict[str, str] = {}
     counts: dict[tuple[str, str], int] = {}
+    olds = tuple(old for old, _new in pairs)
     for name in ckpt.tensors:
+        if not name.startswith(olds):  # one C-level test for the (many) names no pair renames
+            continue
         for old, new in pairs:
             if name.startswith(old):
                 renames[name] = new + name[len(old) :]
@@ -89,7 +92,10 @@ def _plan(
     if ckpt.index is not None:
         # Index keys follow the same prefixes, including keys of tensors the shards do not hold (a prefix rename
         # must not leave half of a component under the old name).
+        olds = tuple(old for old, _new in pairs)
         for key in ckpt.index.weight_map:
+            if not key.startswith(olds):
+                continue
             for old, new in pairs:
                 if key.startswith(old):
                     index_renames[key] = new + key[len(old) :]

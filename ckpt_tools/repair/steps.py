@@ -333,14 +333,20 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     raw = (root / ckpt.index.name).read_bytes()
     data = orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
     weight_map: dict[str, str] = data["weight_map"]
-    new_map: dict[str, str] = {}
-    for key, file in weight_map.items():
-        if key in plan.index_drops:
-            continue
-        new_key = plan.index_renames.get(key, key)
-        if new_key in new_map:
-            raise TargetError(f"{ckpt.index.name}: two entries would both be named `{new_key}`; nothing was changed")
-        new_map[new_key] = file
+    drops, renames = plan.index_drops, plan.index_renames
+    kept = weight_map.items() if not drops else ((k, f) for k, f in weight_map.items() if k not in drops)
+    new_map = {renames.get(key, key): file for key, file in kept}  # in C; a collision shows as a shorter map
+    if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
+        new_map = {}
+        for key, file in weight_map.items():  # name the first collision, in index order
+            if key in drops:
+                continue
+            new_key = renames.get(key, key)
+            if new_key in new_map:
+                raise TargetError(
+                    f"{ckpt.index.name}: two entries would both be named `{new_key}`; nothing was changed"
+                )
+            new_map[new_key] = file
     if list(weight_map) == sorted(weight_map):
         new_map = dict(sorted(new_map.items()))
     data["weight_map"] = new_map
@@ -357,8 +363,9 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     new = _dump_like(data, raw)
     if new == raw:
         return None
-    removed = sum(1 for k in weight_map if k in plan.index_drops)
-    renamed = sum(1 for k in weight_map if k in plan.index_renames and k not in plan.index_drops)
+    # Counted over the plan's (few) keys: each names at most one entry of the map.
+    removed = sum(1 for k in drops if k in weight_map)
+    renamed = sum(1 for k in renames if k in weight_map and k not in drops)
     note = ", ".join(
         p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
     )

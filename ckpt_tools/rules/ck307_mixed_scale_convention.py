@@ -28,13 +28,22 @@ def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
     out: list[tuple[str, str, float]] = []
     if not ctx.ckpt.values:
         return out
+    layouts = ctx.ckpt.layouts
+    # WHY per layout: a layout id fixes a module's suffixes in their order, so the global-scale suffixes (and their
+    # conventions) are the same for every module of the layout.
+    per_layout: dict[int, list[tuple[str, str]]] = {}
     for row in ctx.det.rows:
         if row.disk.kind != "nvfp4":
             continue
-        for suffix in ctx.ckpt.modules[row.name].tensors:
-            convention = conventions.get(suffix)
-            if convention is None or ROLES.get(suffix) != "weight_global_scale":
-                continue
+        lid = layouts.of[row.name]
+        suffixes = per_layout.get(lid)
+        if suffixes is None:
+            suffixes = per_layout[lid] = [
+                (suffix, conventions[suffix])
+                for suffix in ctx.ckpt.modules[row.name].tensors
+                if conventions.get(suffix) is not None and ROLES.get(suffix) == "weight_global_scale"
+            ]
+        for suffix, convention in suffixes:
             name = join_name(row.name, suffix)
             value = scalar(ctx.ckpt, name)
             if value is None or not math.isfinite(value) or value <= 0:

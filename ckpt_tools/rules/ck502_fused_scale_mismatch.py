@@ -11,7 +11,6 @@ from ..knowledge.scales import global_scales
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
 from ._memo import once_per
-from ._values import scalar
 from .base import Context, Finding, Rule, files_of, register
 
 RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
@@ -43,26 +42,36 @@ def fused_sets(ctx: Context) -> list[tuple[str, list[str]]]:
 
 def _mismatches(ctx: Context, suffixes: tuple[str, ...]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
+    measured = ctx.ckpt.values.tensors if ctx.ckpt.values is not None else {}
     for fused, shards in fused_sets(ctx):
         for suffix in suffixes:
-            read = {s: scalar(ctx.ckpt, f"{s}.{suffix}") for s in shards}
-            vals = {s: v for s, v in read.items() if v is not None and math.isfinite(v) and v > 0}
-            if len(vals) < len(read):
-                continue  # absent (other rules) or unusable (invalid-scale-value)
-            lo, hi = min(vals.values()), max(vals.values())
-            ratio = hi / lo
-            if ratio > 1 + RELATIVE_TOLERANCE:
-                found.append(
-                    {
-                        "fused": fused,
-                        "suffix": suffix,
-                        "ratio": round(ratio, 4),
-                        "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
-                        "tensors": [f"{s}.{suffix}" for s in shards],
-                    }
-                )
+            vals: dict[str, float] = {}
+            for s in shards:
+                st = measured.get(f"{s}.{suffix}")
+                v = st.scalar if st is not None and st.dtype in WIDE_FLOAT_DTYPES else None  # `_values.scalar`
+                if v is None or not (math.isfinite(v) and v > 0):
+                    break  # absent (other rules) or unusable (invalid-scale-value)
+                vals[s] = v
+            else:
+                _compare(found, fused, suffix, shards, vals)
     found.sort(key=lambda m: -m["ratio"])
     return found
+
+
+def _compare(found: list[dict[str, Any]], fused: str, suffix: str, shards: list[str], vals: dict[str, float]) -> None:
+    """Record the fused layer when its shards' usable global scales differ beyond F32 rounding."""
+    lo, hi = min(vals.values()), max(vals.values())
+    ratio = hi / lo
+    if ratio > 1 + RELATIVE_TOLERANCE:
+        found.append(
+            {
+                "fused": fused,
+                "suffix": suffix,
+                "ratio": round(ratio, 4),
+                "values": {s.rsplit(".", 1)[-1]: v for s, v in vals.items()},
+                "tensors": [f"{s}.{suffix}" for s in shards],
+            }
+        )
 
 
 def _example(m: dict) -> str:
