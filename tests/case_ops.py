@@ -282,6 +282,18 @@ def op_index_map(folder: Path, tensor: str, shard: str = "") -> None:
     _set_index(folder, tensor, shard or None)
 
 
+def op_index_in_shard_order(folder: Path) -> None:
+    """Rewrite the index's `weight_map` in the shards' own order (shard files by name, tensors in header order), as
+    writers that list tensors shard by shard do, instead of sorted by name."""
+
+    def edit(j: dict) -> None:
+        old = j["weight_map"]
+        order = [(t, shard.name) for shard in sorted(shards(folder)) for t in read_file(shard)[0]]
+        j["weight_map"] = {t: old[t] for t, _ in order if t in old}
+
+    edit_json(folder / INDEX, edit)
+
+
 def op_truncate(folder: Path, name: str, remove: int) -> None:
     path = folder / name
     path.write_bytes(path.read_bytes()[:-remove])
@@ -326,6 +338,7 @@ def op_block_scales(folder: Path, block: list[int], value: float = 0.01) -> None
 
 OPS: dict[str, Callable[..., None]] = {
     "index_map": op_index_map,
+    "index_in_shard_order": op_index_in_shard_order,
     "killed_repair": op_killed_repair,
     "truncate": op_truncate,
     "new_shard": op_new_shard,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
 
@@ -33,7 +34,7 @@ class IndexMissingShard(Rule):
         if index is None:
             return
         missing: dict[str, list[str]] = {}
-        if all(shard in ctx.ckpt.files for shard in set(index.weight_map.values())):
+        if all(shard in ctx.ckpt.files for shard in indexed_files(ctx.ckpt)):
             return
         for tensor, shard in index.weight_map.items():
             if shard not in ctx.ckpt.files:

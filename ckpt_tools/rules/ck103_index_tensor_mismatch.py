@@ -1,11 +1,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain, repeat
 from operator import attrgetter
 
+from ..model.checkpoint import Checkpoint
+from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
 _NAME = attrgetter("name")
+
+
+def _all_where_indexed(ckpt: Checkpoint) -> bool:
+    """Every loaded tensor is in the index, mapped to its own shard: decided in C, a lookup per tensor."""
+    assert ckpt.index is not None
+    where = ckpt.index.weight_map.get
+    return all(set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards)
+
+
+def _same_order(ckpt: Checkpoint) -> bool:
+    """The index lists the loaded tensors in their own order (shard by shard, header order), each with its shard:
+    two list comparisons, which read both sides in sequence instead of a hash lookup per tensor. Only with no name
+    in two loaded shards (the caller's check), when `ckpt.tensors` is the shards' tensors one after another; an
+    index in any other order (e.g. sorted by name) is left to `_all_where_indexed`."""
+    assert ckpt.index is not None
+    weight_map = ckpt.index.weight_map
+    if list(weight_map) != list(ckpt.tensors):
+        return False
+    shards = ckpt.loaded_shards
+    return list(weight_map.values()) == list(chain.from_iterable(repeat(s.name, len(s.tensors)) for s in shards))
 
 
 @register
@@ -42,22 +65,18 @@ class IndexTensorMismatch(Rule):
             return
         readable = {s.name for s in ckpt.shards}
         # Shards we could not read say nothing about their contents; other rules report them.
-        unreadable = {n for n in ckpt.shard_files if n not in readable} | set(index.weight_map.values()).difference(
-            ckpt.files
-        )
+        unreadable = {n for n in ckpt.shard_files if n not in readable} | indexed_files(ckpt).difference(ckpt.files)
         # `ckpt.tensors` covers the shards the index names (what vLLM loads); a stray shard and its tensors are
         # stray-shard's (CK107), and a tensor in two loaded shards is duplicate-tensor's (CK108): nothing twice.
         tensors, dupes = ckpt.tensors, ckpt.duplicate_tensors
-        where = index.weight_map.get
         if (
             not unreadable
             and not dupes
             and not ckpt.stray_shards
             and len(tensors) == len(index.weight_map)
-            and all(set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards)
+            and (_same_order(ckpt) or _all_where_indexed(ckpt))
         ):
-            # Every loaded tensor is where the index says and the counts match, so the index names nothing else:
-            # decided in C, a lookup per tensor.
+            # Every loaded tensor is where the index says and the counts match, so the index names nothing else.
             return
         in_stray = {t.name for shard in ckpt.stray_shards for t in shard.tensors}
         absent, misplaced = [], []

@@ -2,10 +2,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from operator import attrgetter
 
 from ..knowledge.dtypes import dtype_support
+from ..model.checkpoint import Checkpoint
 from .base import Context, Finding, Rule, files_of, register
+
+
+def dtype_census(ckpt: Checkpoint) -> Counter[str]:
+    """Tensors per dtype. Every tensor is in exactly one module and a module's layout lists its tensors' dtypes, so
+    the count is summed over layouts (each weighted by how many modules have it) rather than over tensors."""
+    census: Counter[str] = Counter()
+    for layout, members in zip(ckpt.layouts.layouts, ckpt.layouts.members, strict=True):
+        n = len(members)
+        for _suffix, dtype, _shape in layout:
+            census[dtype] += n
+    return census
 
 
 @register
@@ -40,7 +51,7 @@ class ReaderDtypeSupport(Rule):
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         table = dtype_support()
-        census = Counter(map(attrgetter("dtype"), ctx.ckpt.tensors.values()))
+        census = dtype_census(ctx.ckpt)
         reported = sorted(d for d in census if d in table and table[d].report)
         if not reported:
             return

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from operator import attrgetter
 
+from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
 _BEGIN, _END = attrgetter("begin"), attrgetter("end")
@@ -43,7 +44,7 @@ class IndexTotalSize(Rule):
         declared = index.metadata.get("total_size")
         if isinstance(declared, bool) or not isinstance(declared, (int, float)):
             return
-        named = set(index.weight_map.values())
+        named = indexed_files(ckpt)
         shards = ckpt.loaded_shards
         if {s.name for s in shards} != named or not all(s.valid for s in shards):
             return  # missing or broken shards are other rules' findings; the sum would be meaningless

@@ -4,6 +4,7 @@ import fnmatch
 from collections.abc import Iterable
 
 from ..knowledge.layouts import alternate_weights
+from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
 
@@ -12,7 +13,7 @@ def stray_files(ctx: Context) -> list[str]:
     index = ctx.ckpt.index
     if index is None:
         return []
-    named = set(index.weight_map.values())
+    named = indexed_files(ctx.ckpt)
     skip = [a.pattern for a in alternate_weights()]
     return [f for f in ctx.ckpt.shard_files if f not in named and not any(fnmatch.fnmatch(f, p) for p in skip)]
 

@@ -4,6 +4,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..knowledge.architectures import markers
+from ._experts import first_tensor, non_expert_modules
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
@@ -33,7 +34,16 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
         new = prefix if comp == root.component else family.canonical_root(comp)
         return None if new is None else (prefix + first + ".", new)
 
-    # The answer depends on the first four segments only: every expert below one experts prefix that long shares it.
+    # The answer depends on the first four segments only: every expert below one experts prefix that long shares it,
+    # so a healthy checkpoint shows itself with one answer per such prefix and one per other module.
+    ckpt = ctx.ckpt
+    if not any(
+        move(first_tensor(group).rpartition(".")[0])
+        if layer.count(".") >= 3
+        else any(move(m.name) for projs in group.experts.values() for m in projs.values())
+        for layer, group in ckpt.experts.items()
+    ) and not any(map(move, non_expert_modules(ckpt))):
+        return plan
     by_layer: dict[str, tuple[str, str] | None] = {}
     for name, module in ctx.ckpt.modules.items():
         where = module.expert

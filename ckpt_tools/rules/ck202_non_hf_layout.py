@@ -5,6 +5,8 @@ from collections.abc import Iterable
 
 from ..knowledge.architectures import is_explicit, markers
 from ..knowledge.layouts import ForeignLayout, foreign_layouts
+from ..model.checkpoint import Checkpoint
+from ._experts import first_tensor, non_expert_modules
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
@@ -85,6 +87,19 @@ class _Placement:
         return verdict
 
 
+def _any_flagged(place: _Placement, ckpt: Checkpoint) -> bool:
+    """Whether any tensor gets a verdict. WHY per layer: below an experts prefix that `decides`, every name shares
+    the prefix's verdict (`_Placement`), so one tensor of the layer stands for all of its experts."""
+    modules = ckpt.modules
+    for layer, group in ckpt.experts.items():
+        if place.decides(layer):
+            if place._layer_verdict(layer, first_tensor(group)) is not None:
+                return True
+        elif any(place.flagged(m.name, m) for projs in group.experts.values() for m in projs.values()):
+            return True
+    return any(place.flagged(name, modules[name]) for name in non_expert_modules(ckpt))
+
+
 @once_per
 def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
     """(names under no root, grouped by head; the foreign layout per head; names of components the architecture
@@ -94,9 +109,9 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     homeless: dict[str, list[str]] = defaultdict(list)
     place = _Placement(ctx)
     modules = ctx.ckpt.modules
-    # A healthy checkpoint has nothing to report: one pass over the modules shows it. Only when something is found
-    # are the names gathered, in tensor order.
-    if not any(place.flagged(module, held) for module, held in modules.items()):
+    # A healthy checkpoint has nothing to report: one verdict per experts prefix and one per other module show it.
+    # Only when something is found are the names gathered, in tensor order.
+    if not _any_flagged(place, ctx.ckpt):
         return unrooted, layouts, homeless
     for name in ctx.ckpt.tensors:
         verdict = place.verdict(name, modules.get(name.rpartition(".")[0]))

@@ -4,8 +4,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from ..knowledge.kv_scales import classify
+from ._kv import kv_tensors
 from .base import Context, Finding, Rule, files_of, register
-from .ck303_kv_cache_config_mismatch import kv_tensors
 
 
 @register

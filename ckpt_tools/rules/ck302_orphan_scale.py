@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ..dtypes import FLOAT_HIGH_PRECISION
+from ..model.checkpoint import Checkpoint
 from ..model.modules import ROLES, Module, join_name
 from .base import Context, Finding, Rule, files_of, register
 
@@ -17,6 +18,19 @@ def orphans_of(module: Module) -> list[str]:
     if weight is not None and weight.dtype not in FLOAT_HIGH_PRECISION:
         return []
     return sorted(t.name for s, t in module.tensors.items() if ROLES.get(s) in QUANT_ROLES)
+
+
+def _suspects(ckpt: Checkpoint) -> Iterator[Module]:
+    """The modules that may hold orphans, in module order. Whether a module does (`orphans_of` is empty or not)
+    depends on its tensors' suffixes and its weight's dtype only, i.e. on its layout: it is decided on one module
+    per layout, and only the members of a layout that has orphans are looked at."""
+    layouts = ckpt.layouts
+    modules = ckpt.modules
+    flagged = {lid for lid, names in enumerate(layouts.members) if orphans_of(modules[names[0]])}
+    if not flagged:
+        return
+    of = layouts.of
+    yield from (module for name, module in modules.items() if of[name] in flagged)
 
 
 @register
@@ -53,8 +67,10 @@ class OrphanScale(Rule):
     def check(self, ctx: Context) -> Iterable[Finding]:
         orphans: list[str] = []
         modules: dict[str, str] = {}
-        gone = ctx.ckpt.unavailable_tensors
-        for module in ctx.ckpt.modules.values():
+        gone: frozenset[str] | None = None
+        for module in _suspects(ctx.ckpt):
+            if gone is None:
+                gone = ctx.ckpt.unavailable_tensors  # a pass over the index: only once something is suspect
             if (
                 module.weight is None
                 and {join_name(module.name, "weight"), join_name(module.name, "weight_packed")} & gone

@@ -5,8 +5,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..detect.resolve import component_of
-from ..knowledge.kv_scales import KvRuntime, attention, is_kv_scale_name, kv_runtime
-from ._memo import once_per
+from ..knowledge.kv_scales import KvRuntime, attention, kv_runtime
+from ._kv import kv_tensors
 from .base import Context, Finding, Rule, files_of, register
 from .ck304_quant_config_mismatch import _kv_word, _nested
 
@@ -28,16 +28,6 @@ def attention_layers(ctx: Context) -> list[str]:
         ):
             out.add(parent)
     return sorted(out)
-
-
-@once_per
-def kv_tensors(ctx: Context) -> list[str]:
-    tails = (*attention().scale_suffixes, "output_scale")  # a cheap superset test first: this runs over every name
-    return sorted(
-        n
-        for n in ctx.ckpt.tensors
-        if n.endswith(tails) and is_kv_scale_name(n) and component_of(n, ctx.det.family) != "vision"
-    )
 
 
 def _owner(name: str) -> str:

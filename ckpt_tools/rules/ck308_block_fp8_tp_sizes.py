@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..detect.resolve import ModuleRow
 from ..knowledge.modules import fused_groups_for, parallel
 from ..knowledge.scales import schemes
+from ._classes import in_row_order, row_classes
 from .base import Context, Finding, Rule, register
 
 
@@ -50,8 +51,17 @@ def _block_size(ctx: Context, rows: list[ModuleRow]) -> tuple[int, int] | None:
     return None
 
 
+def _block_fp8(row: ModuleRow) -> bool:
+    return row.disk.kind == "fp8" and "block" in (row.disk.detail, row.declared.detail)
+
+
 def block_rows(ctx: Context) -> list[ModuleRow]:
-    return [r for r in ctx.det.rows if r.disk.kind == "fp8" and "block" in (r.disk.detail, r.declared.detail)]
+    """The block-FP8 rows, in row order. WHY per class: the test reads the row's schemes alone (its disk scheme is
+    its layout's), so it is decided on the first row of each class (`_classes.row_classes`)."""
+    wanted = [(c.names, None) for c in row_classes(ctx) if _block_fp8(c.row)]
+    if not wanted:
+        return []
+    return [ctx.det.row_by_name[name] for name, _ in in_row_order(wanted)]
 
 
 def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:

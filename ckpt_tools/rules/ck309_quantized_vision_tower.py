@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._classes import in_row_order, row_classes
 from .base import Context, Finding, Rule, module_files, register
 
 
@@ -36,11 +37,17 @@ class QuantizedVisionTower(Rule):
     title = "Quantized vision tower"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
-        rows = [r for r in ctx.det.rows if r.component == "vision" and r.disk.quantized and r.declared.quantized]
-        if not rows:
+        # Per row class (`_classes.row_classes`): the test reads the row's component and schemes, which are its class's.
+        tower = [
+            (c.names, c.row.disk.label)
+            for c in row_classes(ctx)
+            if c.row.component == "vision" and c.row.disk.quantized and c.row.declared.quantized
+        ]
+        if not tower:
             return
-        names = [r.name for r in rows]
-        labels = sorted({r.disk.label for r in rows})
+        rows = list(in_row_order(tower))
+        names = [name for name, _ in rows]
+        labels = sorted({label for _, label in rows})
         yield self.finding(
             f"{len(rows)} vision-tower linear(s) are quantized ({', '.join(labels)}), e.g. `{names[0]}`: loaders and "
             f"converters expect a BF16 tower, image accuracy drops and some runtimes cannot load it. Re-export with "

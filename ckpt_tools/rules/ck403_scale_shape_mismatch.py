@@ -7,9 +7,9 @@ from typing import Any
 
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, TensorSpec, scheme_for
-from ..model.layouts import LayoutMemo
 from ..model.modules import Module
 from ..model.tensors import TensorInfo
+from ._classes import in_row_order, row_classes
 from ._experts import partially_missing
 from ._layout_findings import WHAT, layout_findings
 from .base import Context, Finding, Rule, register
@@ -165,23 +165,35 @@ def _spec_problems(
     return out
 
 
+def _judged(row: ModuleRow) -> bool:
+    return row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")
+
+
 def scale_shape_problems(ctx: Context) -> list[Problem]:
-    """Every module's problems, in row order. Modules with the same layout, schemes and config group have the same
-    problems, so each is judged once per layout (`LayoutMemo`); only the names differ."""
-    memo: LayoutMemo[list[tuple[str, str, str, bool]]] = LayoutMemo(ctx.ckpt.layouts)
+    """Every module's problems, in row order. WHY per class: `_layout_problems` reads the module's layout, the row's
+    schemes (the disk scheme is its layout's) and its config group, never its name, so every row of a class
+    (`_classes.row_classes`) has the same problems; only the names differ, and members are listed only for classes
+    that have problems."""
     modules = ctx.ckpt.modules
-    skip: frozenset[str] | None = None
+    found: list[tuple[tuple[str, ...], list[tuple[str, str, str, bool]]]] = []
+    # Classes may be finer than what the answer reads (component, ignore entry): one answer per what it reads, the
+    # schemes by identity (shared objects, alive with the rows).
+    answers: dict[tuple[int, int, int, str | None], list[tuple[str, str, str, bool]]] = {}
+    for c in row_classes(ctx):
+        row = c.row
+        if _judged(row):
+            key = (c.layout, id(row.declared), id(row.disk), row.group)
+            problems = answers.get(key)
+            if problems is None:
+                problems = answers[key] = _layout_problems(ctx, row, modules[row.name])
+            if problems:
+                found.append((c.names, problems))
+    if not found:
+        return []
+    skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
     out: list[Problem] = []
-    for row in ctx.det.rows:
-        if not (row.disk.quantized or (row.declared.quantized and row.disk.kind == "unknown")):
-            continue
-        extra = (id(row.declared), id(row.disk), row.group)  # schemes by identity: rows share a few, all alive
-        found = memo.get(row.name, extra, _layout_problems, ctx, row, modules[row.name])
-        if not found:
-            continue
-        if skip is None:
-            skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
-        out.extend(Problem(row.name, *p[:3]) for p in found if not (p[3] and f"{row.name}.{p[0]}" in skip))
+    for name, problems in in_row_order(found):
+        out.extend(Problem(name, *p[:3]) for p in problems if not (p[3] and f"{name}.{p[0]}" in skip))
     return out
 
 

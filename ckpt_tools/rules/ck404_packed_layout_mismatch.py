@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from ..detect.resolve import ModuleRow
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
-from ..model.layouts import LayoutMemo
 from ..model.modules import Module
+from ._classes import RowClass, in_row_order, row_classes, split_by, templates_of
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
 from ._layout_findings import WHAT, layout_findings
@@ -112,22 +112,10 @@ def _expected(shape: str, n: int, k: int, bits: int, group: int) -> tuple[int, .
     }.get(shape)
 
 
-def _name_class(name: str) -> tuple[str, bool, bool, bool, bool]:
-    """What of a module's name `config_features` reads: with the layout and the declared scheme, the whole key of a
-    module's problems."""
-    return (
-        name.rsplit(".", 1)[-1],
-        ".experts." in name,
-        ".shared_expert." in name,
-        ".self_attn." in name,
-        ".mlp." in name,
-    )
-
-
 def _problems(
-    ctx: Context, row: ModuleRow, module: Module, layout: tuple[str, int, int] | None
+    ctx: Context, row: ModuleRow, name: str, module: Module, layout: tuple[str, int, int] | None
 ) -> list[tuple[str, str, str]]:
-    """(suffix, problem, detail) for one quantized module."""
+    """(suffix, problem, detail) for one quantized module of the row's class, named `name`."""
     if is_gpt_oss_experts(module):
         return gpt_oss_problems(ctx.ckpt, module)
     kind = row.declared.kind if row.declared.quantized else row.disk.kind
@@ -141,7 +129,7 @@ def _problems(
     if scheme is None:
         return []
     bits = layout[1] if layout else (8 if kind == "int8" else 4)
-    want = config_features(ctx.ckpt, row.name)
+    want = config_features(ctx.ckpt, name)
     # Only the transposed layout is judged against the config: some families widen a projection on purpose (Qwen3.5's
     # gated q_proj is 2 x heads x head_dim), so other differences are not evidence of a defect.
     if want is not None and want[0] != want[1] and _transposed(weight.shape, scheme.weight.shape, want, bits):
@@ -198,20 +186,40 @@ def _int_tensor_problems(
 
 
 def packed_layout_problems(ctx: Context) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. A module's problems depend
-    on its layout, its declared scheme and the parts of its name that `config_features` reads, so each is judged
-    once per distinct key (`LayoutMemo`)."""
+    """(suffix, problem) -> [(module, detail)] over every quantized row, in row order. WHY per class and name
+    template (`_classes`): `_problems` reads the module's layout, the row's schemes (the disk scheme is its layout's)
+    and, of its name, only what `config_features` reads: the last segment and whether `.experts.`,
+    `.shared_expert.`, `.self_attn.` or `.mlp.` occur. None of these holds a digit, so names that differ only in
+    their digits get the same answer (a last segment with digits names no projection either way); a class is split
+    by template only when its templates get different answers."""
     layout = _int_layout(ctx)
-    memo: LayoutMemo[list[tuple[str, str, str]]] = LayoutMemo(ctx.ckpt.layouts)
     modules = ctx.ckpt.modules
-    grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-    for row in ctx.det.rows:
-        if not (row.disk.quantized or row.declared.quantized):
+    found: list[tuple[list[str] | tuple[str, ...], list[tuple[str, str, str]]]] = []
+    # Classes may be finer than what the answer reads (group, component, ignore entry): one answer per what it
+    # reads, the schemes by identity (shared objects, alive with the rows).
+    memo: dict[tuple[int, int, int, str], list[tuple[str, str, str]]] = {}
+
+    def answer(c: RowClass, template: str, name: str) -> list[tuple[str, str, str]]:
+        key = (c.layout, id(c.row.declared), id(c.row.disk), template)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = _problems(ctx, c.row, name, modules[c.row.name], layout)
+        return got
+
+    for c in row_classes(ctx):
+        if not (c.row.disk.quantized or c.row.declared.quantized):
             continue
-        # The declared scheme by identity: rows share a few scheme objects, alive while the rule runs.
-        extra = (id(row.declared), _name_class(row.name))
-        for suffix, problem, detail in memo.get(row.name, extra, _problems, ctx, row, modules[row.name], layout):
-            grouped[(suffix, problem)].append((row.name, detail))
+        templates, first = templates_of(c.names)
+        answers = {t: answer(c, t, name) for t, name in first.items()}
+        if len(answers) == 1 or all(a == answers[templates[0]] for a in answers.values()):
+            if answers[templates[0]]:
+                found.append((c.names, answers[templates[0]]))
+            continue
+        found.extend((names, answers[t]) for t, names in split_by(c.names, templates).items() if answers[t])
+    grouped: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for name, problems in in_row_order(found):
+        for suffix, problem, detail in problems:
+            grouped[(suffix, problem)].append((name, detail))
     return grouped
 
 
