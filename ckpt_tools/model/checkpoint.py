@@ -105,7 +105,7 @@ class Checkpoint:
     @cached_property
     def layouts(self) -> Layouts:
         """Module name -> layout id (tensor suffixes, dtypes and shapes): what detection and the layout rules compute
-        once per layout rather than once per module (`model.layouts.LayoutMemo`)."""
+        once per layout rather than once per module (`Layouts.members`)."""
         return self._grouped[1]
 
     @cached_property

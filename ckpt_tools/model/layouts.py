@@ -3,22 +3,20 @@
 A large checkpoint has tens of thousands of modules but a handful of layouts (every expert projection of a layer
 looks alike), and whatever depends only on a module's layout (its disk scheme, whether its scales fit their weight)
 is the same for every module that shares it. `group_layouts` numbers the layouts in one pass (`group_checkpoint` groups
-the modules, numbers their layouts and files the experts in one); `LayoutMemo` computes a
-result once per layout (and a caller's extra key) instead of once per module.
+the modules, numbers their layouts and files the experts in one); `Layouts.members` lists the modules of each
+layout, so that a rule can judge a layout once and name its modules only when it has something to report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Generic, TypeVar
 
 from .modules import ExpertGroup, Module
 from .tensors import TensorInfo
 
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
-V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -83,24 +81,3 @@ def group_layouts(modules: Mapping[str, Module]) -> Layouts:
         of[name] = lid
         members[lid].append(name)
     return Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))
-
-
-class LayoutMemo(Generic[V]):
-    """Results per (layout, extra key): `get(name, extra, compute, *args)` returns `compute(*args)`, computed on the
-    first module of each layout and extra key and shared by the rest. `extra` holds whatever else the result depends
-    on (the module's schemes, its projection name...); schemes may be keyed by `id()` only while the objects are
-    alive, i.e. within one pass over one detection's rows."""
-
-    __slots__ = ("_cache", "_of")
-
-    def __init__(self, layouts: Layouts) -> None:
-        self._of = layouts.of
-        self._cache: dict[tuple[int, Hashable], V] = {}
-
-    def get(self, name: str, extra: Hashable, compute: Callable[..., V], *args: object) -> V:
-        key = (self._of[name], extra)
-        try:
-            return self._cache[key]
-        except KeyError:
-            value = self._cache[key] = compute(*args)
-            return value

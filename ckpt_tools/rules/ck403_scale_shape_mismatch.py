@@ -96,7 +96,7 @@ def _expected(
 def _layout_problems(ctx: Context, row: ModuleRow, module: Module) -> list[tuple[str, str, str, bool]]:
     """(suffix, kind, detail, skippable) for one module layout; `skippable` marks a missing tensor that another
     rule may own (per-expert gaps, tensors of a missing shard). Depends on the module's layout, its schemes and its
-    config group only (the `LayoutMemo` key)."""
+    config group only (what a class shares)."""
     weight = module.weight
     if weight is None:
         return []
