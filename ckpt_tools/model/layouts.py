@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .modules import ExpertGroup, Module
+from .modules import ExpertGroup, Module, tensor_buckets
 from .tensors import TensorInfo
 
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
@@ -33,14 +33,7 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     """Modules (`group_modules`), their layouts (`group_layouts`) and the MoE experts (`group_experts`) of tensors in
     load order, in one pass over the tensors and one over the modules: the same objects, in the same order, as the
     three functions give one after the other."""
-    buckets: dict[str, dict[str, TensorInfo]] = {}
-    get = buckets.get
-    for t in tensors:
-        prefix, _, suffix = t.name.rpartition(".")  # split_name, inlined: this runs once per tensor
-        bucket = get(prefix)
-        if bucket is None:
-            buckets[prefix] = bucket = {}
-        bucket[suffix] = t
+    buckets = tensor_buckets(tensors)
     modules: dict[str, Module] = {}
     ids: dict[Layout, int] = {}
     of: dict[str, int] = {}

@@ -164,7 +164,8 @@ def join_name(prefix: str, suffix: str) -> str:
     return f"{prefix}.{suffix}" if prefix else suffix
 
 
-def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
+def tensor_buckets(tensors: Iterable[TensorInfo]) -> dict[str, dict[str, TensorInfo]]:
+    """Module prefix -> suffix -> tensor, in the tensors' order (`split_name` of every name)."""
     buckets: dict[str, dict[str, TensorInfo]] = {}
     get = buckets.get
     for t in tensors:
@@ -173,7 +174,11 @@ def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
         if bucket is None:
             buckets[prefix] = bucket = {}
         bucket[suffix] = t
-    return {p: Module(p, MappingProxyType(ts)) for p, ts in buckets.items()}
+    return buckets
+
+
+def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
+    return {p: Module(p, MappingProxyType(ts)) for p, ts in tensor_buckets(tensors).items()}
 
 
 def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
