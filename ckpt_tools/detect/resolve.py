@@ -68,6 +68,11 @@ class RowClass:
     def is_expert(self) -> bool:
         return ".experts." in self.names[0]
 
+    @property
+    def row(self) -> ModuleRow:
+        """The first member's row: every field but the name is the whole class's."""
+        return ModuleRow(self.names[0], self.component, self.declared, self.disk, self.covered_by, self.group)
+
     def rows(self, names: Iterable[str] | None = None) -> list[ModuleRow]:
         """The rows of `names` (members of this class; default all of them), made in C."""
         shared = map(repeat, (self.component, self.declared, self.disk, self.covered_by, self.group))

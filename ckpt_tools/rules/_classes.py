@@ -14,24 +14,17 @@ on the digits.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import TypeVar
 
-from ..detect.resolve import ModuleRow
+from ..detect.resolve import RowClass
 from ._memo import once_per
 from .base import Context
 
-_DECLARED, _GROUP, _COMPONENT = attrgetter("declared"), attrgetter("group"), attrgetter("component")
+_DECLARED, _DISK, _COVERED = attrgetter("declared"), attrgetter("disk"), attrgetter("covered_by")
+_GROUP, _COMPONENT = attrgetter("group"), attrgetter("component")
 _DIGITS = str.maketrans("0123456789", "#" * 10)
 V = TypeVar("V")
-
-
-@dataclass(frozen=True)
-class RowClass:
-    layout: int  # the members' layout id (`Checkpoint.layouts`)
-    row: ModuleRow  # the class's first row: every field but the name is the whole class's
-    names: tuple[str, ...]  # every member's name, in row order
 
 
 def name_templates(names: list[str]) -> list[str]:
@@ -45,31 +38,46 @@ def name_templates(names: list[str]) -> list[str]:
 
 @once_per
 def row_classes(ctx: Context) -> tuple[RowClass, ...]:
-    """The detection rows in classes. Detection's own classes (`Detection.classes`) share every field but the name,
-    and one layout: taken as they are, no pass over the rows. A detection made without them (rows only) is grouped
-    here, the key built column by column in C: layout id (by name), declared scheme (by identity: rows share a few
-    scheme objects, alive as long as the rows), group, component; the disk scheme is the layout's (detection reads it
-    from the layout alone)."""
+    """The detection rows in classes (`detect.resolve.RowClass`): detection's own (`Detection.classes`), taken as they
+    are, no pass over the rows. A detection made without them (rows only) is grouped here, the key built column by
+    column in C: layout id (by name), the schemes (by identity: rows share a few scheme objects, alive as long as the
+    rows), ignore entry, group, component, so that a class's rows share every field but the name, as detection's do."""
     det = ctx.det
     if det.classes or not det.rows:
-        return tuple(RowClass(c.layout, c.rows(c.names[:1])[0], c.names) for c in det.classes)
+        return det.classes
     rows = det.rows
     names = [r.name for r in rows]
     keys = zip(
         map(ctx.ckpt.layouts.of.__getitem__, names),
         map(id, map(_DECLARED, rows)),
+        map(id, map(_DISK, rows)),
+        map(_COVERED, rows),
         map(_GROUP, rows),
         map(_COMPONENT, rows),
         strict=True,
     )
-    members: dict[tuple[int, int, str | None, str], list[int]] = {}
+    members: dict[tuple[int, int, int, str | None, str | None, str], list[int]] = {}
     for i, key in enumerate(keys):
         held = members.get(key)
         if held is None:
             members[key] = [i]
         else:
             held.append(i)
-    return tuple(RowClass(key[0], rows[ids[0]], tuple(map(names.__getitem__, ids))) for key, ids in members.items())
+    out = []
+    for key, ids in members.items():
+        first = rows[ids[0]]
+        out.append(
+            RowClass(
+                layout=key[0],
+                component=first.component,
+                declared=first.declared,
+                disk=first.disk,
+                covered_by=first.covered_by,
+                group=first.group,
+                names=tuple(map(names.__getitem__, ids)),
+            )
+        )
+    return tuple(out)
 
 
 def templates_of(names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:

@@ -3,11 +3,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..detect.resolve import ModuleRow
+from ..detect.resolve import ModuleRow, RowClass
 from ..knowledge.scales import ScaleScheme, scheme_for
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module
-from ._classes import RowClass, in_row_order, row_classes, split_by, templates_of
+from ._classes import in_row_order, row_classes, split_by, templates_of
 from ._gpt_oss_layout import is_gpt_oss_experts
 from ._gpt_oss_layout import problems as gpt_oss_problems
 from ._layout_findings import WHAT, layout_findings
