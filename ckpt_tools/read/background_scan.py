@@ -4,8 +4,9 @@ value rules, so detection and the header rules use the other core meanwhile.
 Where it is safe, the scan runs in a forked child process: a thread of this process would share its GIL, and the
 scan's short Python steps between reads would then queue behind the analysis (each wait up to the interpreter's
 switch interval), which measured no faster than scanning first. A fork costs a few milliseconds, shares the parsed
-headers copy-on-write and sends back only the statistics, in the order the scan produced them (a list of positions
-in the wanted tensors, and the statistics, pickled: equal statistics are one object, so one pickle each).
+headers copy-on-write and sends back only the statistics, as JSON (never pickle: no module of ckpt can load one):
+each distinct statistics object once (the scan shares one object among equal results), then per tensor, in the
+order the scan produced them, its position among the wanted tensors and the index of its statistics.
 
 The fork is used on Linux for a local checkpoint when this process runs no other thread (forking a threaded
 process can leave the child with a lock another thread held). Otherwise (a Hub `--deep` scan, whose HTTP
@@ -18,8 +19,8 @@ scan's own `TargetError`, raised when the value rules ask for the values.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -118,23 +119,23 @@ class _Forked:
     def result(self) -> ValueStats:
         if self._value is not None:
             return self._value
-        from ..model.values import ValueStats
+        from ..model.values import TensorStats, ValueStats
 
         assert self._pipe is not None
         with os.fdopen(self._pipe, "rb") as pipe:
             self._pipe = None
-            try:
-                payload = pickle.load(pipe)
-            except (EOFError, pickle.UnpicklingError):
-                payload = None
+            received = pipe.read()
         status = self._reap(kill=False)
-        if payload is None:
-            raise RuntimeError(f"the value scan process ended without a result ({_describe(status)})")
-        if payload[0] != "ok":
-            raise _rebuilt(*payload[1:])
-        _, order, stats, bytes_read = payload
-        names = [self._tensors[i].name for i in order]
-        self._value = ValueStats(MappingProxyType(dict(zip(names, stats, strict=True))), bytes_read=bytes_read)
+        try:
+            payload = json.loads(received)
+        except ValueError:
+            raise RuntimeError(f"the value scan process ended without a result ({_describe(status)})") from None
+        if "error" in payload:
+            raise _rebuilt(*payload["error"])
+        table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
+        names = [self._tensors[i].name for i in payload["order"]]
+        stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
+        self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
         return self._value
 
     def close(self) -> None:
@@ -162,22 +163,56 @@ def _child(
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills this process
         try:
-            values = _scan(source, tensors, shards, progress=progress)
-            position = {t.name: i for i, t in enumerate(tensors)}
-            payload: tuple = (
-                "ok",
-                [position[n] for n in values.tensors],
-                list(values.tensors.values()),
-                values.bytes_read,
-            )
+            payload = _encoded(_scan(source, tensors, shards, progress=progress), tensors)
         except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
-            payload = ("error", type(exc).__module__, type(exc).__name__, str(exc))
-        with os.fdopen(write, "wb") as pipe:
-            pickle.dump(payload, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
+        with os.fdopen(write, "w") as pipe:
+            json.dump(payload, pipe)
     except BaseException:  # noqa: BLE001  (the parent went away, a broken pipe: it reports the lost result)
         code = 1
     finally:
         os._exit(code)
+
+
+def _encoded(values: ValueStats, tensors: Sequence[TensorInfo]) -> dict[str, Any]:
+    """`values` as JSON data: every distinct statistics object once (its fields in order; Python's JSON keeps every
+    float exactly, NaN and the infinities included), then per tensor its position in `tensors` and its object's."""
+    position = {t.name: i for i, t in enumerate(tensors)}
+    index: dict[int, int] = {}
+    table: list[list[Any]] = []
+    refs: list[int] = []
+    for stats in values.tensors.values():
+        k = index.get(id(stats))
+        if k is None:
+            k = index[id(stats)] = len(table)
+            table.append([getattr(stats, f) for f in _FIELDS])
+        refs.append(k)
+    return {
+        "order": [position[n] for n in values.tensors],
+        "refs": refs,
+        "stats": table,
+        "bytes_read": values.bytes_read,
+    }
+
+
+def _stats_fields(row: list[Any]) -> list[Any]:
+    """A table row back into `TensorStats` arguments: JSON gave `values` as a list."""
+    values = row[_VALUES]
+    if values is not None:
+        row[_VALUES] = tuple(values)
+    return row
+
+
+def _fields() -> tuple[str, ...]:
+    from dataclasses import fields
+
+    from ..model.values import TensorStats
+
+    return tuple(f.name for f in fields(TensorStats))
+
+
+_FIELDS = _fields()
+_VALUES = _FIELDS.index("values")
 
 
 def _die_with_parent() -> None:
