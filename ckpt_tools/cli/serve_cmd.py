@@ -76,12 +76,12 @@ def serve_flags_command(
     import sys
 
     from ..errors import UsageError
-    from ..serve import emitters, serve_flags
+    from ..serve import emitters, serve_flags_and_analyses
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     container = emit_as != Emit.argv
-    plan = serve_flags(
+    plan, analyses = serve_flags_and_analyses(
         target,
         runtime=runtime,
         hardware=hardware,
@@ -96,7 +96,7 @@ def serve_flags_command(
         repo_id=repo_id,
         served_model_name=served_model_name,
     )
-    keep_until_exit(plan)
+    keep_until_exit((plan, analyses))
     code = plan.exit_code(fail_on.value)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself

@@ -582,15 +582,19 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     rows = list(chain.from_iterable(map(RowClass.rows, classes)))
     rows.sort(key=itemgetter(0))
 
-    if producer == "none" and any(r.disk.quantized for r in rows):
+    # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
+    # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
+    # first member, their members by name); `_ct_algo` reads only which schemes occur.
+    if producer == "none" and any(c.disk.quantized for c in classes):
         producer = _producer_from_tensors(ckpt)
     if producer == "compressed-tensors" or producer in format_table.formats():
-        algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
+        algo = _ct_algo([c.declared for c in classes if c.declared.quantized])
     if producer == "compressed-tensors" and rejection is None:
-        bad = next((r for r in rows if r.declared.kind == "unknown"), None)
+        bad = next((c for c in classes if c.declared.kind == "unknown"), None)
         if bad is not None:
             rejection = (
-                f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: {bad.declared.detail}"
+                "No compressed-tensors compatible scheme was found for "
+                f"layer_name={bad.names[0]}: {bad.declared.detail}"
             )
             vllm_method = None
 
