@@ -332,9 +332,9 @@ finally:
 """
 
 
-def test_serve_flags_keeps_its_analyses_until_exit(tmp_path: Path) -> None:
-    """serve-flags leaves the analyses it judged (the checkpoint's and the drafter's; the plan keeps neither) to
-    process exit, as doctor does, and prints the same command as the library's `serve_flags`."""
+def test_serve_commands_keep_their_analyses_until_exit(tmp_path: Path) -> None:
+    """serve-flags and check-serve leave the analyses they judged (the checkpoint's and the drafter's; the plan
+    keeps neither) to process exit, as doctor does, and print what the library's `serve_flags` plans."""
     from ckpt_tools.serve import serve_flags
     from ckpt_tools.serve.emitters import argv_line
     from tests.test_serve import make_drafter
@@ -347,3 +347,8 @@ def test_serve_flags_keeps_its_analyses_until_exit(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines()[-1] == "KEPT ServePlan [True, True]"
     plan = serve_flags(target, headers_only=True, drafter=str(drafter))
     assert proc.stdout == argv_line(plan) and "--speculative-config" in proc.stdout
+
+    args = ["check-serve", target, "--headers-only", "-f", "json", "--", *plan.argv]
+    proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "KEPT CheckServeResult [True]", proc.stderr
+    assert json.loads(proc.stdout)["suggested_argv"] == list(plan.argv)

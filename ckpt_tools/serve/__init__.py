@@ -27,6 +27,7 @@ __all__ = [
     "PlannedFlag",
     "ServePlan",
     "check_serve",
+    "check_serve_and_analyses",
     "planned_command",
     "serve_flags",
     "serve_flags_and_analyses",
@@ -197,6 +198,31 @@ def check_serve(
     """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
     and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
     `docker run` of a known image picks that image's profile."""
+    return check_serve_and_analyses(
+        target,
+        command,
+        runtime=runtime,
+        hardware=hardware,
+        revision=revision,
+        headers_only=headers_only,
+        deep=deep,
+        progress=progress,
+    )[0]
+
+
+def check_serve_and_analyses(
+    target: str | os.PathLike[str],
+    command: str | Sequence[str],
+    *,
+    runtime: str | None = None,
+    hardware: str | None = None,
+    revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
+) -> tuple[CheckServeResult, tuple[Analysis, ...]]:
+    """`check_serve`, and the analysis it judged, for a caller that decides when it is freed (as
+    `serve_flags_and_analyses`)."""
     from .. import _inputs
     from ..pipeline import analyze
     from .parser import parse_command, split_command
@@ -247,7 +273,7 @@ def check_serve(
         },
         command="check-serve",
     )
-    return CheckServeResult(report, replace(the_plan, findings=findings))
+    return CheckServeResult(report, replace(the_plan, findings=findings)), (analysis,)
 
 
 def _image_of(words: Sequence[str]) -> str | None:
