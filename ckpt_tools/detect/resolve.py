@@ -7,11 +7,11 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from itertools import chain, filterfalse, repeat
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import chain, compress, filterfalse, repeat
+from operator import attrgetter, is_, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -366,6 +366,50 @@ def component_lookup(family: Family) -> Callable[[str], str]:
         return component if component is not None else component_of(name, family)
 
     return lookup
+
+
+_PREFIX = itemgetter(0)  # of a name's rpartition(".")
+_HEAD = itemgetter(slice(0, 4))  # the first four segments of a split(".", 4)
+
+
+def components_of(names: Sequence[str], family: Family) -> list[str]:
+    """`component_lookup(family)` of every name, in order (`component_batches` in one batch)."""
+    return component_batches(family)(names)
+
+
+def component_batches(family: Family) -> Callable[[Sequence[str]], list[str]]:
+    """`component_lookup(family)` for batches of names (a checkpoint's, a slice at a time, so that the per-name
+    lists stay small), in whole-list steps and one `of_module` call per four-segment head rather than per name.
+    WHY this is exact: the lookup answers a name with its prefix's `of_module(prefix, first name of the prefix)`
+    (made at the prefix's first appearance), or, where that is None, with `component_of` of the name itself;
+    `of_module` is None for a prefix of fewer than four segments, and otherwise the answer its per-head cache holds
+    for the prefix's first four segments (`.`-joined, as `split(".", 4)[:4]` gives them), filled at the head's
+    first prefix: the call made here, in the same order, since batches come in order and a prefix new to the
+    lookup meets its first name in the batch that holds it."""
+    of_module = module_component_lookup(family)
+    by_head: dict[str, str | None] = {}
+    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+
+    def batch(names: Sequence[str]) -> list[str]:
+        prefixes = list(map(_PREFIX, map(str.rpartition, names, repeat("."))))
+        new = [p for p in dict.fromkeys(prefixes) if p not in shared]
+        if new:
+            first = dict(zip(reversed(prefixes), reversed(names), strict=True))  # prefix -> its first name
+            parts = list(map(methodcaller("split", ".", 4), new))
+            for prefix, head, segments in zip(new, map(".".join, map(_HEAD, parts)), map(len, parts), strict=True):
+                if segments < 4:
+                    shared[prefix] = None
+                    continue
+                if head not in by_head:
+                    by_head[head] = of_module(prefix, first[prefix])
+                shared[prefix] = by_head[head]
+        found = list(map(shared.__getitem__, prefixes))
+        if None in found:  # the names that decide for themselves (top-level ones, at least): few
+            for i in compress(range(len(found)), map(is_, found, repeat(None))):
+                found[i] = component_of(names[i], family)
+        return found  # type: ignore[return-value]  # no None is left
+
+    return batch
 
 
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
