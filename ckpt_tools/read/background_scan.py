@@ -108,7 +108,9 @@ class _Forked:
         self._value: ValueStats | None = None
         read, write = os.pipe()
         for stream in (sys.stdout, sys.stderr):  # what this process has buffered is written once, by this process
-            stream.flush()
+            if stream is not None:  # None: started with the stream closed
+                with contextlib.suppress(OSError, ValueError):  # a broken pipe, a closed file: the parent's to meet
+                    stream.flush()
         self._pid: int | None = os.fork()
         if self._pid == 0:  # the child: scan, send, and leave without running anything of the parent's
             os.close(read)
