@@ -259,6 +259,7 @@ def build_seed(root: Path, plausible: bool = True) -> int:
     ).tensors
 
 
+LAYOUT = "writer"  # shards laid out in the safetensors writer's order (synth.WRITER_ORDER); older builds are rebuilt
 SEED_BUILDS = {"seed": {"seed": True, "scales": "plausible"}, "seed-zero": {"seed": True}}
 
 
@@ -267,7 +268,8 @@ def ensure(root: Path, name: str) -> Path:
     folder = root / name
     params = SEED_BUILDS.get(name) or SYNTHETICS[name]
     stamp = folder / "BUILD.json"
-    if stamp.exists() and json.loads(stamp.read_text()) == params:
+    built = {**params, "layout": LAYOUT}
+    if stamp.exists() and json.loads(stamp.read_text()) == built:
         return folder
     if folder.exists():
         for p in folder.iterdir():
@@ -277,7 +279,7 @@ def ensure(root: Path, name: str) -> Path:
         count = build_seed(folder, plausible=name == "seed")
     else:
         count = build_moe(folder, **params)
-    stamp.write_text(json.dumps(params))
+    stamp.write_text(json.dumps(built))
     print(f"built {name}: {count:,} tensors in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return folder
 

@@ -2,8 +2,8 @@
 
 The one writer behind the benchmarks' synthetics (bench/header_bench.py, scale_bench.py, repair_bench.py) and the
 memory-plan header sets (tests/memory_models.py). Tensors are dealt to shards in the order given, each shard's data
-laid out in that order (offsets contiguous from 0, as the safetensors writer lays them out), with
-`model.safetensors.index.json` and config.json beside them. Standard library and ckpt_tools only: tests import it.
+laid out as the safetensors writer lays it out (offsets contiguous from 0, grouped by dtype, widest first, then by
+name: `WRITER_ORDER`), with `model.safetensors.index.json` and config.json beside them. Standard library and ckpt_tools only: tests import it.
 
 A holes-only checkpoint reads as all-zero scales, which every value rule flags (a defect path). `values=` writes real
 bytes for the tensors it returns bytes for (`plausible_scales`: NVFP4 block and global scales as producers write
@@ -26,6 +26,31 @@ Tensor = tuple[str, str, list[int]]  # name, dtype, shape
 ITEM_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1}
 INDEX_NAME = "model.safetensors.index.json"
 Values = Callable[[str, str, list[int]], "bytes | None"]  # (name, dtype, shape) -> the tensor's bytes, or None: a hole
+
+# The order the safetensors writer (`save_file`, behind every producer's `save_pretrained`) puts a shard's tensors in,
+# header entries and data alike: by dtype, in descending order of its `Dtype` enum, then by name. Seen in every
+# genuine fixture (F32, BF16, F8_E4M3, U8 runs; I64, I32, BF16; I32, BF16, F16) and in safetensors 0.8's numpy
+# `save` (U64, I64, F64, F32, U32, I32, F16, U16, I16, I8, U8, BOOL). So a shard's block scales are one contiguous
+# region, and its one-element global scales another, which is what the value scan meets on real checkpoints.
+WRITER_ORDER = (
+    "U64",
+    "I64",
+    "F64",
+    "F32",
+    "U32",
+    "I32",
+    "BF16",
+    "F16",
+    "U16",
+    "I16",
+    "F8_E8M0",
+    "F8_E4M3",
+    "F8_E5M2",
+    "I8",
+    "U8",
+    "BOOL",
+)
+_WRITER_RANK = {dtype: rank for rank, dtype in enumerate(WRITER_ORDER)}
 
 
 @dataclass(frozen=True)
@@ -51,12 +76,12 @@ def shard_name(k: int, shards: int) -> str:
 def write_shard(
     path: Path, tensors: Iterable[Tensor], metadata: Mapping[str, str] | None = None, values: Values | None = None
 ) -> tuple[int, int]:
-    """One sparse shard; returns (header bytes, data bytes). With `values`, the tensors it gives bytes for are
-    written; the rest of the data region is a hole."""
+    """One sparse shard in the writer's order (`WRITER_ORDER`); returns (header bytes, data bytes). With `values`,
+    the tensors it gives bytes for are written; the rest of the data region is a hole."""
     entries: dict[str, dict[str, Any]] = {}
     written: list[tuple[int, bytes]] = []
     offset = 0
-    for name, dtype, shape in tensors:
+    for name, dtype, shape in sorted(tensors, key=lambda t: (_WRITER_RANK[t[1]], t[0])):
         n = nbytes(dtype, shape)
         entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
         data = values(name, dtype, shape) if values is not None else None

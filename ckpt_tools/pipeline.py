@@ -20,8 +20,9 @@ from .model.checkpoint import INDEX_NAME, Checkpoint
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
+from .read.background_scan import BackgroundScan
 from .read.configs import read_index
-from .read.loader import load_checkpoint, scan_values
+from .read.loader import load_checkpoint, scan_plan
 from .read.local import LocalSource
 from .read.repair_state import pending_repair
 from .report.model import Report, SkippedRule
@@ -151,24 +152,27 @@ def _analyze(
         skipped_reason = "--headers-only: scale values were not read"
     elif source.is_remote and not deep:
         skipped_reason = "remote target: scale values are read only with --deep"
-    if skipped_reason or not run_values:
-        ckpt = replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed")
-    else:
-        ckpt = _with_views(scan_values(source, ckpt, wanted_values(run_values), progress=progress), ckpt)
     # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
     provenance = getattr(source, "provenance", None)
-    return judge(
-        ckpt,
-        target=target,
-        label=source.label,
-        runtime=runtime,
-        hardware_ids=hardware_ids,
-        skipped_reason=skipped_reason,
-        silenced=tuple((r.code, why) for r, why in silenced),
-        producer_schema=producer_schema,
-        suppressions=suppressions,
-        extra={"hub": provenance} if provenance else {},
-    )
+    settings: dict[str, Any] = {
+        "target": target,
+        "label": source.label,
+        "runtime": runtime,
+        "hardware_ids": hardware_ids,
+        "skipped_reason": skipped_reason,
+        "silenced": tuple((r.code, why) for r, why in silenced),
+        "producer_schema": producer_schema,
+        "suppressions": suppressions,
+        "extra": {"hub": provenance} if provenance else {},
+    }
+    if skipped_reason or not run_values:
+        return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), **settings)
+    # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
+    scan = BackgroundScan(source, *scan_plan(ckpt, wanted_values(run_values)), progress=progress)
+    try:
+        return judge(ckpt, scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt), **settings)
+    finally:
+        scan.close()
 
 
 def _with_views(scanned: Checkpoint, ckpt: Checkpoint) -> Checkpoint:
@@ -194,16 +198,20 @@ def judge(
     producer_schema: bool = False,
     suppressions: Sequence[Suppression] = (),
     extra: dict | None = None,
+    scanned: Callable[[], Checkpoint] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
-    (code, reason) of value rules not run because a suppression silences them outright."""
+    (code, reason) of value rules not run because a suppression silences them outright. With `scanned` (a value
+    scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
+    `scanned()` returns: `ckpt` with its statistics."""
     det = detect(ckpt, runtime)
     profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
     schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
     ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
-    findings = _run_rules(ctx, skipped, skipped_reason, dict(silenced))
-    findings, suppressed = apply_suppressions(findings, suppressions)
+    found, ctx = _run_rules(ctx, skipped, skipped_reason, dict(silenced), scanned)
+    ckpt = ctx.ckpt
+    findings, suppressed = apply_suppressions(found, suppressions)
     report = Report(
         target=label,
         checkpoint=checkpoint_summary(ckpt, det, profiles),
@@ -239,18 +247,32 @@ def _producer_schema(ckpt: Checkpoint, det: Detection) -> tuple[Any, list[Skippe
 
 
 def _run_rules(
-    ctx: Context, skipped: list[SkippedRule], skipped_reason: str | None, not_run: Mapping[str, str]
-) -> list[Finding]:
-    """Every registered rule's findings; a value rule without values (headers only, or silenced outright by a
-    suppression) is recorded in `skipped` with the reason instead."""
-    findings: list[Finding] = []
+    ctx: Context,
+    skipped: list[SkippedRule],
+    skipped_reason: str | None,
+    not_run: Mapping[str, str],
+    scanned: Callable[[], Checkpoint] | None = None,
+) -> tuple[list[Finding], Context]:
+    """Every registered rule's findings, in rule order, and the context the value rules saw; a value rule without
+    values (headers only, or silenced outright by a suppression) is recorded in `skipped` with the reason instead.
+    With `scanned`, the value rules run last, on the checkpoint it returns once the header rules are done."""
+    per_rule: list[list[Finding]] = []
+    deferred: list[tuple[int, type[Rule]]] = []
     for rule_cls in all_rules():
         reason = (skipped_reason or not_run.get(rule_cls.code)) if rule_cls.needs_values else None
         if reason:
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
             continue
-        findings.extend(rule_cls().check(ctx))
-    return findings
+        if scanned is not None and rule_cls.needs_values:
+            deferred.append((len(per_rule), rule_cls))
+            per_rule.append([])
+            continue
+        per_rule.append(list(rule_cls().check(ctx)))
+    if scanned is not None:
+        ctx = replace(ctx, ckpt=scanned())
+        for slot, rule_cls in deferred:
+            per_rule[slot] = list(rule_cls().check(ctx))
+    return [f for found in per_rule for f in found], ctx
 
 
 def _refuse_lone_shard(source) -> None:

@@ -261,10 +261,10 @@ def test_serve_flags_reads_the_checkpoint_once(monkeypatch: pytest.MonkeyPatch) 
 
     loads: list[str] = []
     scans: list[str] = []
-    real_load, real_scan = pipeline.load_checkpoint, pipeline.scan_values
+    real_load, real_scan = pipeline.load_checkpoint, pipeline.BackgroundScan
     monkeypatch.setattr(pipeline, "load_checkpoint", lambda source: loads.append(source.label) or real_load(source))
     monkeypatch.setattr(
-        pipeline, "scan_values", lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k)
+        pipeline, "BackgroundScan", lambda source, *a, **k: scans.append(source.label) or real_scan(source, *a, **k)
     )
     target = str(GENUINE / "llmc-qwen35moe-nvfp4")
     plan = serve_flags(target, hardware="gb10")

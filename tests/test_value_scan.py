@@ -218,6 +218,70 @@ def test_all_zero_and_clean_pieces_take_the_fast_paths_exactly(tmp_path: Path) -
     assert result.get("f.weight_scale").zero == 1250 and result.get("f.weight_scale").min == 0.0
 
 
+@pytest.mark.parametrize("dtype", sorted(STATS_DTYPES))
+def test_runs_of_block_scales_measured_a_read_at_a_time_are_exact(dtype: str, tmp_path: Path) -> None:
+    """Block scales side by side, as the safetensors writer groups them: a read made only of them is judged whole
+    (one min/max pass), a clean one gives every tensor in it the shared clean result. Some tensors hold one special
+    code or value, one a zero row; every chunk size puts tensor edges inside reads and tensors across reads."""
+    rng = random.Random(f"runs-{dtype}")
+    rows, width = 8, 16
+    if dtype in FLOAT8_DTYPES:
+        table = float8_table(dtype)
+        specials = [c for c in range(256) if c not in table.plain]
+
+        def plain() -> bytes:
+            return bytes(rng.choice(table.plain) for _ in range(rows * width))
+
+        def with_special(blob: bytes) -> bytes:
+            at = rng.randrange(len(blob))
+            return blob[:at] + bytes([rng.choice(specials)]) + blob[at + 1 :]
+
+        zero = bytes([c for c in range(256) if table.classes[c] == 3][:1])  # a zero code (E8M0 has none)
+        size = 1
+    else:
+        size = len(wide_bytes(dtype, [0.0]))
+
+        def plain() -> bytes:
+            return wide_bytes(dtype, [rng.choice((-1, 1)) * rng.uniform(0.01, 100) for _ in range(rows * width)])
+
+        def with_special(blob: bytes) -> bytes:
+            at = rng.randrange(len(blob) // size) * size
+            special = wide_bytes(dtype, [rng.choice([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-40, 6e-8])])
+            return blob[:at] + special + blob[at + size :]
+
+        zero = wide_bytes(dtype, [0.0])
+    blobs = [plain() for _ in range(12)]
+    for i in (3, 7, 10):
+        blobs[i] = with_special(blobs[i])
+    row = 2 * width * size
+    if zero:
+        blobs[5] = blobs[5][:row] + zero * width + blobs[5][row + width * size :]  # row 2 all zero
+    tensors = [(f"m{i}.weight_scale", dtype, [rows, width], b) for i, b in enumerate(blobs)]
+    write_shard(tmp_path, "model.safetensors", tensors)
+    source = LocalSource(tmp_path)
+    ckpt = load_checkpoint(source)
+    for chunk in (1, 7, 100, rows * width * size, 300, 1 << 20):
+        result = scan_values(source, list(ckpt.tensors.values()), {s.name: s for s in ckpt.shards}, chunk=chunk)
+        for name, _d, _s, blob in tensors:
+            stats = result.get(name)
+            assert_matches(stats, dtype, blob)
+            zero_rows = [
+                r
+                for r in range(rows)
+                if all(v == 0 for v in reference_values(dtype, blob[r * width * size : (r + 1) * width * size]))
+            ]
+            assert (stats.channels, stats.zero_rows, stats.first_zero_row) == (
+                rows,
+                len(zero_rows),
+                zero_rows[0] if zero_rows else None,
+            ), (name, chunk)
+        assert result.get("m5.weight_scale").zero_rows == (1 if zero else 0)
+
+
+def reference_values(dtype: str, blob: bytes) -> list[float]:
+    return [decode_code(dtype, b) for b in blob] if dtype in FLOAT8_DTYPES else wide_values(dtype, blob)
+
+
 # ---- corrupted genuine fixtures -------------------------------------------------------------------------------------
 
 BLOCK = "model.layers.1.mlp.up_proj.weight_scale"

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from types import MappingProxyType
+from typing import Any
 
 from .modules import ROLES
 from .tensors import TensorInfo
@@ -116,40 +117,47 @@ def _class_of(dtype: str, code: int) -> int:
     return SUBNORMAL if subnormal else PLAIN
 
 
-FEW_SPECIAL = 16  # up to this many codes to look for, one memchr each beats a translate pass
-
-
 @dataclass(frozen=True)
 class Float8Table:
     """Per 8-bit float dtype: the codes that need no counting (positive normal finite), and each code's class as a
     `bytes.translate` table, so a chunk is classified at C speed (`translate(None, plain)` keeps only the rest).
 
-    `probe` is what a clean piece is checked for first (memchr speed): every non-plain code when there are few
-    (E8M0: 0xFF only), else the non-plain codes below 0x80, after `isascii()` has ruled out the others."""
+    The plain codes of every format are one run of byte values, `plain_range` (E4M3 0x08-0x7E, E5M2 0x04-0x7B, the
+    FNUZ ones 0x08-0x7F / 0x04-0x7F, E8M0 0x00-0xFE): a clean piece is found by its minimum and maximum byte."""
 
     plain: bytes
     classes: bytes
     values: tuple[float, ...]  # code -> value
-    probe: bytes
-    ascii_first: bool
     zero_mask: bytes  # translate table: zero codes (+0, -0) -> 0x00, every other code -> 0x01
+    plain_range: tuple[int, int]  # (lowest, highest) plain code
 
 
 @cache
 def float8_table(dtype: str) -> Float8Table:
     """The table of one 8-bit float dtype, built on first use (the header path never pays for it)."""
     classes = bytes(_class_of(dtype, c) for c in range(256))
-    special = bytes(c for c in range(256) if classes[c] != PLAIN)
-    ascii_first = len(special) > FEW_SPECIAL
-    probe = bytes(c for c in special if c < 0x80) if ascii_first else special
+    plain = bytes(c for c in range(256) if classes[c] == PLAIN)
+    assert plain[-1] - plain[0] + 1 == len(plain), f"{dtype}: plain codes are not one run"
     return Float8Table(
-        plain=bytes(c for c in range(256) if classes[c] == PLAIN),
+        plain=plain,
         classes=classes,
         values=tuple(decode_code(dtype, c) for c in range(256)),
-        probe=probe,
-        ascii_first=ascii_first,
         zero_mask=bytes(0 if classes[c] == ZERO else 1 for c in range(256)),
+        plain_range=(plain[0], plain[-1]),
     )
+
+
+def all_plain(dtype: str, data: bytes | bytearray | memoryview) -> bool:
+    """Whether every code of 8-bit float bytes is positive, normal and finite: nothing to count, the common case.
+    A min and a max over the bytes (`Float8Table.plain_range`): two vector passes that release the GIL (numpy),
+    where testing for each non-plain code would cost one pass per code (nine for E4M3) and hold it."""
+    if not data:
+        return True
+    import numpy
+
+    codes = numpy.frombuffer(data, numpy.uint8)
+    lo, hi = float8_table(dtype).plain_range
+    return bool(codes.min() >= lo and codes.max() <= hi)
 
 
 # ---- statistics ---------------------------------------------------------------------------------------------------
@@ -228,7 +236,6 @@ class ValueStats:
 
 # ---- measuring ----------------------------------------------------------------------------------------------------
 
-_NEG_SIGN = bytes(range(0x80))  # translate(None, this) keeps the bytes whose top bit (a float's sign) is set
 WIDE_STEP = 64 * 1024  # bytes of F32 / BF16 / F16 decoded at a time (a multiple of every item size)
 
 
@@ -383,11 +390,16 @@ class Accumulator:
                 return  # measured once, from all its values, in `result` (most scanned tensors are one-element)
         if self.dtype in FLOAT8_DTYPES:
             self._feed_float8(piece)
-        elif len(piece) <= WIDE_STEP:
-            self._feed_wide(piece)
-        else:  # decoded floats are Python objects: a bounded number at a time
+        elif all_zero(piece) or not self._feed_normal_wide(piece):
+            if len(piece) <= WIDE_STEP:
+                self._feed_wide(piece)
+                return
+            # Decoded floats are Python objects: a bounded number at a time, each part trying the vector path again
+            # (one NaN in a piece sends only its own part down the slow path).
             for i in range(0, len(piece), WIDE_STEP):
-                self._feed_wide(piece[i : i + WIDE_STEP])
+                part = piece[i : i + WIDE_STEP]
+                if all_zero(part) or not self._feed_normal_wide(part):
+                    self._feed_wide(part)
 
     def _feed_float8(self, piece: bytes) -> None:
         table = float8_table(self.dtype)
@@ -402,10 +414,10 @@ class Accumulator:
                 else:
                     channels.clean(base)
             return
-        if (not table.ascii_first or piece.isascii()) and not any(c in piece for c in table.probe):
+        if all_plain(self.dtype, piece):
             if channels is not None:
                 channels.clean(base)
-            return  # every code positive, normal and finite: the common case, at memchr speed
+            return  # every code positive, normal and finite: the common case, at memory speed
         rest = piece.translate(None, table.plain)  # typically empty or tiny: C speed over the piece
         if not rest:
             if channels is not None:
@@ -429,6 +441,14 @@ class Accumulator:
             else:
                 channels.clean(base)
 
+    def feed_plain(self, n: int) -> None:
+        """`n` more 8-bit codes known to be positive, normal and finite (`all_plain` of a read holding them): only
+        counted. Not for a small tensor, whose values are kept."""
+        assert self.small is None and self.dtype in FLOAT8_DTYPES
+        if self.channels is not None:
+            self.channels.clean(self.count)
+        self.count += n
+
     def _add_class(self, cls: int, n: int) -> None:
         if cls == NAN:
             self.nan += n
@@ -440,6 +460,26 @@ class Accumulator:
             self.negative += n
         if cls in (SUBNORMAL, NEGATIVE_SUBNORMAL):
             self.subnormal += n
+
+    def _feed_normal_wide(self, piece: bytes) -> bool:
+        """Count `piece` (F32 / BF16 / F16) if every value in it is a finite normal, the common case, with vector
+        passes (numpy: NaN propagates through min and max, so finite extremes mean no NaN and no infinity); False,
+        counting nothing, when some value is zero, subnormal, infinite or NaN."""
+        import numpy
+
+        values = _wide_array(self.dtype, piece)
+        if not values.size:
+            return True
+        lo, hi = values.min(), values.max()
+        if not (numpy.isfinite(lo) and numpy.isfinite(hi)) or numpy.abs(values).min() < _SMALLEST_NORMAL[self.dtype]:
+            return False
+        base = self.count
+        self.count += int(values.size)
+        self.negative += int(numpy.count_nonzero(values < 0))
+        self._extend(float(lo), float(hi))
+        if self.channels is not None:
+            self.channels.clean(base)
+        return True
 
     def _feed_wide(self, piece: bytes) -> None:
         values = _decode_wide(self.dtype, piece)
@@ -454,17 +494,6 @@ class Accumulator:
             self._extend(0.0, 0.0)
             if channels is not None:
                 channels.zeros(bytes(n), base)
-            return
-        size = ITEM_SIZE[self.dtype]
-        top = piece[size - 1 :: size]  # sign and high exponent bits of every element
-        signed = len(top.translate(None, _NEG_SIGN))
-        edge = _EDGE_TOP[self.dtype]
-        if not any(b in top for b in edge):
-            # No element can be zero, subnormal, infinite or NaN: every value is a finite normal.
-            self.negative += signed
-            self._extend(min(values), max(values))
-            if channels is not None:
-                channels.clean(base)
             return
         values = list(values)
         finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
@@ -555,16 +584,6 @@ def all_zero(piece: bytes) -> bool:
     return _zeros.startswith(piece)
 
 
-# Top bytes (sign + high exponent bits) of the elements that may be zero, subnormal, infinite or NaN. F32 / BF16 keep
-# the exponent's lowest bit in the next byte, so 0x00 / 0x80 / 0x7F / 0xFF are only candidates; F16 holds its whole
-# exponent in the top byte.
-_EDGE_TOP: Mapping[str, bytes] = MappingProxyType(
-    {
-        "F32": b"\x00\x80\x7f\xff",
-        "BF16": b"\x00\x80\x7f\xff",
-        "F16": bytes(b for b in range(256) if (b & 0x7C) in (0x00, 0x7C)),
-    }
-)
 _SMALLEST_NORMAL: Mapping[str, float] = MappingProxyType({"F32": 2.0**-126, "BF16": 2.0**-126, "F16": 2.0**-14})
 
 
@@ -584,6 +603,16 @@ def _decode_wide(dtype: str, blob: bytes) -> Sequence[float]:
         wide[3::4] = blob[1::2]
         return _decode_wide("F32", bytes(wide))
     return list(struct.unpack(f"<{len(blob) // 2}e", blob))
+
+
+def _wide_array(dtype: str, blob: bytes | bytearray | memoryview) -> Any:
+    """Little-endian F32 / BF16 / F16 bytes (whole elements) as a numpy array: F32 and F16 as they are, BF16 widened to
+    the F32 it is the top half of (exact)."""
+    import numpy
+
+    if dtype == "BF16":
+        return (numpy.frombuffer(blob, "<u2").astype("<u4") << 16).view("<f4")
+    return numpy.frombuffer(blob, "<f4" if dtype == "F32" else "<f2")
 
 
 def decode_values(dtype: str, blob: bytes) -> list[float]:

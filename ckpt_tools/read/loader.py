@@ -1,11 +1,10 @@
 """Build a `Checkpoint` from any `Source`: headers of every shard, the configs, the index, and optionally the value
-statistics of the tensors that value rules judge (`scan_values`)."""
+statistics of the tensors that value rules judge (`scan_plan`; the scan itself: `read.value_scan`, `read.background_scan`)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from typing import TypeVar
 
 from ..errors import TargetError
@@ -115,20 +114,11 @@ def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
 # ---- value statistics ---------------------------------------------------------------------------------------------
 
 
-def scan_values(
-    source: Source,
-    checkpoint: Checkpoint,
-    wanted: Callable[[TensorInfo], bool],
-    *,
-    progress: bool | None = None,
-) -> Checkpoint:
-    """A copy of `checkpoint` whose `values` holds the statistics of every wanted tensor (`read.value_scan`).
-
-    Only the loaded tensors are scanned (the ones `Checkpoint.tensors` names), and only in valid shards: an invalid
-    shard's offsets cannot be trusted.
-    """
-    from .value_scan import scan_values as scan  # a header-only analysis never loads the scanner (nor its threads)
-
+def scan_plan(
+    checkpoint: Checkpoint, wanted: Callable[[TensorInfo], bool]
+) -> tuple[list[TensorInfo], dict[str, Shard]]:
+    """(the tensors the value scan reads, the shards it reads them from): the wanted loaded tensors (the ones
+    `Checkpoint.tensors` names), and only in valid shards, since an invalid shard's offsets cannot be trusted."""
     shards = {s.name: s for s in checkpoint.shards if s.valid}
     chosen = [t for t in checkpoint.tensors.values() if t.shard in shards and wanted(t)]
-    return replace(checkpoint, values=scan(source, chosen, shards, progress=progress))
+    return chosen, shards

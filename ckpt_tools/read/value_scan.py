@@ -15,22 +15,26 @@ so the scan does not fill the page cache (which container memory limits count). 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
 from ..model.values import (
+    FLOAT8_DTYPES,
     ITEM_SIZE,
     SMALL_TENSOR_ELEMENTS,
     STATS_DTYPES,
     Accumulator,
     TensorStats,
     ValueStats,
+    all_plain,
     all_zero,
     channel_layout,
     small_stats,
@@ -164,6 +168,13 @@ class _LocalReader:
             self._measure(read)
         return os.pread(self.fd, read.length, read.start)
 
+    def read_into(self, read: Read, buffer: memoryview) -> memoryview:
+        """`read` into `buffer` (at least `read.length` bytes), reused read after read: no fresh pages to fault in
+        per read. Returns the part read."""
+        if self.advise:
+            self._measure(read)
+        return buffer[: os.preadv(self.fd, [buffer[: read.length]], read.start)]
+
     def done(self, read: Read) -> None:
         if self.advise and read.start not in self.cached:
             self._hint(read.start, read.length, os.POSIX_FADV_DONTNEED)
@@ -183,6 +194,9 @@ class _SourceReader:
 
     def read(self, read: Read) -> bytes:
         return self.source.read_ranges(self.name, [(read.start, read.length)])[0]
+
+    def read_into(self, read: Read, buffer: memoryview) -> memoryview:
+        return memoryview(self.read(read))
 
     def done(self, read: Read) -> None:
         pass
@@ -265,9 +279,11 @@ def scan_shard(
     # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
     # A tensor read whole in one piece has statistics that are a function of (format, layout, element count, bytes)
-    # alone: small tensors' and all-zero pieces' results are shared, not recomputed (stats are immutable values).
+    # alone: small tensors', all-zero and all-plain pieces' results are shared, not recomputed (stats are immutable).
     small: dict[tuple[str, bytes], TensorStats] = {}
     zero_whole: dict[_Kind, TensorStats] = {}
+    plain_whole: dict[_Kind, TensorStats] = {}
+    buffer = memoryview(bytearray(max((r.length for r in plan.reads), default=0)))
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
     fetched = largest = 0
@@ -284,34 +300,17 @@ def scan_shard(
                 reader.prefetch(reads[ahead])
                 pending += reads[ahead].length
                 ahead += 1
-            blob = _fetch(reader, plan, read, None)
-            fetched += len(blob)
-            largest = max(largest, len(blob))
-            for index, offset, length in read.pieces:
-                acc = accs[index]
-                if acc is None:
-                    kind = kinds[index]
-                    dtype, layout, numel, nbytes = kind
-                    if length == nbytes:  # the whole tensor in this piece: measured on the spot
-                        piece = blob[offset : offset + length] if length != len(blob) else blob
-                        if layout is None and numel <= SMALL_TENSOR_ELEMENTS:
-                            key = (dtype, piece)
-                            stats = small.get(key)
-                            if stats is None:
-                                stats = small[key] = small_stats(dtype, piece)
-                            accs[index] = stats
-                        elif all_zero(piece):
-                            stats = zero_whole.get(kind)
-                            if stats is None:
-                                stats = zero_whole[kind] = _whole(dtype, numel, layout, piece)
-                            accs[index] = stats
-                        else:
-                            accs[index] = _whole(dtype, numel, layout, piece)
-                        continue
-                    acc = accs[index] = Accumulator(dtype, numel, layout)
-                assert isinstance(acc, Accumulator)
-                acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
-            del blob
+            view = reader.read_into(read, buffer)
+            if len(view) < read.length:
+                raise OSError(f"the file ended {read.length - len(view)} bytes before the tensors its header lists")
+            fetched += len(view)
+            largest = max(largest, len(view))
+            codes = _one_float8_run(read, kinds)
+            if codes is not None and all_plain(codes, view):
+                _feed_plain_read(read, kinds, accs, plain_whole)
+            else:
+                _feed_read(read, bytes(view), kinds, accs, small, zero_whole)
+            del view
             reader.done(read)
             if progress is not None:
                 progress(read.length)
@@ -324,6 +323,80 @@ def scan_shard(
             acc = Accumulator(kind[0], kind[2], kind[1])
         out[t.name] = acc if isinstance(acc, TensorStats) else acc.result()
     return out
+
+
+_Accs = list[Accumulator | TensorStats | None]
+
+
+def _one_float8_run(read: Read, kinds: Sequence[_Kind]) -> str | None:
+    """The 8-bit float format of a read made only of pieces of tensors in that one format, end to end (no gap bytes),
+    none of them small (small tensors keep their values): such a read is measured whole, in one vector pass (a
+    shard's block scales lie side by side, as the safetensors writer groups tensors by dtype). Else None."""
+    first = kinds[read.pieces[0][0]][0]
+    if first not in FLOAT8_DTYPES:
+        return None
+    covered = 0
+    for index, _offset, length in read.pieces:
+        dtype, _layout, numel, _nbytes = kinds[index]
+        if dtype != first or numel <= SMALL_TENSOR_ELEMENTS:
+            return None
+        covered += length
+    return first if covered == read.length else None
+
+
+def _feed_plain_read(read: Read, kinds: Sequence[_Kind], accs: _Accs, plain_whole: dict[_Kind, TensorStats]) -> None:
+    """Count a read whose every code is plain (`all_plain`): a whole tensor's statistics then depend on its kind
+    alone (element count, channels, nothing else to count), so one result per kind serves every such tensor."""
+    for index, _offset, length in read.pieces:
+        acc = accs[index]
+        if acc is None:
+            kind = kinds[index]
+            if length == kind[3]:
+                stats = plain_whole.get(kind)
+                if stats is None:
+                    whole = Accumulator(kind[0], kind[2], kind[1])
+                    whole.feed_plain(length)
+                    stats = plain_whole[kind] = whole.result()
+                accs[index] = stats
+                continue
+            acc = accs[index] = Accumulator(kind[0], kind[2], kind[1])
+        assert isinstance(acc, Accumulator)
+        acc.feed_plain(length)
+
+
+def _feed_read(
+    read: Read,
+    blob: bytes,
+    kinds: Sequence[_Kind],
+    accs: _Accs,
+    small: dict[tuple[str, bytes], TensorStats],
+    zero_whole: dict[_Kind, TensorStats],
+) -> None:
+    """Measure a read piece by piece."""
+    for index, offset, length in read.pieces:
+        acc = accs[index]
+        if acc is None:
+            kind = kinds[index]
+            dtype, layout, numel, nbytes = kind
+            if length == nbytes:  # the whole tensor in this piece: measured on the spot
+                piece = blob[offset : offset + length] if length != len(blob) else blob
+                if layout is None and numel <= SMALL_TENSOR_ELEMENTS:
+                    key = (dtype, piece)
+                    stats = small.get(key)
+                    if stats is None:
+                        stats = small[key] = small_stats(dtype, piece)
+                    accs[index] = stats
+                elif all_zero(piece):
+                    stats = zero_whole.get(kind)
+                    if stats is None:
+                        stats = zero_whole[kind] = _whole(dtype, numel, layout, piece)
+                    accs[index] = stats
+                else:
+                    accs[index] = _whole(dtype, numel, layout, piece)
+                continue
+            acc = accs[index] = Accumulator(dtype, numel, layout)
+        assert isinstance(acc, Accumulator)
+        acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
 
 
 _Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
@@ -343,6 +416,15 @@ def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes)
     acc = Accumulator(dtype, numel, layout)
     acc.feed(piece)
     return acc.result()
+
+
+def _progress_bar(total: int) -> Any:
+    """A tqdm bar for the scan. Made only when it is shown: any tqdm instance, even a disabled one, starts tqdm's
+    monitor thread, which would keep the next scan of this process from running in a forked child
+    (`read.background_scan`)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc="value scan", leave=False)
 
 
 def scan_values(
@@ -373,16 +455,17 @@ def scan_values(
         workers = REMOTE_WORKERS if source.is_remote else LOCAL_WORKERS
     workers = max(1, min(workers, len(plans)))
 
-    from tqdm import tqdm
-
     disable = (total < PROGRESS_THRESHOLD) if progress is None else not progress
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
-    with tqdm(total=total, unit="B", unit_scale=True, desc="value scan", disable=disable, leave=False) as bar:
+    with contextlib.ExitStack() as stack:
+        update: Callable[[int], object] | None = None
+        if not disable:
+            update = stack.enter_context(_progress_bar(total)).update
 
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
-                return scan_shard(plan, open_reader(source, plan), counters, None if disable else bar.update, stop)
+                return scan_shard(plan, open_reader(source, plan), counters, update, stop)
             except OSError as exc:
                 raise TargetError(
                     f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"

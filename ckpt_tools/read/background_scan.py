@@ -1,0 +1,250 @@
+"""The value scan, run beside the header analysis: started as soon as the headers are read, waited for only by the
+value rules, so detection and the header rules use the other core meanwhile.
+
+Where it is safe, the scan runs in a forked child process: a thread of this process would share its GIL, and the
+scan's short Python steps between reads would then queue behind the analysis (each wait up to the interpreter's
+switch interval), which measured no faster than scanning first. A fork costs a few milliseconds, shares the parsed
+headers copy-on-write and sends back only the statistics, as JSON (never pickle: no module of ckpt can load one):
+each distinct statistics object once (the scan shares one object among equal results), then per tensor, in the
+order the scan produced them, its position among the wanted tensors and the index of its statistics.
+
+The fork is used on Linux for a local checkpoint when this process runs no other thread (forking a threaded
+process can leave the child with a lock another thread held). Otherwise (a Hub `--deep` scan, whose HTTP
+connections must not be shared with a child; an embedding program with threads of its own; macOS, whose system
+libraries are not fork-safe; Windows) the scan runs in a thread. Either way the statistics are the same objects
+the scan built, in the same order, and errors surface as they do in-process: a shard that cannot be read is the
+scan's own `TargetError`, raised when the value rules ask for the values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+
+if TYPE_CHECKING:
+    from ..model.tensors import Shard, TensorInfo
+    from ..model.values import ValueStats
+    from .source import Source
+
+
+class BackgroundScan:
+    """The value statistics of `tensors`, being measured from construction on; `result()` waits for them, `close()`
+    stops the scan if it still runs (the analysis ended first: an error, Ctrl-C) and releases what it holds."""
+
+    def __init__(
+        self,
+        source: Source,
+        tensors: Sequence[TensorInfo],
+        shards: Mapping[str, Shard],
+        *,
+        progress: bool | None = None,
+    ) -> None:
+        self._runner: _Forked | _Threaded
+        if forkable(source):
+            self._runner = _Forked(source, tensors, shards, progress)
+        else:
+            self._runner = _Threaded(source, tensors, shards, progress)
+
+    @property
+    def forked(self) -> bool:
+        return isinstance(self._runner, _Forked)
+
+    def result(self) -> ValueStats:
+        return self._runner.result()
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+def forkable(source: Source) -> bool:
+    """Whether the scan of `source` may run in a forked child (see the module docstring)."""
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and not source.is_remote
+        and threading.active_count() == 1
+        and not os.environ.get("CKPT_SCAN_IN_THREAD")
+    )
+
+
+def _scan(source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], **kw: Any) -> ValueStats:
+    from .value_scan import scan_values  # a header-only analysis never loads the scanner
+
+    return scan_values(source, tensors, shards, **kw)
+
+
+class _Threaded:
+    def __init__(
+        self, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._cancel = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-value-scan")
+        self._future = self._pool.submit(_scan, source, tensors, shards, progress=progress, cancel=self._cancel)
+
+    def result(self) -> ValueStats:
+        return self._future.result()
+
+    def close(self) -> None:
+        self._cancel.set()  # the workers stop at their next read
+        self._pool.shutdown(wait=True)
+
+
+class _Forked:
+    def __init__(
+        self, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+    ) -> None:
+        self._tensors = tensors
+        self._value: ValueStats | None = None
+        read, write = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # what this process has buffered is written once, by this process
+            if stream is not None:  # None: started with the stream closed
+                with contextlib.suppress(OSError, ValueError):  # a broken pipe, a closed file: the parent's to meet
+                    stream.flush()
+        self._pid: int | None = os.fork()
+        if self._pid == 0:  # the child: scan, send, and leave without running anything of the parent's
+            os.close(read)
+            _child(write, source, tensors, shards, progress)
+        os.close(write)
+        self._pipe: int | None = read
+
+    def result(self) -> ValueStats:
+        if self._value is not None:
+            return self._value
+        from ..model.values import TensorStats, ValueStats
+
+        assert self._pipe is not None
+        with os.fdopen(self._pipe, "rb") as pipe:
+            self._pipe = None
+            received = pipe.read()
+        status = self._reap(kill=False)
+        try:
+            payload = json.loads(received)
+        except ValueError:
+            raise RuntimeError(f"the value scan process ended without a result ({_describe(status)})") from None
+        if "error" in payload:
+            raise _rebuilt(*payload["error"])
+        table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
+        names = [self._tensors[i].name for i in payload["order"]]
+        stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
+        self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
+        return self._value
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        self._reap(kill=True)
+
+    def _reap(self, *, kill: bool) -> int:
+        if self._pid is None:
+            return 0
+        pid, self._pid = self._pid, None
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return os.waitpid(pid, 0)[1]
+
+
+def _child(
+    write: int, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+) -> None:
+    """The forked child's whole life: it never returns into the parent's code (`os._exit`)."""
+    code = 0
+    try:
+        _die_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills this process
+        try:
+            payload = _encoded(_scan(source, tensors, shards, progress=progress), tensors)
+        except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
+            payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
+        with os.fdopen(write, "w") as pipe:
+            json.dump(payload, pipe)
+    except BaseException:  # noqa: BLE001  (the parent went away, a broken pipe: it reports the lost result)
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _encoded(values: ValueStats, tensors: Sequence[TensorInfo]) -> dict[str, Any]:
+    """`values` as JSON data: every distinct statistics object once (its fields in order; Python's JSON keeps every
+    float exactly, NaN and the infinities included), then per tensor its position in `tensors` and its object's."""
+    position = {t.name: i for i, t in enumerate(tensors)}
+    index: dict[int, int] = {}
+    table: list[list[Any]] = []
+    refs: list[int] = []
+    for stats in values.tensors.values():
+        k = index.get(id(stats))
+        if k is None:
+            k = index[id(stats)] = len(table)
+            table.append([getattr(stats, f) for f in _FIELDS])
+        refs.append(k)
+    return {
+        "order": [position[n] for n in values.tensors],
+        "refs": refs,
+        "stats": table,
+        "bytes_read": values.bytes_read,
+    }
+
+
+def _stats_fields(row: list[Any]) -> list[Any]:
+    """A table row back into `TensorStats` arguments: JSON gave `values` as a list."""
+    values = row[_VALUES]
+    if values is not None:
+        row[_VALUES] = tuple(values)
+    return row
+
+
+def _fields() -> tuple[str, ...]:
+    from dataclasses import fields
+
+    from ..model.values import TensorStats
+
+    return tuple(f.name for f in fields(TensorStats))
+
+
+_FIELDS = _fields()
+_VALUES = _FIELDS.index("values")
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this child if the parent dies first (`prctl(PR_SET_PDEATHSIG, SIGKILL)`), so a parent killed
+    mid-scan does not leave it reading tens of GB for nobody. Best effort: without it, the child ends at its first
+    write into the pipe nobody reads."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent already died before the request took effect
+        os._exit(1)
+
+
+def _rebuilt(module: str, name: str, message: str) -> BaseException:
+    """The child's exception, as this process raises it: ckpt's own errors and Python's built-in ones by their type
+    (a `TargetError` prints its one line, exit 2), anything else as a RuntimeError naming it."""
+    if module == errors.__name__ and isinstance(getattr(errors, name, None), type):
+        return getattr(errors, name)(message)
+    import builtins
+
+    kind = getattr(builtins, name, None) if module == "builtins" else None
+    if isinstance(kind, type) and issubclass(kind, BaseException):
+        return kind(message)
+    return RuntimeError(f"value scan: {module}.{name}: {message}")
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
