@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, compress, repeat
-from operator import add, attrgetter, itemgetter
+from operator import add, attrgetter, is_not, itemgetter
 
 from ..model.modules import join_name
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats, ValueStats
@@ -58,8 +58,8 @@ def usable_scalars(values: ValueStats, names: Sequence[str]) -> list[float]:
     The common cases (every name measured, every value one finite positive wide float; or no name measured) are a
     few C passes; any other column is built element by element with the same test."""
     stats = list(map(values.tensors.get, names))
-    # `filter(None, ...)` drops the unmeasured names in C (`None in stats` would call the dataclass's `__eq__`)
-    measured = len(list(filter(None, stats)))
+    # counted by identity, in C (`None in stats` would call the dataclass's `__eq__` once per element)
+    measured = sum(map(is_not, stats, repeat(None)))
     if not measured:  # a suffix this checkpoint does not use (the other producer's name)
         return [math.nan] * len(stats)
     if measured == len(stats) and WIDE_FLOAT_DTYPES.issuperset(map(_DTYPE, stats)):
