@@ -4,7 +4,9 @@ statistics of the tensors that value rules judge (`scan_plan`; the scan itself: 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import TypeVar
 
 from ..errors import TargetError
@@ -19,6 +21,7 @@ SHARD_SUFFIX = ".safetensors"
 T = TypeVar("T")
 R = TypeVar("R")
 V = TypeVar("V")
+_LAST, _KIND = itemgetter(2), itemgetter(1, 2, 3)  # a name's `rpartition` suffix; TensorInfo dtype, shape, shard
 
 
 def load_checkpoint(source: Source) -> Checkpoint:
@@ -118,7 +121,35 @@ def scan_plan(
     checkpoint: Checkpoint, wanted: Callable[[TensorInfo], bool]
 ) -> tuple[list[TensorInfo], dict[str, Shard]]:
     """(the tensors the value scan reads, the shards it reads them from): the wanted loaded tensors (the ones
-    `Checkpoint.tensors` names), and only in valid shards, since an invalid shard's offsets cannot be trusted."""
+    `Checkpoint.tensors` names), and only in valid shards, since an invalid shard's offsets cannot be trusted.
+    `wanted` answers from a tensor's dtype, shape and suffix alone, as `Rule.wants_values` does (`wanted_tensors`)."""
     shards = {s.name: s for s in checkpoint.shards if s.valid}
-    chosen = [t for t in checkpoint.tensors.values() if t.shard in shards and wanted(t)]
-    return chosen, shards
+    return wanted_tensors(checkpoint, wanted, shards), shards
+
+
+class _Answers(dict):
+    """(dtype, shape, shard), suffix -> whether a tensor of that kind is scanned, asked on first sight."""
+
+    def __init__(self, wanted: Callable[[TensorInfo], bool], shards: Container[str]) -> None:
+        super().__init__()
+        self.wanted, self.shards = wanted, shards
+
+    def __missing__(self, key: tuple[tuple[str, tuple[int, ...], str], str]) -> bool:
+        (dtype, shape, shard), suffix = key
+        # A stand-in named by the suffix: `wanted` reads nothing else of a tensor but its dtype and shape.
+        answer = self[key] = shard in self.shards and self.wanted(TensorInfo(suffix, dtype, shape, shard, 0, 0))
+        return answer
+
+
+def wanted_tensors(
+    checkpoint: Checkpoint, wanted: Callable[[TensorInfo], bool], shards: Container[str]
+) -> list[TensorInfo]:
+    """The loaded tensors in `shards` that `wanted` accepts, in load order. `wanted` must answer from the tensor's
+    dtype, shape and suffix (its last name segment) alone: it is asked once per such kind in each shard, and the
+    tensors are matched with the answers in C (a checkpoint has hundreds of thousands of tensors of a few dozen
+    kinds)."""
+    by_name = checkpoint.tensors
+    tensors = list(by_name.values())
+    suffixes = map(_LAST, map(str.rpartition, by_name.keys(), repeat(".")))  # keys and values in one order
+    kinds = zip(map(_KIND, tensors), suffixes, strict=True)
+    return list(compress(tensors, map(_Answers(wanted, shards).__getitem__, kinds)))

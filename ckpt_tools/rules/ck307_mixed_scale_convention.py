@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from functools import cache
+from itertools import compress
 
 from ..knowledge.scales import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
-from ._values import scalar
+from ._value_columns import member_scalars
 from .base import Context, Finding, Rule, files_of, register
 
 # NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)).
@@ -23,34 +23,46 @@ def _convention_suffixes() -> frozenset[str]:
 
 
 def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
-    """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention."""
+    """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention,
+    in row order (by module name), each module's tensors in header order."""
     conventions = global_scale_conventions()
-    out: list[tuple[str, str, float]] = []
     if not ctx.ckpt.values:
-        return out
-    layouts = ctx.ckpt.layouts
-    # WHY per layout: a layout id fixes a module's suffixes in their order, so the global-scale suffixes (and their
-    # conventions) are the same for every module of the layout.
+        return []
+    # WHY per class: a class's rows share their disk scheme and their layout, and a layout fixes a module's suffixes
+    # in their order, so which global-scale suffixes (and conventions) a member has is its class's. Only the values
+    # differ: each member's is tested, as a column, in C.
+    table = member_scalars(ctx)
     per_layout: dict[int, list[tuple[str, str]]] = {}
-    for row in ctx.det.rows:
-        if row.disk.kind != "nvfp4":
+    asked: dict[int, list[tuple[str, str]]] = {}  # class -> its (suffix, convention) pairs, in header order
+    for k, c in enumerate(table.classes):
+        if c.disk.kind != "nvfp4":
             continue
-        lid = layouts.of[row.name]
-        suffixes = per_layout.get(lid)
+        suffixes = per_layout.get(c.layout)
         if suffixes is None:
-            suffixes = per_layout[lid] = [
+            suffixes = per_layout[c.layout] = [
                 (suffix, conventions[suffix])
-                for suffix in ctx.ckpt.modules[row.name].tensors
+                for suffix in ctx.ckpt.modules[c.names[0]].tensors
                 if conventions.get(suffix) is not None and ROLES.get(suffix) == "weight_global_scale"
             ]
-        for suffix, convention in suffixes:
-            name = join_name(row.name, suffix)
-            value = scalar(ctx.ckpt, name)
-            if value is None or not math.isfinite(value) or value <= 0:
-                continue  # unread, or invalid-scale-value's
-            if (convention == "direct" and value > BOUNDARY) or (convention == "reciprocal" and value < BOUNDARY):
-                out.append((name, convention, value))
-    return out
+        if suffixes:
+            asked[k] = suffixes
+    by_suffix: dict[str, list[int]] = {}
+    for k, suffixes in asked.items():
+        for suffix, _convention in suffixes:
+            by_suffix.setdefault(suffix, []).append(k)
+    columns = {suffix: table.column(suffix, ks) for suffix, ks in by_suffix.items()}  # one lookup pass per suffix
+    found: list[tuple[str, int, str, str, float]] = []
+    for k, suffixes in asked.items():
+        start, end = table.starts[k], table.starts[k + 1]
+        for position, (suffix, convention) in enumerate(suffixes):
+            column = columns[suffix]  # NaN where unread or unusable (invalid-scale-value's)
+            beyond = BOUNDARY.__lt__ if convention == "direct" else BOUNDARY.__gt__  # NaN compares False
+            found.extend(
+                (table.names[i], position, join_name(table.names[i], suffix), convention, column[i])
+                for i in compress(range(start, end), map(beyond, column[start:end]))
+            )
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [(name, convention, value) for _module, _position, name, convention, value in found]
 
 
 @register
