@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, is_, ne
 from types import MappingProxyType
 from typing import Any
 
-from .layouts import Layouts, group_checkpoint
-from .modules import ExpertGroup, Module
+from .layouts import Layout, Layouts, group_checkpoint
+from .modules import ExpertGroup, Module, group_experts
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
 
@@ -143,3 +144,84 @@ class Checkpoint:
         if key in cfg:
             return cfg[key]
         return self.text_config.get(key)
+
+
+# A rename that touches more than this share of the tensors regroups everything: carrying modules over would cost as
+# much, and the common repair (a misplaced component) renames a few hundred tensors of a hundred thousand.
+_CARRY_AT_MOST = 0.25
+
+
+def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
+    """Give `after`, a copy of `before` whose tensors a repair renamed in place (same shards, same order, every
+    other field of every tensor equal), its modules, layouts and experts from the ones `before` computed, regrouping
+    only the modules a renamed tensor leaves or joins. Returns False (and sets nothing) when `after` is not such a
+    copy, `before` has not grouped its modules yet, or most tensors were renamed; `after` then groups its own.
+
+    WHY this is exact: `group_checkpoint` puts each tensor in the module of its name's prefix, in load order. A module
+    whose prefix no renamed tensor had before or has after holds the same tensor objects in the same order, so its
+    `Module` (and the cached views on it) is the same and its layout is the one `before` numbered; the other modules
+    are grouped again from the after-state's tensors in load order. Modules come in the order their first tensor
+    loads and layouts are numbered in module order, exactly as `group_checkpoint` does. Expert groups are carried
+    whole only when no regrouped module has `.experts.` in its name (then the per-expert modules are the same objects
+    in the same order); otherwise they are filed again from the modules (`group_experts`). A test holds the result to
+    `group_checkpoint` on renames that split, merge, empty and create modules, move experts and change layouts."""
+    if "_grouped" not in vars(before) or before.duplicate_tensors or after.duplicate_tensors:
+        return False
+    old_names, new_names = list(before.tensors), list(after.tensors)
+    n = len(old_names)
+    if len(new_names) != n:
+        return False
+    changed = list(compress(range(n), map(ne, old_names, new_names)))
+    if len(changed) > n * _CARRY_AT_MOST:
+        return False
+    old_infos, new_infos = list(before.tensors.values()), list(after.tensors.values())
+    # Every tensor not renamed is the very same object (a renamed one differs by name, so it cannot be).
+    if sum(map(is_, old_infos, new_infos)) != n - len(changed):
+        return False
+    if any(new_infos[i] != old_infos[i]._replace(name=new_names[i]) for i in changed):
+        return False
+    touched = {old_names[i].rpartition(".")[0] for i in changed} | {new_names[i].rpartition(".")[0] for i in changed}
+
+    prefixes = [name.rpartition(".")[0] for name in new_names]
+    buckets: dict[str, dict[str, TensorInfo]] = {}
+    for prefix, t in compress(zip(prefixes, new_infos, strict=True), map(touched.__contains__, prefixes)):
+        bucket = buckets.get(prefix)
+        if bucket is None:
+            buckets[prefix] = bucket = {}
+        bucket[t.name.rpartition(".")[2]] = t
+
+    old_modules, old_layouts = before.modules, before.layouts
+    modules: dict[str, Module] = {}
+    ids: dict[Layout, int] = {}
+    new_lid: dict[int, int] = {}  # `before`'s layout id -> the after-state's
+    of: dict[str, int] = {}
+    members: list[list[str]] = []
+    for name in dict.fromkeys(prefixes):  # modules in the order their first tensor loads
+        bucket = buckets.get(name)
+        if bucket is None:
+            modules[name] = old_modules[name]
+            old = old_layouts.of[name]
+            lid = new_lid.get(old)
+            if lid is None:
+                layout = old_layouts.layouts[old]
+                lid = ids.get(layout)
+                if lid is None:
+                    lid = ids[layout] = len(members)
+                    members.append([])
+                new_lid[old] = lid
+        else:
+            modules[name] = Module(name, MappingProxyType(bucket))
+            layout = tuple([(s, t.dtype, t.shape) for s, t in bucket.items()])
+            lid = ids.get(layout)
+            if lid is None:
+                lid = ids[layout] = len(members)
+                members.append([])
+        of[name] = lid
+        members[lid].append(name)
+    layouts = Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))
+    if any(".experts." in name for name in touched):
+        experts: Mapping[str, ExpertGroup] = MappingProxyType(group_experts(modules))
+    else:
+        experts = before.experts
+    after.__dict__["_grouped"] = (MappingProxyType(modules), layouts, experts)  # a cached view, set as it would be
+    return True

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..model.checkpoint import Checkpoint
+from ..model.checkpoint import Checkpoint, carry_grouping
 from ..model.tensors import Index, Shard
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
@@ -45,12 +45,16 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
     index = ckpt.index
     index_step = next((s for s in steps if isinstance(s, IndexStep)), None)
     if index_step is not None and index is not None:
-        data = orjson.loads(index_step.new)
         files[index.name] = len(index_step.new)
+        if index_step.parsed is not None:  # what compiling the step parsed it into (no second parse of a big index)
+            weight_map, metadata = index_step.parsed
+        else:  # a step decoded from a journal
+            data = orjson.loads(index_step.new)
+            weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
         index = Index(
             index.name,
-            MappingProxyType(dict(data.get("weight_map") or {})),
-            MappingProxyType(dict(data.get("metadata") or {})),
+            MappingProxyType(dict(weight_map)),
+            MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
         dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
@@ -58,9 +62,12 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         if p.tensor not in drops
     )
     carried = carry_values(ckpt, renames, frozenset(drops), patches)
-    return dataclasses.replace(
+    after = dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
+    if renames and not drops:
+        carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
+    return after
 
 
 def _edited_shard(

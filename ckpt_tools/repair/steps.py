@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,11 @@ class IndexStep:
     new: bytes
     note: str
     old: bytes | None = None  # the whole old index, which `ckpt repair --rollback` writes back
+    # (weight map, metadata) of `new` as the loader reads it back (`read.configs.read_index`), for the predicted
+    # after-state, which then parses no index; never journaled (`new` is the record), absent in a decoded journal.
+    parsed: tuple[Mapping[str, str], Mapping[str, object]] | None = field(
+        default=None, compare=False, repr=False, metadata={"journal": False}
+    )
 
     kind = "index"
 
@@ -334,8 +340,22 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     data = orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
-    kept = weight_map.items() if not drops else ((k, f) for k, f in weight_map.items() if k not in drops)
-    new_map = {renames.get(key, key): file for key, file in kept}  # in C; a collision shows as a shorter map
+    keys = list(weight_map)
+    in_order = keys == sorted(keys)  # HF writers sort the map; a repaired one stays sorted
+    if drops:
+        kept = [(k, f) for k, f in weight_map.items() if k not in drops]
+        new_map = {renames.get(key, key): file for key, file in kept}
+        if in_order:
+            new_map = dict(sorted(new_map.items()))
+    elif in_order:
+        # Every key through `renames.get(key, key)`, sorted, and each new key's file through the key it came from,
+        # all in C (a rename touches few keys of a large map).
+        came_from = {new: old for old, new in renames.items() if old in weight_map}
+        new_keys = sorted(map(renames.get, keys, keys))
+        new_map = dict(zip(new_keys, map(weight_map.__getitem__, map(came_from.get, new_keys, new_keys)), strict=True))
+    else:
+        new_map = dict(zip(map(renames.get, keys, keys), weight_map.values(), strict=True))
+    # A collision shows as a shorter map.
     if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
         new_map = {}
         for key, file in weight_map.items():  # name the first collision, in index order
@@ -347,8 +367,6 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
                     f"{ckpt.index.name}: two entries would both be named `{new_key}`; nothing was changed"
                 )
             new_map[new_key] = file
-    if list(weight_map) == sorted(weight_map):
-        new_map = dict(sorted(new_map.items()))
     data["weight_map"] = new_map
     dropped = [ckpt.tensors[n] for n in plan.index_drops if n in weight_map and n in ckpt.tensors]
     meta = data.get("metadata")
@@ -369,7 +387,16 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     note = ", ".join(
         p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
     )
-    return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw)
+    # WHY `parsed` is what reading `new` back gives: `new` is `data` dumped (key order kept, strings and integers
+    # written exactly, floats by their round-tripping repr), and the loader keeps the weight map and a metadata object
+    # as parsed (any other metadata reads as empty).
+    parsed = (new_map, meta if isinstance(meta, dict) else {})
+    return IndexStep(
+        file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw, parsed=parsed
+    )
+
+
+_LEADING_SPACES = re.compile(rb" *")
 
 
 def _has_float(value: Any) -> bool:
@@ -383,15 +410,16 @@ def _has_float(value: Any) -> bool:
 
 
 def _dump_like(data: Any, raw: bytes) -> bytes:
-    """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`)."""
-    text = raw.decode("utf-8")
+    """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`).
+    The layout is read off the raw bytes, never a decoded copy of a many-megabyte index: `raw` parsed as JSON, so it
+    is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
     indent = None
-    first_newline = text.find("\n")
-    if 0 <= first_newline < len(text.rstrip()):
-        line = text[first_newline + 1 :]
-        indent = len(line) - len(line.lstrip(" ")) or 2
-    colon = text.find('":')
-    key_sep = ": " if text[colon + 2 : colon + 3] == " " else ":"
+    first_newline = raw.find(b"\n")
+    if 0 <= first_newline < len(raw.rstrip()):
+        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
+        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
+    colon = raw.find(b'":')
+    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
     item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
     if (
@@ -405,6 +433,6 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
         # json.dumps escapes) take the standard library.
         fast = orjson.dumps(data, option=orjson.OPT_INDENT_2)
         if fast.isascii():
-            return fast + (b"\n" if text.endswith("\n") else b"")
-    out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=text.isascii())
-    return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
+            return fast + (b"\n" if raw.endswith(b"\n") else b"")
+    out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=raw.isascii())
+    return (out + ("\n" if raw.endswith(b"\n") else "")).encode("utf-8")
