@@ -97,7 +97,7 @@ def carry_values(
     `ValueStats`), or a mapping keyed by tensor name (raw bytes). Dropped tensors leave it. Raw bytes of patched
     tensors get the patch; a measurement that is not raw bytes cannot be patched here, so it is left out (the value
     rules then do not judge that tensor until it is read again, which the repair does after writing patches)."""
-    names = ckpt.tensors.keys() | set(ckpt.index.weight_map if ckpt.index else ())
+    names: set[str] | None = None  # every tensor name, built only for a mapping field that may be keyed by them
     patches = patches or {}
     out: dict[str, Any] = {}
     for f in dataclasses.fields(ckpt):
@@ -110,7 +110,11 @@ def carry_values(
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
             out[f.name] = data.renamed(mapping)
             continue
-        if not isinstance(data, Mapping) or not all(isinstance(k, str) and k in names for k in data):
+        if not isinstance(data, Mapping):
+            continue
+        if names is None:
+            names = ckpt.tensors.keys() | set(ckpt.index.weight_map if ckpt.index else ())
+        if not all(isinstance(k, str) and k in names for k in data):
             continue  # not value data keyed by tensor name
         moved: dict[str, Any] = {}
         for name, value in data.items():

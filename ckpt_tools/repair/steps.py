@@ -170,25 +170,30 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     prefix = read_prefix(path, shard)
     header, metadata = _reader_view(shard, prefix)
     drops = edit.drops
-    kept = [(name, info) for name, info in header.items() if name not in drops]
+    kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
-    # New data layout: unchanged unless tensors are dropped, then the kept ones are packed in their old order.
-    old_begin = {name: info["data_offsets"][0] for name, info in kept}
-    new_begin = dict(old_begin)
+    # New data layout: unchanged unless tensors are dropped, then the kept ones are packed in their old order
+    # (a header written in place needs no layout).
+    new_begin: dict[str, int] = {}
     if drops:
         offset = 0
         for name, info in sorted(kept, key=lambda kv: kv[1]["data_offsets"][0]):
             new_begin[name] = offset
             offset += info["data_offsets"][1] - info["data_offsets"][0]
-    entries: dict[str, Any] = {}
-    for name, info in kept:
-        new_name = edit.renames.get(name, name)
-        if new_name in entries:
-            raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
-        if drops:
-            begin, end = info["data_offsets"]
-            info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
-        entries[new_name] = info
+    renames = edit.renames
+    # Names through `renames`, in C (a rename touches few entries of a large header); a collision shows as a
+    # shorter map, and the loop below names the first one.
+    entries: dict[str, Any] = {} if drops else dict(zip(map(renames.get, header, header), header.values(), strict=True))
+    if drops or len(entries) != len(header):
+        entries = {}
+        for name, info in kept:
+            new_name = renames.get(name, name)
+            if new_name in entries:
+                raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
+            if drops:
+                begin, end = info["data_offsets"]
+                info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
+            entries[new_name] = info
 
     note = _note(edit)
     size = os.stat(path).st_size
@@ -203,6 +208,8 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
     new_header = encode_header(entries, metadata)
     new_prefix = struct.pack("<Q", len(new_header)) + new_header
+    if not drops:
+        new_begin = {name: info["data_offsets"][0] for name, info in kept}
     data_len = sum(info["data_offsets"][1] - info["data_offsets"][0] for _, info in kept)
     copies = _copies(kept, shard.data_start, len(new_prefix), new_begin)
     patches = [p for p in edit.patches if p.tensor not in drops]
