@@ -11,10 +11,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, repeat
 from operator import attrgetter, is_not, itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from .layouts import Layout, Layouts, group_checkpoint
 from .modules import ExpertGroup, Module, group_experts
@@ -240,14 +240,15 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
         order.append(name)
         done = at
     order += carried[done:]
-    modules = dict(zip(order, map(old_modules.get, order), strict=True))
+    # Every name in `order` is a carried module or a regrouped one, so no value stays None after the update.
+    modules = cast("dict[str, Module]", dict(zip(order, map(old_modules.get, order), strict=True)))
     modules.update(regrouped)  # in place: a key already there keeps its position
 
     # Layouts numbered in module order. A key per layout: `before`'s id, or a new one past them for a layout only a
     # regrouped module has (equal layouts get equal keys).
     key_of = {layout: lid for lid, layout in enumerate(old_layouts.layouts)}
     fresh: dict[Layout, int] = {}
-    seq = list(map(old_layouts.of.get, order))
+    seq = list(map(old_layouts.of.get, order, repeat(-1)))  # -1: a regrouped module, keyed below
     for name, bucket in buckets.items():
         layout = tuple([(s, t.dtype, t.shape) for s, t in bucket.items()])
         key = key_of.get(layout)
