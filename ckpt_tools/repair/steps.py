@@ -23,6 +23,7 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import orjson
 
 from ..errors import TargetError
 from ..model.checkpoint import Checkpoint
-from ..model.tensors import Shard
+from ..model.tensors import Index, Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
 from .fsio import temp_name
@@ -237,6 +238,30 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
     are written back in the reader's terms (dtype, shape, data_offsets); fields the reader ignores are not kept.
     """
+    header = _entries_of(shard.tensors)
+    metadata = dict(shard.metadata) if shard.metadata is not None else None
+    if shard.valid and _encodes_as(header, metadata, prefix[8:]):
+        # WHY this is the reader's view without parsing the header again: the bytes on disk are exactly what writing
+        # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
+        # the reader reads a header written from a view as that view; the analysis read this shard without a
+        # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
+        return header, metadata
+    return _parsed_view(shard, prefix)
+
+
+def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
+    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
+
+
+def _encodes_as(header: dict[str, Any], metadata: dict[str, str] | None, raw: bytes) -> bool:
+    try:
+        return encode_header(header, metadata, exact_length=len(raw)) == raw
+    except ValueError:  # does not fit: certainly not these bytes
+        return False
+
+
+def _parsed_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """`_reader_view` by parsing the header on disk again."""
     read = parse_header(shard.name, shard.size, prefix[8:])
     if read.shard is None or not read.shard.valid or read.problems:
         message = read.problems[0].message if read.problems else "not a safetensors file"
@@ -246,11 +271,8 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
         )
     if read.shard.tensors != shard.tensors:
         raise TargetError(f"{shard.name}: changed while the repair was being planned; run it again")
-    header = {
-        t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in read.shard.tensors
-    }
     metadata = dict(read.shard.metadata) if read.shard.metadata is not None else None
-    return header, metadata
+    return _entries_of(read.shard.tensors), metadata
 
 
 def _in_place(shard: Shard, prefix: bytes, new_prefix: bytes, edit: ShardEdit, size: int, note: str) -> list[Step]:
@@ -344,7 +366,7 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
-    data = orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
+    data = _parsed_index(ckpt.index, raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
     keys = list(weight_map)
@@ -354,14 +376,11 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         new_map = {renames.get(key, key): file for key, file in kept}
         if in_order:
             new_map = dict(sorted(new_map.items()))
-    elif in_order:
-        # Every key through `renames.get(key, key)`, sorted, and each new key's file through the key it came from,
-        # all in C (a rename touches few keys of a large map).
-        came_from = {new: old for old, new in renames.items() if old in weight_map}
-        new_keys = sorted(map(renames.get, keys, keys))
-        new_map = dict(zip(new_keys, map(weight_map.__getitem__, map(came_from.get, new_keys, new_keys)), strict=True))
     else:
-        new_map = dict(zip(map(renames.get, keys, keys), weight_map.values(), strict=True))
+        # Every key through `renames.get(key, key)` beside its file, in C (a rename touches few keys of a large map);
+        # a sorted map stays sorted (nearly in order already: the sort runs in about one pass).
+        pairs = zip(map(renames.get, keys, keys), weight_map.values(), strict=True)
+        new_map = dict(sorted(pairs, key=itemgetter(0)) if in_order else pairs)
     # A collision shows as a shorter map.
     if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
         new_map = {}
@@ -406,6 +425,27 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
 _LEADING_SPACES = re.compile(rb" *")
 
 
+def _parsed_index(index: Index, raw: bytes) -> dict[str, Any]:
+    """`raw` (the index file as read now) parsed, as fresh objects the caller may change. When `raw` is exactly the
+    analysis's index written back in the file's own layout, that is the analysis's index, copied: WHY exact: JSON
+    written from values reads back as the same values, so bytes equal to what those values write read as them (a
+    file with other top-level keys, or changed since the analysis, differs and is parsed). Writing a 100k-entry map
+    costs a fraction of parsing it."""
+    # `.copy()` of the read-only views copies the dicts underneath in C (`dict(view)` would go key by key).
+    known: dict[str, Any] = {"weight_map": _copy(index.weight_map)}
+    if index.metadata:
+        known = {"metadata": _copy(index.metadata), **known}
+    if _dump_like(known, raw) == raw:
+        return known
+    return orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
+
+
+def _copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    copy = getattr(mapping, "copy", None)
+    out = copy() if copy is not None else None
+    return out if type(out) is dict else dict(mapping)
+
+
 def _has_float(value: Any) -> bool:
     if isinstance(value, float):
         return True
@@ -422,7 +462,10 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
     indent = None
     first_newline = raw.find(b"\n")
-    if 0 <= first_newline < len(raw.rstrip()):
+    end = len(raw)
+    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
+        end -= 1
+    if 0 <= first_newline < end:
         spaces = _LEADING_SPACES.match(raw, first_newline + 1)
         indent = (spaces.end() - spaces.start() if spaces else 0) or 2
     colon = raw.find(b'":')
