@@ -58,7 +58,7 @@ def _checkpoint(folder: Path, index: dict, layout) -> tuple:
     return load_checkpoint(LocalSource(folder)), (folder / INDEX).read_bytes()
 
 
-def HF(d: dict) -> bytes:  # noqa: N802  (a layout, named like the others' keys)
+def HF(d: dict) -> bytes:
     return (json.dumps(d, indent=2, sort_keys=True) + "\n").encode()  # as transformers writes it
 
 
