@@ -316,3 +316,39 @@ def test_only_the_console_entry_keeps_the_analysis_until_exit(entry: str, kept: 
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"KEPT {kept}"
     assert json.loads(proc.stdout)["summary"]["info"] == 1
+
+
+SERVE_PROBE = """
+import sys
+from ckpt_tools.cli.main import console
+from ckpt_tools.pipeline import Analysis
+sys.argv = ["ckpt", *sys.argv[1:]]
+try:
+    console()
+finally:
+    from ckpt_tools.cli.app import State
+    [(plan, analyses)] = State.kept
+    print("KEPT", type(plan).__name__, [type(a) is Analysis for a in analyses], file=sys.stderr)
+"""
+
+
+def test_serve_commands_keep_their_analyses_until_exit(tmp_path: Path) -> None:
+    """serve-flags and check-serve leave the analyses they judged (the checkpoint's and the drafter's; the plan
+    keeps neither) to process exit, as doctor does, and print what the library's `serve_flags` plans."""
+    from ckpt_tools.serve import serve_flags
+    from ckpt_tools.serve.emitters import argv_line
+    from tests.test_serve import make_drafter
+
+    target = str(GENUINE / "llmc-qwen35moe-nvfp4")
+    drafter = make_drafter(tmp_path)
+    args = ["serve-flags", target, "--headers-only", "--drafter", str(drafter), "--fail-on", "none"]
+    proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "KEPT ServePlan [True, True]"
+    plan = serve_flags(target, headers_only=True, drafter=str(drafter))
+    assert proc.stdout == argv_line(plan) and "--speculative-config" in proc.stdout
+
+    args = ["check-serve", target, "--headers-only", "-f", "json", "--", *plan.argv]
+    proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "KEPT CheckServeResult [True]", proc.stderr
+    assert json.loads(proc.stdout)["suggested_argv"] == list(plan.argv)

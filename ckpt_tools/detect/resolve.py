@@ -7,11 +7,11 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from itertools import chain, filterfalse, repeat
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import chain, compress, filterfalse, repeat
+from operator import attrgetter, is_, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -368,6 +368,50 @@ def component_lookup(family: Family) -> Callable[[str], str]:
     return lookup
 
 
+_PREFIX = itemgetter(0)  # of a name's rpartition(".")
+_HEAD = itemgetter(slice(0, 4))  # the first four segments of a split(".", 4)
+
+
+def components_of(names: Sequence[str], family: Family) -> list[str]:
+    """`component_lookup(family)` of every name, in order (`component_batches` in one batch)."""
+    return component_batches(family)(names)
+
+
+def component_batches(family: Family) -> Callable[[Sequence[str]], list[str]]:
+    """`component_lookup(family)` for batches of names (a checkpoint's, a slice at a time, so that the per-name
+    lists stay small), in whole-list steps and one `of_module` call per four-segment head rather than per name.
+    WHY this is exact: the lookup answers a name with its prefix's `of_module(prefix, first name of the prefix)`
+    (made at the prefix's first appearance), or, where that is None, with `component_of` of the name itself;
+    `of_module` is None for a prefix of fewer than four segments, and otherwise the answer its per-head cache holds
+    for the prefix's first four segments (`.`-joined, as `split(".", 4)[:4]` gives them), filled at the head's
+    first prefix: the call made here, in the same order, since batches come in order and a prefix new to the
+    lookup meets its first name in the batch that holds it."""
+    of_module = module_component_lookup(family)
+    by_head: dict[str, str | None] = {}
+    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+
+    def batch(names: Sequence[str]) -> list[str]:
+        prefixes = list(map(_PREFIX, map(str.rpartition, names, repeat("."))))
+        new = [p for p in dict.fromkeys(prefixes) if p not in shared]
+        if new:
+            first = dict(zip(reversed(prefixes), reversed(names), strict=True))  # prefix -> its first name
+            parts = list(map(methodcaller("split", ".", 4), new))
+            for prefix, head, segments in zip(new, map(".".join, map(_HEAD, parts)), map(len, parts), strict=True):
+                if segments < 4:
+                    shared[prefix] = None
+                    continue
+                if head not in by_head:
+                    by_head[head] = of_module(prefix, first[prefix])
+                shared[prefix] = by_head[head]
+        found = list(map(shared.__getitem__, prefixes))
+        if None in found:  # the names that decide for themselves (top-level ones, at least): few
+            for i in compress(range(len(found)), map(is_, found, repeat(None))):
+                found[i] = component_of(names[i], family)
+        return found  # type: ignore[return-value]  # no None is left
+
+    return batch
+
+
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
     """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
     prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""
@@ -582,15 +626,19 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     rows = list(chain.from_iterable(map(RowClass.rows, classes)))
     rows.sort(key=itemgetter(0))
 
-    if producer == "none" and any(r.disk.quantized for r in rows):
+    # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
+    # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
+    # first member, their members by name); `_ct_algo` reads only which schemes occur.
+    if producer == "none" and any(c.disk.quantized for c in classes):
         producer = _producer_from_tensors(ckpt)
     if producer == "compressed-tensors" or producer in format_table.formats():
-        algo = _ct_algo([r.declared for r in rows if r.declared.quantized])
+        algo = _ct_algo([c.declared for c in classes if c.declared.quantized])
     if producer == "compressed-tensors" and rejection is None:
-        bad = next((r for r in rows if r.declared.kind == "unknown"), None)
+        bad = next((c for c in classes if c.declared.kind == "unknown"), None)
         if bad is not None:
             rejection = (
-                f"No compressed-tensors compatible scheme was found for layer_name={bad.name}: {bad.declared.detail}"
+                "No compressed-tensors compatible scheme was found for "
+                f"layer_name={bad.names[0]}: {bad.declared.detail}"
             )
             vllm_method = None
 

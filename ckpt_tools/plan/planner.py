@@ -23,7 +23,7 @@ from ..model.checkpoint import Checkpoint
 from . import facts
 from .budget import Answers, Pages, answer, pages
 from .layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
-from .weights import Weights, combine, weights
+from .weights import Weights, checkpoint_weights, combine
 
 SEQ_COUNTS = (1, 8, 32)  # the sequence counts every plan answers for (plus --max-num-seqs)
 
@@ -277,7 +277,7 @@ def plan_checkpoint(
     if not cfg:
         raise UsageError(f"{target} has no config.json: the memory plan needs the model's layers")
     cache = cache_model(cfg, top, tp=tp, kv_request=settings.kv_cache_dtype, quant_method=quant_method, kv_word=kv_word)
-    w = weights(ckpt.tensors.values(), family, tp)
+    w = checkpoint_weights(ckpt, family, tp)
     notes = list(cache.notes)
     missing = len(ckpt.unavailable_tensors) + len(ckpt.lfs_pointers)
     if missing:
@@ -306,7 +306,7 @@ def plan_checkpoint(
             kv_dtype_reason=cache.kv_dtype_reason,
             notes=cache.notes,
         )
-        w = combine(w, weights(d_ckpt.tensors.values(), d_family, tp), "drafter")
+        w = combine(w, checkpoint_weights(d_ckpt, d_family, tp), "drafter")
         notes.append(f"drafter {label}: {len(d_cache.layers)} layers join the KV cache, its weights are added")
     device = facts.device(hw)
     util, util_why, util_notes = _utilization(settings, hw)

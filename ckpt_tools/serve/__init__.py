@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware
@@ -19,13 +19,18 @@ from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
+if TYPE_CHECKING:
+    from ..pipeline import Analysis
+
 __all__ = [
     "CheckServeResult",
     "PlannedFlag",
     "ServePlan",
     "check_serve",
+    "check_serve_and_analyses",
     "planned_command",
     "serve_flags",
+    "serve_flags_and_analyses",
     "serve_verdict",
 ]
 
@@ -63,6 +68,44 @@ def serve_flags(
     Hub repo id (`repo_id`, else inferred from a Hub target, a Hugging Face cache snapshot or a Hub git clone) or the
     /model mount, the drafter /drafter, and `--served-model-name` is set (`served_model_name`, else the repo id or
     the folder's name). Raises `CkptError` when the target or drafter cannot be read."""
+    return serve_flags_and_analyses(
+        target,
+        runtime=runtime,
+        hardware=hardware,
+        drafter=drafter,
+        max_model_len=max_model_len,
+        colocated=colocated,
+        container=container,
+        speculative_method=speculative_method,
+        revision=revision,
+        headers_only=headers_only,
+        deep=deep,
+        progress=progress,
+        repo_id=repo_id,
+        served_model_name=served_model_name,
+    )[0]
+
+
+def serve_flags_and_analyses(
+    target: str | os.PathLike[str],
+    *,
+    runtime: str | None = None,
+    hardware: str | None = None,
+    drafter: str | os.PathLike[str] | None = None,
+    max_model_len: int | None = None,
+    colocated: bool = False,
+    container: bool = False,
+    speculative_method: str | None = None,
+    revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
+    repo_id: str | None = None,
+    served_model_name: str | None = None,
+) -> tuple[ServePlan, tuple[Analysis, ...]]:
+    """`serve_flags`, and the analyses it judged (the checkpoint's, then the drafter's if any), for a caller that
+    decides when they are freed: `ckpt serve-flags` leaves them to process exit, as doctor leaves its own (freeing a
+    124k-tensor analysis object by object costs ~0.08 CPU s), since the plan itself keeps none of them."""
     from .. import _inputs
     from ..pipeline import analyze
 
@@ -100,9 +143,9 @@ def serve_flags(
 
     planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
     fitted = fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
-    return replace(
-        fitted, findings=serve_verdict(analysis, planned_command(fitted), rt, hw, fitted, drafter_path=drafter)
-    )
+    verdict = serve_verdict(analysis, planned_command(fitted), rt, hw, fitted, drafter_path=drafter)
+    analyses = (analysis,) if drafter_analysis is None else (analysis, drafter_analysis)
+    return replace(fitted, findings=verdict), analyses
 
 
 def planned_command(the_plan: ServePlan):
@@ -155,6 +198,31 @@ def check_serve(
     """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
     and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
     `docker run` of a known image picks that image's profile."""
+    return check_serve_and_analyses(
+        target,
+        command,
+        runtime=runtime,
+        hardware=hardware,
+        revision=revision,
+        headers_only=headers_only,
+        deep=deep,
+        progress=progress,
+    )[0]
+
+
+def check_serve_and_analyses(
+    target: str | os.PathLike[str],
+    command: str | Sequence[str],
+    *,
+    runtime: str | None = None,
+    hardware: str | None = None,
+    revision: str | None = None,
+    headers_only: bool = False,
+    deep: bool = False,
+    progress: bool | None = None,
+) -> tuple[CheckServeResult, tuple[Analysis, ...]]:
+    """`check_serve`, and the analysis it judged, for a caller that decides when it is freed (as
+    `serve_flags_and_analyses`)."""
     from .. import _inputs
     from ..pipeline import analyze
     from .parser import parse_command, split_command
@@ -205,7 +273,7 @@ def check_serve(
         },
         command="check-serve",
     )
-    return CheckServeResult(report, replace(the_plan, findings=findings))
+    return CheckServeResult(report, replace(the_plan, findings=findings)), (analysis,)
 
 
 def _image_of(words: Sequence[str]) -> str | None:

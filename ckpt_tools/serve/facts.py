@@ -72,7 +72,8 @@ def config_refusal(ckpt: Checkpoint) -> str | None:
 def checkpoint_facts(analysis: Analysis) -> CheckpointFacts:
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
     misnested = [f for f in report.findings if f.slug == MisnestedPrefix.slug]
-    vision_tensors = any(r.component == "vision" for r in det.rows) or "vision" in det.components
+    # Per class when detection made them (each shares its members' component, and the classes hold every row).
+    vision_tensors = any(c.component == "vision" for c in det.classes or det.rows) or "vision" in det.components
     vision_bad = any(
         any(
             step.get("to", "").startswith(prefix)
