@@ -4,7 +4,7 @@ import orjson
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, TextOrJson, app, echo_first_line, emit
+from .app import FailOn, TextOrJson, app, echo_first_line, emit, keep_until_exit
 
 DRY_RUN = typer.Option(
     False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); change nothing."
@@ -86,6 +86,7 @@ def fix_prefix_command(
         runtime=runtime,
         force=force,
         headers_only=headers_only,
+        keep=keep_until_exit,
     )
     _finish(result, format, fail_on)
 
@@ -110,7 +111,7 @@ def scrub_nan_command(
     count per tensor."""
     from ..repair import run, scrub_nan
 
-    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force)
+    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force, keep=keep_until_exit)
     _finish(result, format, fail_on)
 
 
@@ -139,6 +140,7 @@ def drop_orphans_command(
         runtime=runtime,
         force=force,
         headers_only=headers_only,
+        keep=keep_until_exit,
     )
     _finish(result, format, fail_on)
 
@@ -157,7 +159,7 @@ def fix_command(
     from ..repair.fix_all import fix_all
     from ..repair.render import render_fix_all
 
-    result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
+    result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit)
     if format == TextOrJson.json:
         emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

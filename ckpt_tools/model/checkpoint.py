@@ -6,15 +6,18 @@ Built once by `ckpt_tools.read.loader.load_checkpoint`; rules only read it. Conf
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
+from itertools import compress, filterfalse, repeat
+from operator import attrgetter, is_not, itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
-from .layouts import Layouts, group_checkpoint
-from .modules import ExpertGroup, Module
+from .layouts import Layout, Layouts, group_checkpoint
+from .modules import ExpertGroup, Module, group_experts
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
 
@@ -143,3 +146,133 @@ class Checkpoint:
         if key in cfg:
             return cfg[key]
         return self.text_config.get(key)
+
+
+# A rename that touches more than this share of the tensors regroups everything: carrying modules over would cost as
+# much, and the common repair (a misplaced component) renames a few hundred tensors of a hundred thousand.
+_CARRY_AT_MOST = 0.25
+
+
+def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
+    """Give `after`, a copy of `before` whose tensors a repair renamed in place (same shards, same order, every
+    other field of every tensor equal), its modules, layouts and experts from the ones `before` computed, regrouping
+    only the modules a renamed tensor leaves or joins. Returns False (and sets nothing) when `after` is not such a
+    copy, `before` has not grouped its modules yet, or most tensors were renamed; `after` then groups its own.
+
+    WHY this is exact: `group_checkpoint` puts each tensor in the module of its name's prefix, in load order. A module
+    whose prefix no renamed tensor had before or has after holds the same tensor objects in the same order, so its
+    `Module` (and the cached views on it) is the same and its layout is the one `before` numbered; the other modules
+    hold the after-state's tensors of their prefix, in load order: the unrenamed tensors of the before-state's module
+    of that name and the renamed tensors given that prefix. Modules come in the order their first tensor loads (a
+    carried module's first tensor keeps its place), and layouts are numbered in module order, exactly as
+    `group_checkpoint` does. Expert groups are carried whole only when no regrouped module has `.experts.` in its name
+    (then the per-expert modules are the same objects in the same order); otherwise they are filed again from the
+    modules (`group_experts`). A test holds the result to `group_checkpoint` on renames that split, merge, empty and
+    create modules, move a module's first tensor, change layouts and move or dissolve experts."""
+    if "_grouped" not in vars(before) or before.duplicate_tensors or after.duplicate_tensors:
+        return False
+    old_infos, new_infos = list(before.tensors.values()), list(after.tensors.values())
+    n = len(old_infos)
+    if len(new_infos) != n:
+        return False
+    # A tensor not renamed is the very same object; a renamed one must differ from its old self by name alone.
+    changed = list(compress(range(n), map(is_not, old_infos, new_infos)))
+    if len(changed) > n * _CARRY_AT_MOST:
+        return False
+    if any(new_infos[i] != old_infos[i]._replace(name=new_infos[i].name) for i in changed):
+        return False
+    renamed_from = {old_infos[i].name for i in changed}
+    touched = {name.rpartition(".")[0] for name in renamed_from} | {
+        new_infos[i].name.rpartition(".")[0] for i in changed
+    }
+    old_modules, old_layouts = before.modules, before.layouts
+    # Load positions without a map of every tensor: shard by shard (no name is in two loaded shards), a shard's
+    # index built only when one of its tensors is asked for exactly.
+    shards = after.loaded_shards
+    rank = {shard.name: r for r, shard in enumerate(shards)}
+    offsets = [0]
+    for shard in shards:
+        offsets.append(offsets[-1] + len(shard.tensors))
+    in_shard: dict[int, dict[str, int]] = {}
+
+    def position(t: TensorInfo) -> int:
+        r = rank[t.shard]
+        index = in_shard.get(r)
+        if index is None:
+            names = map(_NAME, shards[r].tensors)
+            index = in_shard[r] = dict(zip(names, range(len(shards[r].tensors)), strict=True))
+        return offsets[r] + index[t.name]
+
+    # The regrouped modules: their tensors in load order, into buckets as `tensor_buckets` fills them.
+    placed = [(i, new_infos[i]) for i in changed]
+    for name in touched & old_modules.keys():
+        placed += [(position(t), t) for t in old_modules[name].tensors.values() if t.name not in renamed_from]
+    placed.sort(key=itemgetter(0))
+    buckets: dict[str, dict[str, TensorInfo]] = {}
+    starts: dict[str, int] = {}  # regrouped module -> the load position of its first tensor
+    for i, t in placed:
+        prefix, _, suffix = t.name.rpartition(".")
+        bucket = buckets.get(prefix)
+        if bucket is None:
+            buckets[prefix] = bucket = {}
+            starts[prefix] = i
+        bucket[suffix] = t
+    regrouped = {name: Module(name, MappingProxyType(bucket)) for name, bucket in buckets.items()}
+
+    # Module order: the carried modules keep theirs; each regrouped one goes where its first tensor loads. The search
+    # compares carried modules' first positions with `start`: exactly within its shard, by their shard's first
+    # position elsewhere (which orders them the same way against `start`, and keeps the keys in order).
+    carried = list(filterfalse(touched.__contains__, old_modules))
+    order: list[str] = []
+    placed_at: dict[str, int] = {}  # regrouped module -> its index in `order`
+    done = 0
+    for name, start in sorted(starts.items(), key=itemgetter(1)):
+        home = bisect_right(offsets, start) - 1
+
+        def start_of(module: str, home: int = home) -> int:
+            first = next(iter(old_modules[module].tensors.values()))
+            r = rank[first.shard]
+            return position(first) if r == home else offsets[r]
+
+        at = bisect_left(carried, start, lo=done, key=start_of)
+        order += carried[done:at]
+        placed_at[name] = len(order)
+        order.append(name)
+        done = at
+    order += carried[done:]
+    # Every name in `order` is a carried module or a regrouped one, so no value stays None after the update.
+    modules = cast("dict[str, Module]", dict(zip(order, map(old_modules.get, order), strict=True)))
+    modules.update(regrouped)  # in place: a key already there keeps its position
+
+    # Layouts numbered in module order. A key per layout: `before`'s id, or a new one past them for a layout only a
+    # regrouped module has (equal layouts get equal keys).
+    key_of = {layout: lid for lid, layout in enumerate(old_layouts.layouts)}
+    fresh: dict[Layout, int] = {}
+    seq = list(map(old_layouts.of.get, order, repeat(-1)))  # -1: a regrouped module, keyed below
+    for name, bucket in buckets.items():
+        layout = tuple([(s, t.dtype, t.shape) for s, t in bucket.items()])
+        key = key_of.get(layout)
+        if key is None:
+            key = fresh.setdefault(layout, len(key_of) + len(fresh))
+        seq[placed_at[name]] = key
+    layout_by_key = (*old_layouts.layouts, *fresh)
+    lid_of_key = {key: lid for lid, key in enumerate(dict.fromkeys(seq))}
+    lids = list(map(lid_of_key.__getitem__, seq))
+    by_lid = sorted(range(len(order)), key=lids.__getitem__)  # stable: module order within a layout
+    counts = Counter(lids)
+    members: list[tuple[str, ...]] = []
+    at = 0
+    for lid in range(len(lid_of_key)):
+        members.append(tuple(map(order.__getitem__, by_lid[at : at + counts[lid]])))
+        at += counts[lid]
+    layouts = Layouts(
+        MappingProxyType(dict(zip(order, lids, strict=True))),
+        tuple(layout_by_key[key] for key in lid_of_key),
+        tuple(members),
+    )
+    if any(".experts." in name for name in touched):
+        experts: Mapping[str, ExpertGroup] = MappingProxyType(group_experts(modules))
+    else:
+        experts = before.experts
+    after.__dict__["_grouped"] = (MappingProxyType(modules), layouts, experts)  # a cached view, set as it would be
+    return True

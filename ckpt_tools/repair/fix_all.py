@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..pipeline import analyze
+from ..pipeline import Analysis, analyze
 from ..report.model import Report
 from ..rules.base import Finding
 from . import drop_orphans, fix_prefix, scrub_nan
@@ -55,13 +55,22 @@ class FixAllResult:
 
 
 def fix_all(
-    target: str, *, dry_run: bool = False, progress: bool | None = None, runtime: str | None = None, force: bool = False
+    target: str,
+    *,
+    dry_run: bool = False,
+    progress: bool | None = None,
+    runtime: str | None = None,
+    force: bool = False,
+    keep: Callable[[Analysis], None] | None = None,
 ) -> FixAllResult:
-    """Run every job whose finding is present and fixable, each on the checkpoint the previous one left."""
+    """Run every job whose finding is present and fixable, each on the checkpoint the previous one left (`keep`:
+    as for `runner.run`)."""
     local = resolve_local(target)  # refuse Hub targets before reading anything
     if dry_run:
         refuse_pending(local)
     analysis = analyze(target, runtime=runtime)  # the full doctor, scale values included
+    if keep is not None:
+        keep(analysis)
     check_checkpoint(analysis.checkpoint)  # unreadable shards hide findings: "nothing to do" would be a lie
     report = analysis.report
     jobs = [make() for make in ORDER]
@@ -70,7 +79,7 @@ def fix_all(
     for job in jobs:
         if job.slug not in present:
             continue
-        result = run(target, job, dry_run=dry_run, progress=progress, runtime=runtime, force=force)
+        result = run(target, job, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep)
         results.append(result)
         if result.after is not None:
             present = fixable_slugs(result.after, keep=present)

@@ -8,6 +8,7 @@ not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md Â
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from types import MappingProxyType
 
 from ..errors import TargetError, UsageError
@@ -18,6 +19,7 @@ from .plan import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "fix-prefix"
+_NAME = attrgetter("name")
 
 
 def job(pairs: Sequence[tuple[str, str]] = ()) -> Job:
@@ -85,7 +87,7 @@ def _plan(
     _check_collisions(ckpt, renames)
     edits = {}
     for shard in ckpt.shards:
-        mine = {t.name: renames[t.name] for t in shard.tensors if t.name in renames}
+        mine = {name: renames[name] for name in filter(renames.__contains__, map(_NAME, shard.tensors))}
         if mine:
             edits[shard.name] = ShardEdit(renames=MappingProxyType(mine))
     index_renames: dict[str, str] = {}

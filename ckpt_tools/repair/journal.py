@@ -92,6 +92,8 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
     for step in steps:
         item: dict[str, Any] = {"kind": step.kind}
         for f in fields(step):
+            if f.metadata.get("journal", True) is False:
+                continue  # derived in memory, not part of the record
             value = getattr(step, f.name)
             if isinstance(value, bytes):
                 item[f.name] = {"blob": [len(blob), len(value)]}
@@ -322,7 +324,7 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
         elif isinstance(step, HeaderStep):
             out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note=f"restore {step.note}"))
         elif isinstance(step, IndexStep):
-            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note="restore"))
+            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note="restore", parsed=None))
     return out
 
 

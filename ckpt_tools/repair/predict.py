@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..model.checkpoint import Checkpoint
+from ..model.checkpoint import Checkpoint, carry_grouping
 from ..model.tensors import Index, Shard
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
@@ -45,12 +45,16 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
     index = ckpt.index
     index_step = next((s for s in steps if isinstance(s, IndexStep)), None)
     if index_step is not None and index is not None:
-        data = orjson.loads(index_step.new)
         files[index.name] = len(index_step.new)
+        if index_step.parsed is not None:  # what compiling the step parsed it into (no second parse of a big index)
+            weight_map, metadata = index_step.parsed
+        else:  # a step decoded from a journal
+            data = orjson.loads(index_step.new)
+            weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
         index = Index(
             index.name,
-            MappingProxyType(dict(data.get("weight_map") or {})),
-            MappingProxyType(dict(data.get("metadata") or {})),
+            MappingProxyType(dict(weight_map)),
+            MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
         dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
@@ -58,9 +62,12 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         if p.tensor not in drops
     )
     carried = carry_values(ckpt, renames, frozenset(drops), patches)
-    return dataclasses.replace(
+    after = dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
+    if renames and not drops:
+        carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
+    return after
 
 
 def _edited_shard(
@@ -90,7 +97,7 @@ def carry_values(
     `ValueStats`), or a mapping keyed by tensor name (raw bytes). Dropped tensors leave it. Raw bytes of patched
     tensors get the patch; a measurement that is not raw bytes cannot be patched here, so it is left out (the value
     rules then do not judge that tensor until it is read again, which the repair does after writing patches)."""
-    names = ckpt.tensors.keys() | set(ckpt.index.weight_map if ckpt.index else ())
+    names: set[str] | None = None  # every tensor name, built only for a mapping field that may be keyed by them
     patches = patches or {}
     out: dict[str, Any] = {}
     for f in dataclasses.fields(ckpt):
@@ -103,7 +110,11 @@ def carry_values(
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
             out[f.name] = data.renamed(mapping)
             continue
-        if not isinstance(data, Mapping) or not all(isinstance(k, str) and k in names for k in data):
+        if not isinstance(data, Mapping):
+            continue
+        if names is None:
+            names = ckpt.tensors.keys() | set(ckpt.index.weight_map if ckpt.index else ())
+        if not all(isinstance(k, str) and k in names for k in data):
             continue  # not value data keyed by tensor name
         moved: dict[str, Any] = {}
         for name, value in data.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TargetError, UsageError
-from ..pipeline import Analysis, analyze, rejudge
+from ..pipeline import Analysis, _cyclic_gc_paused, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding
 from .fsio import Writer
@@ -116,13 +116,28 @@ def fixable_findings(analysis: Analysis, slug: str) -> list[Finding]:
     return fixable
 
 
-def _progress_bar(steps: tuple[Step, ...], progress: bool | None):
-    from tqdm import tqdm
+class _NoBar:
+    """The progress bar of a repair that shows none (nothing to copy, or turned off): tqdm is not even imported."""
 
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        return None
+
+
+def _progress_bar(steps: tuple[Step, ...], progress: bool | None):
     total = sum(c[2] for s in steps if isinstance(s, RewriteStep) for c in s.copies)
     disable = (None if progress is None else not progress) if total else True
     if os.environ.get("CKPT_NO_PROGRESS"):
         disable = True
+    if disable is True:
+        return _NoBar()
+    from tqdm import tqdm
+
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable, leave=False)
 
 
@@ -135,19 +150,54 @@ def run(
     runtime: str | None = None,
     force: bool = False,
     headers_only: bool = False,
+    keep: Callable[[Analysis], None] | None = None,
 ) -> RepairResult:
     """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
     A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
     run reports the prediction (`result.worse`) and changes nothing. `headers_only` skips the value scan (the
-    verdicts then list the value rules as skipped, as `ckpt doctor --headers-only` does)."""
+    verdicts then list the value rules as skipped, as `ckpt doctor --headers-only` does). `keep`, when given,
+    receives every analysis the job made (the checkpoint as found and as predicted) instead of their being freed on
+    return: the CLI leaves them to process exit (`cli.app.keep_until_exit`)."""
+    # The cyclic collector stays paused for the whole job, as for an analysis: planning, predicting and writing
+    # allocate per-tensor objects too (the planned headers, the after-state), and a full collection meanwhile would
+    # re-walk every object of the analysis for nothing (a fifth of a seed-size fix-prefix's planning time).
+    with _cyclic_gc_paused():
+        return _run(
+            target,
+            job,
+            dry_run=dry_run,
+            progress=progress,
+            runtime=runtime,
+            force=force,
+            headers_only=headers_only,
+            keep=keep or _drop,
+        )
+
+
+def _drop(analysis: Analysis) -> None:
+    return None
+
+
+def _run(
+    target: str,
+    job: Job,
+    *,
+    dry_run: bool,
+    progress: bool | None,
+    runtime: str | None,
+    force: bool,
+    headers_only: bool,
+    keep: Callable[[Analysis], None],
+) -> RepairResult:
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
     if dry_run:
         refuse_pending(local)
         analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        keep(analysis)
         plan, steps = _plan(analysis, job, target, local, writable=False)  # a dry run writes nothing
-        predicted = predict(analysis, plan, steps) if steps else None
+        predicted = predict(analysis, plan, steps, keep) if steps else None
         blocked = None
         if steps:
             try:
@@ -169,12 +219,13 @@ def run(
     with Lock(local.root):
         recovered = recover(local.root, Writer())
         analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        keep(analysis)
         plan, steps = _plan(analysis, job, target, local)
         if not steps:
             return RepairResult(
                 job=job.name, target=target, plan=plan, steps=steps, before=analysis.report, recovered=recovered
             )
-        predicted = predict(analysis, plan, steps)
+        predicted = predict(analysis, plan, steps, keep)
         if not force:
             refuse_worse(job.name, analysis.report, predicted)
         with _progress_bar(steps, progress) as bar:
@@ -206,11 +257,17 @@ def run(
     )
 
 
-def predict(analysis: Analysis, plan: Plan, steps: tuple[Step, ...]) -> Report:
-    """Doctor's verdict on the checkpoint the (non-empty) steps leave, judged in memory like the before-state."""
+def predict(
+    analysis: Analysis, plan: Plan, steps: tuple[Step, ...], keep: Callable[[Analysis], None] | None = None
+) -> Report:
+    """Doctor's verdict on the checkpoint the (non-empty) steps leave, judged in memory like the before-state
+    (`keep` receives the after-state's analysis)."""
     from .predict import after_checkpoint
 
-    return rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps)).report  # collector paused there
+    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps))  # collector paused there
+    if keep is not None:
+        keep(after)
+    return after.report
 
 
 def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import orjson
 
 from ..errors import TargetError
 from ..model.checkpoint import Checkpoint
-from ..model.tensors import Shard
+from ..model.tensors import Index, Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
 from .fsio import temp_name
@@ -119,6 +121,11 @@ class IndexStep:
     new: bytes
     note: str
     old: bytes | None = None  # the whole old index, which `ckpt repair --rollback` writes back
+    # (weight map, metadata) of `new` as the loader reads it back (`read.configs.read_index`), for the predicted
+    # after-state, which then parses no index; never journaled (`new` is the record), absent in a decoded journal.
+    parsed: tuple[Mapping[str, str], Mapping[str, object]] | None = field(
+        default=None, compare=False, repr=False, metadata={"journal": False}
+    )
 
     kind = "index"
 
@@ -164,25 +171,30 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     prefix = read_prefix(path, shard)
     header, metadata = _reader_view(shard, prefix)
     drops = edit.drops
-    kept = [(name, info) for name, info in header.items() if name not in drops]
+    kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
-    # New data layout: unchanged unless tensors are dropped, then the kept ones are packed in their old order.
-    old_begin = {name: info["data_offsets"][0] for name, info in kept}
-    new_begin = dict(old_begin)
+    # New data layout: unchanged unless tensors are dropped, then the kept ones are packed in their old order
+    # (a header written in place needs no layout).
+    new_begin: dict[str, int] = {}
     if drops:
         offset = 0
         for name, info in sorted(kept, key=lambda kv: kv[1]["data_offsets"][0]):
             new_begin[name] = offset
             offset += info["data_offsets"][1] - info["data_offsets"][0]
-    entries: dict[str, Any] = {}
-    for name, info in kept:
-        new_name = edit.renames.get(name, name)
-        if new_name in entries:
-            raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
-        if drops:
-            begin, end = info["data_offsets"]
-            info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
-        entries[new_name] = info
+    renames = edit.renames
+    # Names through `renames`, in C (a rename touches few entries of a large header); a collision shows as a
+    # shorter map, and the loop below names the first one.
+    entries: dict[str, Any] = {} if drops else dict(zip(map(renames.get, header, header), header.values(), strict=True))
+    if drops or len(entries) != len(header):
+        entries = {}
+        for name, info in kept:
+            new_name = renames.get(name, name)
+            if new_name in entries:
+                raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
+            if drops:
+                begin, end = info["data_offsets"]
+                info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
+            entries[new_name] = info
 
     note = _note(edit)
     size = os.stat(path).st_size
@@ -197,6 +209,8 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
     new_header = encode_header(entries, metadata)
     new_prefix = struct.pack("<Q", len(new_header)) + new_header
+    if not drops:
+        new_begin = {name: info["data_offsets"][0] for name, info in kept}
     data_len = sum(info["data_offsets"][1] - info["data_offsets"][0] for _, info in kept)
     copies = _copies(kept, shard.data_start, len(new_prefix), new_begin)
     patches = [p for p in edit.patches if p.tensor not in drops]
@@ -224,6 +238,30 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
     are written back in the reader's terms (dtype, shape, data_offsets); fields the reader ignores are not kept.
     """
+    header = _entries_of(shard.tensors)
+    metadata = dict(shard.metadata) if shard.metadata is not None else None
+    if shard.valid and _encodes_as(header, metadata, prefix[8:]):
+        # WHY this is the reader's view without parsing the header again: the bytes on disk are exactly what writing
+        # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
+        # the reader reads a header written from a view as that view; the analysis read this shard without a
+        # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
+        return header, metadata
+    return _parsed_view(shard, prefix)
+
+
+def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
+    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
+
+
+def _encodes_as(header: dict[str, Any], metadata: dict[str, str] | None, raw: bytes) -> bool:
+    try:
+        return encode_header(header, metadata, exact_length=len(raw)) == raw
+    except ValueError:  # does not fit: certainly not these bytes
+        return False
+
+
+def _parsed_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """`_reader_view` by parsing the header on disk again."""
     read = parse_header(shard.name, shard.size, prefix[8:])
     if read.shard is None or not read.shard.valid or read.problems:
         message = read.problems[0].message if read.problems else "not a safetensors file"
@@ -233,11 +271,8 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
         )
     if read.shard.tensors != shard.tensors:
         raise TargetError(f"{shard.name}: changed while the repair was being planned; run it again")
-    header = {
-        t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in read.shard.tensors
-    }
     metadata = dict(read.shard.metadata) if read.shard.metadata is not None else None
-    return header, metadata
+    return _entries_of(read.shard.tensors), metadata
 
 
 def _in_place(shard: Shard, prefix: bytes, new_prefix: bytes, edit: ShardEdit, size: int, note: str) -> list[Step]:
@@ -331,11 +366,22 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
-    data = orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
+    data = _parsed_index(ckpt.index, raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
-    kept = weight_map.items() if not drops else ((k, f) for k, f in weight_map.items() if k not in drops)
-    new_map = {renames.get(key, key): file for key, file in kept}  # in C; a collision shows as a shorter map
+    keys = list(weight_map)
+    in_order = keys == sorted(keys)  # HF writers sort the map; a repaired one stays sorted
+    if drops:
+        kept = [(k, f) for k, f in weight_map.items() if k not in drops]
+        new_map = {renames.get(key, key): file for key, file in kept}
+        if in_order:
+            new_map = dict(sorted(new_map.items()))
+    else:
+        # Every key through `renames.get(key, key)` beside its file, in C (a rename touches few keys of a large map);
+        # a sorted map stays sorted (nearly in order already: the sort runs in about one pass).
+        pairs = zip(map(renames.get, keys, keys), weight_map.values(), strict=True)
+        new_map = dict(sorted(pairs, key=itemgetter(0)) if in_order else pairs)
+    # A collision shows as a shorter map.
     if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
         new_map = {}
         for key, file in weight_map.items():  # name the first collision, in index order
@@ -347,8 +393,6 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
                     f"{ckpt.index.name}: two entries would both be named `{new_key}`; nothing was changed"
                 )
             new_map[new_key] = file
-    if list(weight_map) == sorted(weight_map):
-        new_map = dict(sorted(new_map.items()))
     data["weight_map"] = new_map
     dropped = [ckpt.tensors[n] for n in plan.index_drops if n in weight_map and n in ckpt.tensors]
     meta = data.get("metadata")
@@ -369,7 +413,37 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     note = ", ".join(
         p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
     )
-    return IndexStep(file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw)
+    # WHY `parsed` is what reading `new` back gives: `new` is `data` dumped (key order kept, strings and integers
+    # written exactly, floats by their round-tripping repr), and the loader keeps the weight map and a metadata object
+    # as parsed (any other metadata reads as empty).
+    parsed = (new_map, meta if isinstance(meta, dict) else {})
+    return IndexStep(
+        file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw, parsed=parsed
+    )
+
+
+_LEADING_SPACES = re.compile(rb" *")
+
+
+def _parsed_index(index: Index, raw: bytes) -> dict[str, Any]:
+    """`raw` (the index file as read now) parsed, as fresh objects the caller may change. When `raw` is exactly the
+    analysis's index written back in the file's own layout, that is the analysis's index, copied: WHY exact: JSON
+    written from values reads back as the same values, so bytes equal to what those values write read as them (a
+    file with other top-level keys, or changed since the analysis, differs and is parsed). Writing a 100k-entry map
+    costs a fraction of parsing it."""
+    # `.copy()` of the read-only views copies the dicts underneath in C (`dict(view)` would go key by key).
+    known: dict[str, Any] = {"weight_map": _copy(index.weight_map)}
+    if index.metadata:
+        known = {"metadata": _copy(index.metadata), **known}
+    if _dump_like(known, raw) == raw:
+        return known
+    return orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
+
+
+def _copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    copy = getattr(mapping, "copy", None)
+    out = copy() if copy is not None else None
+    return out if type(out) is dict else dict(mapping)
 
 
 def _has_float(value: Any) -> bool:
@@ -383,15 +457,19 @@ def _has_float(value: Any) -> bool:
 
 
 def _dump_like(data: Any, raw: bytes) -> bytes:
-    """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`)."""
-    text = raw.decode("utf-8")
+    """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`).
+    The layout is read off the raw bytes, never a decoded copy of a many-megabyte index: `raw` parsed as JSON, so it
+    is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
     indent = None
-    first_newline = text.find("\n")
-    if 0 <= first_newline < len(text.rstrip()):
-        line = text[first_newline + 1 :]
-        indent = len(line) - len(line.lstrip(" ")) or 2
-    colon = text.find('":')
-    key_sep = ": " if text[colon + 2 : colon + 3] == " " else ":"
+    first_newline = raw.find(b"\n")
+    end = len(raw)
+    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
+        end -= 1
+    if 0 <= first_newline < end:
+        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
+        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
+    colon = raw.find(b'":')
+    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
     item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
     if (
@@ -405,6 +483,6 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
         # json.dumps escapes) take the standard library.
         fast = orjson.dumps(data, option=orjson.OPT_INDENT_2)
         if fast.isascii():
-            return fast + (b"\n" if text.endswith("\n") else b"")
-    out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=text.isascii())
-    return (out + ("\n" if text.endswith("\n") else "")).encode("utf-8")
+            return fast + (b"\n" if raw.endswith(b"\n") else b"")
+    out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=raw.isascii())
+    return (out + ("\n" if raw.endswith(b"\n") else "")).encode("utf-8")
