@@ -22,7 +22,7 @@ from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
 from .read.background_scan import BackgroundScan
 from .read.configs import read_index
-from .read.loader import load_checkpoint, scan_plan
+from .read.loader import load_checkpoint
 from .read.local import LocalSource
 from .read.repair_state import pending_repair
 from .report.model import Report, SkippedRule
@@ -168,7 +168,7 @@ def _analyze(
     if skipped_reason or not run_values:
         return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), **settings)
     # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
-    scan = BackgroundScan(source, *scan_plan(ckpt, wanted_values(run_values)), progress=progress)
+    scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
     try:
         return judge(ckpt, scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt), **settings)
     finally:

@@ -26,33 +26,37 @@ FIXTURES = sorted(p.name for p in GENUINE.iterdir() if p.is_dir())
 
 
 def plan(folder: Path):
+    """(source, checkpoint, wanted) for a BackgroundScan; `direct(...)` is the same scan in this thread."""
     source = LocalSource(folder)
-    ckpt = load_checkpoint(source)
-    return source, *scan_plan(ckpt, wanted_values(value_rules(())[0]))
+    return source, load_checkpoint(source), wanted_values(value_rules(())[0])
+
+
+def direct(source, ckpt, wanted):
+    return scan_values(source, *scan_plan(ckpt, wanted))
 
 
 @linux_only
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_the_forked_scan_returns_the_in_process_statistics_in_their_order(fixture: str) -> None:
-    source, tensors, shards = plan(GENUINE / fixture)
-    direct = scan_values(source, tensors, shards)
-    scan = BackgroundScan(source, tensors, shards)
+    args = plan(GENUINE / fixture)
+    here = direct(*args)
+    scan = BackgroundScan(*args)
     try:
         assert scan.forked
         forked = scan.result()
     finally:
         scan.close()
-    assert list(forked.items()) == list(direct.items())
-    assert forked.bytes_read == direct.bytes_read
+    assert list(forked.items()) == list(here.items())
+    assert forked.bytes_read == here.bytes_read
 
 
 def test_the_threaded_scan_returns_the_in_process_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CKPT_SCAN_IN_THREAD", "1")
-    source, tensors, shards = plan(GENUINE / "llmc-qwen35moe-nvfp4")
-    scan = BackgroundScan(source, tensors, shards)
+    args = plan(GENUINE / "llmc-qwen35moe-nvfp4")
+    scan = BackgroundScan(*args)
     try:
         assert not scan.forked
-        assert list(scan.result().items()) == list(scan_values(source, tensors, shards).items())
+        assert list(scan.result().items()) == list(direct(*args).items())
     finally:
         scan.close()
 
@@ -82,11 +86,11 @@ def test_a_shard_that_cannot_be_read_is_the_scans_own_error(
     if in_thread:
         monkeypatch.setenv("CKPT_SCAN_IN_THREAD", "1")
     folder = copy_fixture("modelopt-llama-nvfp4", tmp_path)
-    source, tensors, shards = plan(folder)
-    name, info = next(iter(shards.items()))
-    shard = folder / name
+    args = plan(folder)
+    info = args[1].shards[0]
+    shard = folder / info.name
     shard.write_bytes(shard.read_bytes()[: info.data_start + 16])  # cut short after its header was read
-    scan = BackgroundScan(source, tensors, shards)
+    scan = BackgroundScan(*args)
     try:
         with pytest.raises(TargetError, match=re.escape(f"cannot read the scale values of {shard.name}")):
             scan.result()

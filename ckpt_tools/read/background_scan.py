@@ -24,35 +24,33 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 
 if TYPE_CHECKING:
+    from ..model.checkpoint import Checkpoint
     from ..model.tensors import Shard, TensorInfo
     from ..model.values import ValueStats
     from .source import Source
 
 
 class BackgroundScan:
-    """The value statistics of `tensors`, being measured from construction on; `result()` waits for them, `close()`
-    stops the scan if it still runs (the analysis ended first: an error, Ctrl-C) and releases what it holds."""
+    """The value statistics of the tensors of `ckpt` that `wanted` accepts (`loader.scan_plan`), being measured from
+    construction on; `result()` waits for them, `close()` stops the scan if it still runs (the analysis ended first:
+    an error, Ctrl-C) and releases what it holds. A forked child also chooses the tensors itself, so this process
+    goes on with its analysis at once."""
 
     def __init__(
-        self,
-        source: Source,
-        tensors: Sequence[TensorInfo],
-        shards: Mapping[str, Shard],
-        *,
-        progress: bool | None = None,
+        self, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], *, progress: bool | None = None
     ) -> None:
         self._runner: _Forked | _Threaded
         if forkable(source):
-            self._runner = _Forked(source, tensors, shards, progress)
+            self._runner = _Forked(source, ckpt, wanted, progress)
         else:
-            self._runner = _Threaded(source, tensors, shards, progress)
+            self._runner = _Threaded(source, ckpt, wanted, progress)
 
     @property
     def forked(self) -> bool:
@@ -84,10 +82,15 @@ def _scan(source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Sh
 
 class _Threaded:
     def __init__(
-        self, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+        self, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
+        from .loader import scan_plan
+
+        # Chosen in the caller's thread: the checkpoint's lazily built views (its tensor map) are then built once,
+        # not raced for by the scan and the header analysis.
+        tensors, shards = scan_plan(ckpt, wanted)
         self._cancel = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-value-scan")
         self._future = self._pool.submit(_scan, source, tensors, shards, progress=progress, cancel=self._cancel)
@@ -102,10 +105,13 @@ class _Threaded:
 
 class _Forked:
     def __init__(
-        self, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+        self, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
     ) -> None:
-        self._tensors = tensors
+        self._ckpt = ckpt
         self._value: ValueStats | None = None
+        # The tensor map, which the child needs to choose what to read and this process needs for its analysis, is
+        # built once, here, before the fork: the child then starts reading at once.
+        ckpt.tensors  # noqa: B018
         read, write = os.pipe()
         for stream in (sys.stdout, sys.stderr):  # what this process has buffered is written once, by this process
             if stream is not None:  # None: started with the stream closed
@@ -114,7 +120,7 @@ class _Forked:
         self._pid: int | None = os.fork()
         if self._pid == 0:  # the child: scan, send, and leave without running anything of the parent's
             os.close(read)
-            _child(write, source, tensors, shards, progress)
+            _child(write, source, ckpt, wanted, progress)
         os.close(write)
         self._pipe: int | None = read
 
@@ -135,7 +141,8 @@ class _Forked:
         if "error" in payload:
             raise _rebuilt(*payload["error"])
         table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
-        names = [self._tensors[i].name for i in payload["order"]]
+        every = list(self._ckpt.tensors)
+        names = [every[i] for i in payload["order"]]
         stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
         self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
         return self._value
@@ -157,15 +164,18 @@ class _Forked:
 
 
 def _child(
-    write: int, source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], progress: bool | None
+    write: int, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
 ) -> None:
     """The forked child's whole life: it never returns into the parent's code (`os._exit`)."""
+    from .loader import scan_plan
+
     code = 0
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills this process
         try:
-            payload = _encoded(_scan(source, tensors, shards, progress=progress), tensors)
+            tensors, shards = scan_plan(ckpt, wanted)
+            payload = _encoded(_scan(source, tensors, shards, progress=progress), ckpt)
         except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
             payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
         with os.fdopen(write, "w") as pipe:
@@ -176,10 +186,11 @@ def _child(
         os._exit(code)
 
 
-def _encoded(values: ValueStats, tensors: Sequence[TensorInfo]) -> dict[str, Any]:
+def _encoded(values: ValueStats, ckpt: Checkpoint) -> dict[str, Any]:
     """`values` as JSON data: every distinct statistics object once (its fields in order; Python's JSON keeps every
-    float exactly, NaN and the infinities included), then per tensor its position in `tensors` and its object's."""
-    position = {t.name: i for i, t in enumerate(tensors)}
+    float exactly, NaN and the infinities included), then per tensor its position among `ckpt.tensors` (the order
+    both processes hold) and its object's."""
+    position = {name: i for i, name in enumerate(ckpt.tensors)}
     index: dict[int, int] = {}
     table: list[list[Any]] = []
     refs: list[int] = []

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -78,12 +80,13 @@ class ShardPlan:
         if not self.reads:
             return False
         spanned = self.reads[-1].start + self.reads[-1].length - self.reads[0].start
-        return sum(t.nbytes for t in self.tensors) >= DENSE * spanned
+        wanted = sum(map(_END, self.tensors)) - sum(map(_BEGIN, self.tensors))
+        return wanted >= DENSE * spanned
 
 
 def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK, gap: int = LOCAL_GAP) -> ShardPlan:
     """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`."""
-    ordered = tuple(sorted(tensors, key=lambda t: t.begin))
+    ordered = tuple(sorted(tensors, key=_BEGIN))
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
@@ -273,8 +276,7 @@ def scan_shard(
 ) -> dict[str, TensorStats]:
     """The statistics of one shard's planned tensors; `ScanCancelled` at the next read once `cancel` is set."""
     tensors = plan.tensors
-    known: dict[tuple[str, str, tuple[int, ...]], _Kind] = {}
-    kinds = [_kind(t, known) for t in tensors]
+    kinds = _kinds(tensors)
     # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
     # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
@@ -400,16 +402,20 @@ def _feed_read(
 
 
 _Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
+# TensorInfo fields (name, dtype, shape, shard, begin, end)
+_NAME, _DTYPE, _SHAPE, _BEGIN, _END = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(4), itemgetter(5)
+_LAST = itemgetter(2)  # of a str.rpartition
 
 
-def _kind(tensor: TensorInfo, known: dict[tuple[str, str, tuple[int, ...]], _Kind]) -> _Kind:
-    """What measuring a tensor depends on besides its bytes, from its dtype, last name segment and shape alone
-    (all that `value_dtype` and `channel_layout` read): a checkpoint has a few hundred such triples."""
-    key = (tensor.dtype, tensor.name.rpartition(".")[2], tensor.shape)
-    kind = known.get(key)
-    if kind is None:
-        kind = known[key] = (value_dtype(tensor), channel_layout(tensor), tensor.numel, tensor.end - tensor.begin)
-    return kind
+def _kinds(tensors: Sequence[TensorInfo]) -> list[_Kind]:
+    """What measuring each tensor depends on besides its bytes, from its dtype, last name segment and shape alone
+    (all that `value_dtype` and `channel_layout` read, and the element and byte counts they fix): a checkpoint has
+    a few hundred such triples, each worked out once, on its first tensor; the rest is lookups in C."""
+    suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
+    keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
+    first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
+    known = {k: (value_dtype(t), channel_layout(t), t.numel, t.end - t.begin) for k, t in first.items()}
+    return list(map(known.__getitem__, keys))
 
 
 def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes) -> TensorStats:
