@@ -256,6 +256,7 @@ def test_runs_of_block_scales_measured_a_read_at_a_time_are_exact(dtype: str, tm
     row = 2 * width * size
     if zero:
         blobs[5] = blobs[5][:row] + zero * width + blobs[5][row + width * size :]  # row 2 all zero
+    blobs += [bytes(rows * width * size)] * 3  # all-zero tensors side by side: reads of zero bytes only
     tensors = [(f"m{i}.weight_scale", dtype, [rows, width], b) for i, b in enumerate(blobs)]
     write_shard(tmp_path, "model.safetensors", tensors)
     source = LocalSource(tmp_path)

@@ -576,7 +576,7 @@ def small_stats(dtype: str, blob: bytes) -> TensorStats:
 _zeros = b""
 
 
-def all_zero(piece: bytes) -> bool:
+def all_zero(piece: bytes | bytearray | memoryview) -> bool:
     """Whether every byte is zero: one memcmp against a shared zero buffer (`startswith` compares with memcmp)."""
     global _zeros
     if len(piece) > len(_zeros):

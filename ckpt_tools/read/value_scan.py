@@ -308,7 +308,9 @@ def scan_shard(
             fetched += len(view)
             largest = max(largest, len(view))
             codes = _one_float8_run(read, kinds)
-            if codes is not None and all_plain(codes, view):
+            if codes is not None and all_zero(view):  # holes of sparse files, zero-filled exports: no copy, no pass
+                _feed_zero_read(read, kinds, accs, zero_whole)
+            elif codes is not None and all_plain(codes, view):
                 _feed_plain_read(read, kinds, accs, plain_whole)
             else:
                 _feed_read(read, bytes(view), kinds, accs, small, zero_whole)
@@ -364,6 +366,26 @@ def _feed_plain_read(read: Read, kinds: Sequence[_Kind], accs: _Accs, plain_whol
             acc = accs[index] = Accumulator(kind[0], kind[2], kind[1])
         assert isinstance(acc, Accumulator)
         acc.feed_plain(length)
+
+
+def _feed_zero_read(read: Read, kinds: Sequence[_Kind], accs: _Accs, zero_whole: dict[_Kind, TensorStats]) -> None:
+    """Measure a read of 8-bit codes that are all zero bytes (`_one_float8_run`, `all_zero`): a whole tensor's
+    statistics then depend on its kind alone, shared as `_feed_read` shares them; only a piece of a tensor that
+    straddles reads is fed, as the zero bytes it is."""
+    for index, _offset, length in read.pieces:
+        acc = accs[index]
+        if acc is None:
+            kind = kinds[index]
+            dtype, layout, numel, nbytes = kind
+            if length == nbytes:
+                stats = zero_whole.get(kind)
+                if stats is None:
+                    stats = zero_whole[kind] = _whole(dtype, numel, layout, bytes(length))
+                accs[index] = stats
+                continue
+            acc = accs[index] = Accumulator(dtype, numel, layout)
+        assert isinstance(acc, Accumulator)
+        acc.feed(bytes(length))
 
 
 def _feed_read(
