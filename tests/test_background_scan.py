@@ -142,3 +142,42 @@ def test_the_verdict_is_the_same_whichever_way_the_scan_ran(fixture: str, monkey
     forked = analyze(str(GENUINE / fixture)).report.to_dict()
     monkeypatch.setenv("CKPT_SCAN_IN_THREAD", "1")
     assert analyze(str(GENUINE / fixture)).report.to_dict() == forked
+
+
+@linux_only
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc")
+def test_ctrl_c_during_a_forked_scan_is_one_line_and_leaves_no_process(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the scan child reads 16 GiB of block
+    scales (holes): the one line, exit 130 at once, and the child gone with its parent."""
+    import signal
+    import subprocess
+
+    from bench.synth import write_shard
+
+    # The data region is a hole: 16 GiB that take no disk.
+    write_shard(
+        tmp_path / "model.safetensors", [("model.layers.0.mlp.up_proj.weight_scale", "F8_E4M3", [1 << 20, 1 << 14])]
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(tmp_path)],
+        env={**os.environ, "CKPT_NO_PROGRESS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 60
+    child = ""
+    while not child and time.monotonic() < deadline and proc.poll() is None:
+        child = children.read_text().strip() if children.exists() else ""
+        time.sleep(0.01)
+    assert child, "no scan process was started"
+    time.sleep(0.3)  # well into the scan
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err, out) == (130, "ckpt: interrupted\n", "")
+    assert time.monotonic() - t0 < 8  # stopped, not waited for (the whole scan takes about 20 s here)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(child.split()[0]), 0)
