@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
@@ -249,7 +249,7 @@ def read_pieces(
     reader = open_reader(source, plan)
     try:
         for read in plan.reads:
-            blob = _fetch(reader, plan, read, counters)
+            blob = _fetch(reader, read, counters)
             for index, offset, length in read.pieces:
                 t = plan.tensors[index]
                 yield t, read.start + offset - (shard.data_start + t.begin), blob[offset : offset + length]
@@ -258,13 +258,22 @@ def read_pieces(
         reader.close()
 
 
-def _fetch(reader: _LocalReader | _SourceReader, plan: ShardPlan, read: Read, counters: ScanCounters | None) -> bytes:
+def _fetch(reader: _LocalReader | _SourceReader, read: Read, counters: ScanCounters | None) -> bytes:
     blob = reader.read(read)
     if counters is not None:
         counters.add(len(blob))
-    if len(blob) < read.length:
-        raise OSError(f"the file ended {read.length - len(blob)} bytes before the tensors its header lists")
-    return blob
+    return _complete(read, blob)
+
+
+_Data = TypeVar("_Data", bytes, memoryview)
+
+
+def _complete(read: Read, data: _Data) -> _Data:
+    """`data` when it holds all of `read`; an OSError when the file ended first (it changed since its header was
+    read, or the header lists tensors past its end)."""
+    if len(data) < read.length:
+        raise OSError(f"the file ended {read.length - len(data)} bytes before the tensors its header lists")
+    return data
 
 
 def scan_shard(
@@ -302,16 +311,14 @@ def scan_shard(
                 reader.prefetch(reads[ahead])
                 pending += reads[ahead].length
                 ahead += 1
-            view = reader.read_into(read, buffer)
-            if len(view) < read.length:
-                raise OSError(f"the file ended {read.length - len(view)} bytes before the tensors its header lists")
+            view = _complete(read, reader.read_into(read, buffer))
             fetched += len(view)
             largest = max(largest, len(view))
             codes = _one_float8_run(read, kinds)
             if codes is not None and all_zero(view):  # holes of sparse files, zero-filled exports: no copy, no pass
-                _feed_zero_read(read, kinds, accs, zero_whole)
+                _feed_uniform_read(read, kinds, accs, zero_whole, _feed_zeros)
             elif codes is not None and all_plain(codes, view):
-                _feed_plain_read(read, kinds, accs, plain_whole)
+                _feed_uniform_read(read, kinds, accs, plain_whole, Accumulator.feed_plain)
             else:
                 _feed_read(read, bytes(view), kinds, accs, small, zero_whole)
             del view
@@ -348,44 +355,37 @@ def _one_float8_run(read: Read, kinds: Sequence[_Kind]) -> str | None:
     return first if covered == read.length else None
 
 
-def _feed_plain_read(read: Read, kinds: Sequence[_Kind], accs: _Accs, plain_whole: dict[_Kind, TensorStats]) -> None:
-    """Count a read whose every code is plain (`all_plain`): a whole tensor's statistics then depend on its kind
-    alone (element count, channels, nothing else to count), so one result per kind serves every such tensor."""
-    for index, _offset, length in read.pieces:
-        acc = accs[index]
-        if acc is None:
-            kind = kinds[index]
-            if length == kind[3]:
-                stats = plain_whole.get(kind)
-                if stats is None:
-                    whole = Accumulator(kind[0], kind[2], kind[1])
-                    whole.feed_plain(length)
-                    stats = plain_whole[kind] = whole.result()
-                accs[index] = stats
-                continue
-            acc = accs[index] = Accumulator(kind[0], kind[2], kind[1])
-        assert isinstance(acc, Accumulator)
-        acc.feed_plain(length)
-
-
-def _feed_zero_read(read: Read, kinds: Sequence[_Kind], accs: _Accs, zero_whole: dict[_Kind, TensorStats]) -> None:
-    """Measure a read of 8-bit codes that are all zero bytes (`_one_float8_run`, `all_zero`): a whole tensor's
-    statistics then depend on its kind alone, shared as `_feed_read` shares them; only a piece of a tensor that
-    straddles reads is fed, as the zero bytes it is."""
+def _feed_uniform_read(
+    read: Read,
+    kinds: Sequence[_Kind],
+    accs: _Accs,
+    shared: dict[_Kind, TensorStats],
+    feed: Callable[[Accumulator, int], None],
+) -> None:
+    """Measure a read of 8-bit codes known to be all of one sort (`_one_float8_run`, then `all_zero` or `all_plain`)
+    without looking at them again: a whole tensor's statistics then depend on its kind alone, so one result per kind
+    (`shared`) serves every such tensor; `feed(accumulator, n)` counts `n` codes of that sort, for a tensor that
+    straddles reads and for the first whole tensor of each kind."""
     for index, _offset, length in read.pieces:
         acc = accs[index]
         if acc is None:
             kind = kinds[index]
             dtype, layout, numel, nbytes = kind
             if length == nbytes:
-                stats = zero_whole.get(kind)
+                stats = shared.get(kind)
                 if stats is None:
-                    stats = zero_whole[kind] = _whole(dtype, numel, layout, bytes(length))
+                    whole = Accumulator(dtype, numel, layout)
+                    feed(whole, length)
+                    stats = shared[kind] = whole.result()
                 accs[index] = stats
                 continue
             acc = accs[index] = Accumulator(dtype, numel, layout)
         assert isinstance(acc, Accumulator)
-        acc.feed(bytes(length))
+        feed(acc, length)
+
+
+def _feed_zeros(acc: Accumulator, n: int) -> None:
+    acc.feed(bytes(n))
 
 
 def _feed_read(
