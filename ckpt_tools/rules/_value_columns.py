@@ -16,9 +16,10 @@ from itertools import accumulate, chain, compress, repeat
 from operator import add, attrgetter, is_not, itemgetter
 
 from ..model.modules import join_name
-from ..model.values import WIDE_FLOAT_DTYPES, TensorStats, ValueStats
+from ..model.values import WIDE_FLOAT_DTYPES, ValueStats
 from ._classes import row_classes
 from ._memo import once_per
+from ._values import usable_scalar
 from .base import Context
 
 _NAN, _INF, _ZERO, _NEGATIVE, _ZERO_ROWS = map(attrgetter, ("nan", "inf", "zero", "negative", "zero_rows"))
@@ -26,7 +27,6 @@ _VALUES, _DTYPE = attrgetter("values"), attrgetter("dtype")
 _FIRST = itemgetter(0)
 _POSITIVE = (0.0).__lt__  # 0 < v: False for NaN
 _BELOW_INF = math.inf.__gt__  # v < inf: False for NaN
-_NO_STATS = TensorStats("", 0)  # a name the scan did not measure: no values
 
 
 @once_per
@@ -52,8 +52,9 @@ def unusual(values: ValueStats) -> tuple[str, ...]:
 
 
 def usable_scalars(values: ValueStats, names: Sequence[str]) -> list[float]:
-    """Per name, the value of a one-element F32 / BF16 / F16 tensor the scan measured (`_values.scalar`) when it is
-    finite and above zero, else NaN: what fused-scale-mismatch and mixed-scale-convention compare, as a column.
+    """Per name, `_values.usable_scalar` of what the scan measured: the value of a one-element F32 / BF16 / F16 tensor
+    when it is finite and above zero, else NaN: what fused-scale-mismatch and mixed-scale-convention compare, as a
+    column.
 
     The common cases (every name measured, every value one finite positive wide float; or no name measured) are a
     few C passes; any other column is built element by element with the same test."""
@@ -68,12 +69,7 @@ def usable_scalars(values: ValueStats, names: Sequence[str]) -> list[float]:
             column = list(map(_FIRST, held))
             if all(map(_POSITIVE, column)) and all(map(_BELOW_INF, column)):
                 return column
-    return [_usable(s if s is not None else _NO_STATS) for s in stats]
-
-
-def _usable(s: TensorStats) -> float:
-    v = s.scalar if s.dtype in WIDE_FLOAT_DTYPES else None
-    return v if v is not None and math.isfinite(v) and v > 0 else math.nan
+    return list(map(usable_scalar, stats))
 
 
 class MemberScalars:

@@ -3,6 +3,8 @@ measured (`Checkpoint.values`). Rules judge statistics; they never see tensor by
 
 from __future__ import annotations
 
+import math
+
 from ..model.checkpoint import Checkpoint
 from ..model.modules import ROLES, SCALE_ROLES
 from ..model.tensors import TensorInfo
@@ -25,16 +27,21 @@ def stats(ckpt: Checkpoint, name: str) -> TensorStats | None:
     return ckpt.values.get(name) if ckpt.values is not None else None
 
 
-def values(ckpt: Checkpoint, name: str) -> tuple[float, ...] | None:
-    """Every value of a small F32 / BF16 / F16 tensor the scan measured, else None."""
-    s = stats(ckpt, name)
-    return s.values if s is not None and s.dtype in WIDE_FLOAT_DTYPES else None
-
-
 def scalar(ckpt: Checkpoint, name: str) -> float | None:
     """The value of a one-element F32 / BF16 / F16 tensor the scan measured, else None."""
-    s = stats(ckpt, name)
+    return scalar_of(stats(ckpt, name))
+
+
+def scalar_of(s: TensorStats | None) -> float | None:
+    """The value that statistics of a one-element F32 / BF16 / F16 tensor hold, else None."""
     return s.scalar if s is not None and s.dtype in WIDE_FLOAT_DTYPES else None
+
+
+def usable_scalar(s: TensorStats | None) -> float:
+    """`scalar_of` when it is finite and above zero (a global scale rules can compare), else NaN: an absent or
+    unusable scale, which invalid-scale-value and missing-scale report."""
+    v = scalar_of(s)
+    return v if v is not None and math.isfinite(v) and v > 0 else math.nan
 
 
 def decode(dtype: str, blob: bytes) -> list[float] | None:

@@ -14,6 +14,7 @@ from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
 from ._memo import once_per
 from ._value_columns import member_scalars
+from ._values import usable_scalar
 from .base import Context, Finding, Rule, files_of, register
 
 RELATIVE_TOLERANCE = 1e-3  # F32 rounding of identical amaxes stays far below this
@@ -150,9 +151,8 @@ def _layer_mismatch(
     other rules report, or the scales agree)."""
     vals: dict[str, float] = {}
     for s in shards:
-        st = measured.get(f"{s}.{suffix}")
-        v = st.scalar if st is not None and st.dtype in WIDE_FLOAT_DTYPES else None  # `_values.scalar`
-        if v is None or not (math.isfinite(v) and v > 0):
+        v = usable_scalar(measured.get(f"{s}.{suffix}"))
+        if math.isnan(v):
             return None  # absent (other rules) or unusable (invalid-scale-value)
         vals[s] = v
     found: list[dict[str, Any]] = []
