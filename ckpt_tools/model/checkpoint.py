@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .layouts import Layout, Layouts, group_checkpoint
-from .modules import ExpertGroup, Module, group_experts
+from .modules import ExpertGroup, Module, group_experts, tensor_buckets
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
 
@@ -203,20 +203,15 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
             index = in_shard[r] = dict(zip(names, range(len(shards[r].tensors)), strict=True))
         return offsets[r] + index[t.name]
 
-    # The regrouped modules: their tensors in load order, into buckets as `tensor_buckets` fills them.
+    # The regrouped modules: their tensors in load order, into buckets by `tensor_buckets`.
     placed = [(i, new_infos[i]) for i in changed]
     for name in touched & old_modules.keys():
         placed += [(position(t), t) for t in old_modules[name].tensors.values() if t.name not in renamed_from]
     placed.sort(key=itemgetter(0))
-    buckets: dict[str, dict[str, TensorInfo]] = {}
-    starts: dict[str, int] = {}  # regrouped module -> the load position of its first tensor
-    for i, t in placed:
-        prefix, _, suffix = t.name.rpartition(".")
-        bucket = buckets.get(prefix)
-        if bucket is None:
-            buckets[prefix] = bucket = {}
-            starts[prefix] = i
-        bucket[suffix] = t
+    buckets = tensor_buckets(map(itemgetter(1), placed))
+    load_position = {id(t): i for i, t in placed}
+    # regrouped module -> the load position of its first tensor (a bucket keeps its tensors in the order placed)
+    starts = {prefix: load_position[id(next(iter(bucket.values())))] for prefix, bucket in buckets.items()}
     regrouped = {name: Module(name, MappingProxyType(bucket)) for name, bucket in buckets.items()}
 
     # Module order: the carried modules keep theirs; each regrouped one goes where its first tensor loads. The search
