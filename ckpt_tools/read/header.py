@@ -217,29 +217,28 @@ def _plain_entries(name: str, obj: dict[str, Any]) -> tuple[list[TensorInfo], in
     infos = list(obj.values())
     if not infos:
         return [], None
-    if set(map(type, infos)) != {dict} or set(map(len, infos)) != {3}:
-        return None
     try:
-        dtypes = list(map(_GET_DTYPE, infos))
+        # Of the values JSON has, only an object has a "dtype" item (an array, a string, a number, null raise
+        # TypeError, an object without it KeyError): past the three getters every entry is an object holding the
+        # three fields, and the length test makes them its only ones. Only a string equals a dtype name (a number
+        # or a boolean raises KeyError, an array or an object TypeError), so `dtypes` are known dtypes, one str
+        # object per dtype.
+        dtypes = list(map(_DTYPES.__getitem__, map(_GET_DTYPE, infos)))
         shapes = list(map(_GET_SHAPE, infos))
         offsets = list(map(_GET_OFFSETS, infos))
-        # Of the values JSON has, only a string equals a dtype name; a list or an object raises TypeError here.
-        known = _DTYPES.keys() >= set(dtypes)
+        # Two values each: an array or an object of two members, or a string of two characters (a number or null
+        # raises TypeError). An object's items are named by strings (KeyError below), a string's are strings
+        # (rejected with the types of `begins`), so past the next getters every pair is an array.
+        if set(map(len, infos)) != {3} or set(map(type, shapes)) != {list} or set(map(len, offsets)) != {2}:
+            return None
+        begins = list(map(_FIRST, offsets))
+        ends = list(map(_SECOND, offsets))
     except (KeyError, TypeError):
-        return None
-    if (
-        not known
-        or set(map(type, shapes)) != {list}
-        or set(map(type, offsets)) != {list}
-        or set(map(len, offsets)) != {2}
-    ):
         return None
     # Types over the flat lists, never over a set of the values: `{1, True}` and `{2, 2.0}` collapse to one member.
     dims = list(chain.from_iterable(shapes))
     if dims and (set(map(type, dims)) != {int} or min(dims) < 0):
         return None
-    begins = list(map(_FIRST, offsets))
-    ends = list(map(_SECOND, offsets))
     if set(map(type, begins)) != {int} or set(map(type, ends)) != {int} or min(begins) < 0 or min(ends) < 0:
         return None
     shape_tuples = list(map(tuple, shapes))
@@ -247,7 +246,7 @@ def _plain_entries(name: str, obj: dict[str, Any]) -> tuple[list[TensorInfo], in
         map(
             tuple.__new__,
             repeat(TensorInfo),
-            zip(obj, map(_DTYPES.__getitem__, dtypes), shape_tuples, repeat(name), begins, ends),
+            zip(obj, dtypes, shape_tuples, repeat(name), begins, ends),
         )
     )
     return tensors, _in_order_end(dtypes, shape_tuples, begins, ends)
