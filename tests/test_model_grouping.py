@@ -100,3 +100,44 @@ def test_expert_of_reads_names_as_the_pattern_does() -> None:
     assert sum(_by_pattern(n) is not None for n in names) > 1000  # the sample holds many matches
     for name in names:
         assert expert_of(name) == _by_pattern(name), repr(name)
+
+
+def test_expert_slots_read_names_as_expert_of_does() -> None:
+    """The whole-list reading `group_checkpoint` uses gives, name by name, what `expert_of` gives (None where the
+    mask is false), on the tricky names and on random names built from the pattern's pieces."""
+    from ckpt_tools.model.modules import expert_of, expert_slots
+
+    rng = random.Random(12)
+    pieces = ["a", ".", "experts", "1", "٣", "\n", "p", "x", ".experts.", ""]
+
+    def word() -> str:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 4)))
+
+    names = TRICKY + [word() + word() + word() for _ in range(5000)]
+    names += [f"{word()}.experts.{rng.choice(['1', '٣', '12', '', 'a', '1.2', '01'])}.{word()}" for _ in range(5000)]
+    found, slots = expert_slots(names)
+    got = iter(slots)
+    answers = [next(got) if hit else None for hit in found]
+    assert next(got, None) is None and len(found) == len(names)
+    assert sum(a is not None for a in answers) > 500
+    for name, answer in zip(names, answers, strict=True):
+        assert answer == expert_of(name), repr(name)
+
+
+def test_grouping_sets_each_per_expert_view_as_it_computes_it() -> None:
+    names = ["m.experts.01.up", "m.experts.1.up", "m.experts.x.up", "m.experts.2.down", "a\n.experts.3.up", "dense"]
+    tensors = [
+        TensorInfo(f"{n}.weight", "BF16", (2, 2), "a.safetensors", 8 * i, 8 * i + 8) for i, n in enumerate(names)
+    ]
+    modules, _layouts, experts = group_checkpoint(tensors)
+    assert [m.expert for m in modules.values()] == [expert_of_name(n) for n in names]
+    # `01` and `1` are one slot: the later module holds it, in the earlier one's place
+    assert list(experts["m.experts"].experts) == [1, 2]
+    assert experts["m.experts"].experts[1]["up"] is modules["m.experts.1.up"]
+    assert experts == group_experts(group_modules(tensors))
+
+
+def expert_of_name(name: str):
+    from ckpt_tools.model.modules import expert_of
+
+    return expert_of(name)
