@@ -24,6 +24,7 @@ from .values import ValueStats
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
 _NAME = attrgetter("name")
+_NAME_ITEM = itemgetter(0)  # TensorInfo.name as a tuple item: the same value, read in C without the attribute lookup
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Checkpoint:
         dupes: dict[str, list[str]] = {}
         # Fast path, in C: names are unique within a shard, so when the sizes add up no name is in two shards.
         for shard in self.loaded_shards:
-            out.update(zip(map(_NAME, shard.tensors), shard.tensors, strict=True))
+            out.update(zip(map(_NAME_ITEM, shard.tensors), shard.tensors, strict=True))
         if len(out) == sum(len(shard.tensors) for shard in self.loaded_shards):
             return MappingProxyType(out), MappingProxyType({})
         out = {}
