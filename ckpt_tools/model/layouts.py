@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import contains, setitem
 from types import MappingProxyType
 
-from .modules import ExpertGroup, Module, expert_slots, tensor_buckets
+from .modules import ExpertGroup, Module, tensor_buckets
 from .tensors import TensorInfo
 
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
@@ -40,8 +38,9 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     ids: dict[Layout, int] = {}
     of: dict[str, int] = {}
     members: list[list[str]] = []
+    layers: dict[str, dict[int, dict[str, Module]]] = {}
     for name, ts in buckets.items():
-        modules[name] = Module(name, MappingProxyType(ts))
+        module = modules[name] = Module(name, MappingProxyType(ts))
         layout = tuple([(s, t.dtype, t.shape) for s, t in ts.items()])
         lid = ids.get(layout)
         if lid is None:
@@ -50,16 +49,11 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
         else:
             members[lid].append(name)
         of[name] = lid
-    # The per-expert modules, read from their names in whole-list steps (`expert_slots`, exactly `expert_of`); each
-    # one's `expert` view is set to what it would compute, as reading it here did before.
-    candidates = list(compress(modules, map(contains, modules, repeat(".experts."))))
-    found, slots = expert_slots(candidates)
-    per_expert = list(map(modules.__getitem__, compress(candidates, found)))
-    for _ in map(setitem, map(vars, per_expert), repeat("expert"), slots):
-        pass
-    layers: dict[str, dict[int, dict[str, Module]]] = {}
-    for (layer, expert, proj), module in zip(slots, per_expert, strict=True):
-        layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
+        if ".experts." in name:
+            where = module.expert
+            if where is not None:
+                layer, expert, proj = where
+                layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
     experts = {
         layer: ExpertGroup(MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
         for layer, ex in layers.items()

@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import contains, itemgetter, lt, not_
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -70,7 +68,6 @@ SCALE_ROLES = frozenset(
 )
 
 V = TypeVar("V")
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
 
 
@@ -154,35 +151,6 @@ def expert_of(name: str) -> tuple[str, int, str] | None:
     ):
         return None
     return layer, int(expert), proj
-
-
-def expert_slots(names: list[str]) -> tuple[list[bool], list[tuple[str, int, str]]]:
-    """`expert_of` over many names in whole-list steps: which names it reads as a per-expert module, and what it
-    gives for each of those, in order. The same tests as `expert_of`, each made as one C-level pass over the list
-    (a checkpoint has tens of thousands of per-expert modules)."""
-    heads = list(map(str.rpartition, names, repeat(".")))  # (head, ".", projection)
-    tails = list(map(str.rpartition, map(_FIRST, heads), repeat(".")))  # (layer, ".", expert id)
-    layers = list(map(_FIRST, tails))
-    projs = list(map(_THIRD, heads))
-    ids = list(map(_THIRD, tails))
-    found = list(
-        map(
-            all,
-            zip(
-                map(contains, names, repeat(".experts.")),
-                map(_SECOND, tails),
-                projs,
-                map(str.isdecimal, ids),
-                map(str.endswith, layers, repeat(".experts")),
-                map(lt, repeat(len(".experts")), map(len, layers)),
-                map(not_, map(contains, layers, repeat("\n"))),
-                strict=True,
-            ),
-        )
-    )
-    return found, list(
-        zip(compress(layers, found), map(int, compress(ids, found)), compress(projs, found), strict=True)
-    )
 
 
 def split_name(name: str) -> tuple[str, str]:
