@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain, compress, islice, pairwise, repeat
+from operator import itemgetter, ne
 
 from ..model.checkpoint import Checkpoint
 from ._index import indexed_files
@@ -12,10 +12,39 @@ _NAME = itemgetter(0)  # TensorInfo.name, read as a tuple item (cheaper than the
 
 
 def _all_where_indexed(ckpt: Checkpoint) -> bool:
-    """Every loaded tensor is in the index, mapped to its own shard: decided in C, a lookup per tensor."""
+    """Every loaded tensor is in the index, mapped to its own shard: decided in C, a lookup per tensor (or, when the
+    index lists each shard's names in a few runs, `_by_runs`)."""
     assert ckpt.index is not None
-    where = ckpt.index.weight_map.get
+    weight_map = ckpt.index.weight_map
+    by_runs = _by_runs(ckpt, list(weight_map), list(weight_map.values()))
+    if by_runs is not None:
+        return by_runs
+    where = weight_map.get
     return all(set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards)
+
+
+_RUNS_AT_MOST = 1 / 16  # runs per index entry beyond which a lookup per tensor is the cheaper proof
+
+
+def _by_runs(ckpt: Checkpoint, names: list[str], shards: list[str]) -> bool | None:
+    """`_all_where_indexed` from the index's runs of one shard (an index written shard by shard has one run per
+    shard), or None when it has too many runs for this to pay. Each shard's tensor names are looked up in a set of
+    the index names its runs hold, built from whole slices in C: small sets, where a lookup per tensor in the whole
+    index misses the cache every time (s163: 0.05 instead of 0.1 s). WHY it is exact: an index name is in the runs
+    of exactly the shard it maps to (a name is a key once), so a shard's names are all mapped to it exactly when
+    they are all among the names of its runs."""
+    n = len(names)
+    starts = [0, *compress(range(1, n), map(ne, shards, islice(shards, 1, None))), n]
+    if len(starts) - 1 > n * _RUNS_AT_MOST:
+        return None
+    runs: dict[str, list[slice]] = {}
+    for begin, end in pairwise(starts):
+        runs.setdefault(shards[begin], []).append(slice(begin, end))
+    for shard in ckpt.loaded_shards:
+        held = set(chain.from_iterable(map(names.__getitem__, runs.get(shard.name, ()))))
+        if not held.issuperset(map(_NAME, shard.tensors)):
+            return False
+    return True
 
 
 def _same_order(ckpt: Checkpoint) -> bool:
