@@ -92,3 +92,27 @@ def test_an_index_written_shard_by_shard_takes_the_runs() -> None:
     shuffled = _checkpoint(EDITS["shuffled"]).index
     assert shuffled is not None  # interleaved: too many runs, the lookups decide
     assert ck103._by_runs(ckpt, list(shuffled.weight_map), list(shuffled.weight_map.values())) is None
+
+
+def _unavailable_reference(ckpt: Checkpoint) -> frozenset[str]:
+    assert ckpt.index is not None
+    good = {s.name for s in ckpt.shards if s.valid}
+    return frozenset(t for t, shard in ckpt.index.weight_map.items() if shard not in good)
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+def test_unavailable_tensors_match_the_pass_over_the_index(case: str) -> None:
+    """Empty at once when every indexed shard is valid; otherwise the names in the shards that are not."""
+    ckpt = _checkpoint(EDITS[case])
+    assert ckpt.unavailable_tensors == _unavailable_reference(ckpt)
+    assert bool(ckpt.unavailable_tensors) == (case == "mapped to a shard that does not load")
+    assert ckpt.indexed_files == frozenset(EDITS[case].values())
+
+
+def test_unavailable_tensors_of_an_invalid_shard() -> None:
+    import dataclasses
+
+    ckpt = _checkpoint(EDITS["shard by shard"])
+    broken = dataclasses.replace(ckpt, shards=(dataclasses.replace(ckpt.shards[0], valid=False), *ckpt.shards[1:]))
+    assert broken.unavailable_tensors == _unavailable_reference(broken)
+    assert len(broken.unavailable_tensors) == len(ckpt.shards[0].tensors)
