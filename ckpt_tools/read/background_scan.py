@@ -133,13 +133,14 @@ class _Forked:
         from ..model.values import TensorStats, ValueStats
 
         assert self._pipe is not None
+        every = list(self._ckpt.tensors)  # before the wait, which this process would otherwise spend idle
         with os.fdopen(self._pipe, "rb") as pipe:
             self._pipe = None
             received = pipe.read()
-        status = self._status = self._reap(kill=False)
         try:
             payload = json.loads(received)
         except ValueError:
+            status = self._status = self._reap(kill=False)
             if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS:
                 # A file shrank under the child's mapped reads: scanning here, without mappings, reports it (or, if
                 # it is whole again, measures it) as an in-process scan would.
@@ -148,8 +149,8 @@ class _Forked:
             raise RuntimeError(f"the value scan process ended without a result ({_describe(status)})") from None
         if "error" in payload:
             raise _rebuilt(*payload["error"])
+        # A child that sent its result is reaped by `close()`: its exit meanwhile overlaps with what follows here.
         table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
-        every = list(self._ckpt.tensors)
         names = [every[i] for i in payload["order"]]
         stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
         self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
