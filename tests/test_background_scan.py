@@ -16,6 +16,7 @@ import pytest
 
 from ckpt_tools.errors import TargetError
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
+from ckpt_tools.read import residency
 from ckpt_tools.read.background_scan import BackgroundScan, forkable
 from ckpt_tools.read.loader import load_checkpoint, scan_plan
 from ckpt_tools.read.local import LocalSource
@@ -99,13 +100,48 @@ def test_a_shard_that_cannot_be_read_is_the_scans_own_error(
         scan.close()
 
 
+def cache(folder: Path) -> None:
+    """Read every file of `folder` once: its pages are then in the page cache, which a mapped scan maps."""
+    for p in folder.iterdir():
+        p.read_bytes()
+
+
 @pytest.mark.parametrize("fixture", FIXTURES)
-def test_mapped_reads_measure_what_copied_reads_measure(fixture: str) -> None:
+def test_mapped_reads_measure_what_copied_reads_measure(fixture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tools.read import value_scan
+
+    cache(GENUINE / fixture)
     source, ckpt, wanted = plan(GENUINE / fixture)
     tensors, shards = scan_plan(ckpt, wanted)
+    copied = scan_values(source, tensors, shards)
+    maps = []
+    real_map = value_scan.map_range
+
+    def counted(fd: int, offset: int, length: int):
+        maps.append(length)
+        return real_map(fd, offset, length)
+
+    monkeypatch.setattr(value_scan, "map_range", counted)
     mapped = scan_values(source, tensors, shards, mapped=True)
-    assert list(mapped.items()) == list(scan_values(source, tensors, shards).items())
-    assert mapped.bytes_read == scan_values(source, tensors, shards).bytes_read
+    assert list(mapped.items()) == list(copied.items())
+    assert mapped.bytes_read == copied.bytes_read
+    assert maps or not copied.bytes_read or not residency.supported()  # cached reads were mapped, not copied
+
+
+def test_reads_from_the_disk_are_not_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read whose pages were not cached is read with preadv even by a mapped scan (paging in through a mapping
+    is slower than the kernel's readahead)."""
+    from ckpt_tools.read import value_scan
+
+    source, ckpt, wanted = plan(copy_fixture("modelopt-llama-nvfp4", tmp_path))
+    monkeypatch.setattr(value_scan._LocalReader, "_measure", lambda self, read: None)  # nothing found cached
+    maps = []
+    monkeypatch.setattr(value_scan, "map_range", lambda *a: maps.append(a))
+    tensors, shards = scan_plan(ckpt, wanted)
+    assert list(scan_values(source, tensors, shards, mapped=True).items()) == list(
+        scan_values(source, tensors, shards).items()
+    )
+    assert not maps
 
 
 def test_a_mapped_read_of_a_shortened_file_is_the_copied_reads_error(tmp_path: Path) -> None:
