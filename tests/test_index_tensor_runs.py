@@ -1,7 +1,8 @@
 """CK103's proof that every loaded tensor is indexed to its own shard, taken from the index's runs of one shard
 (`_by_runs`), gives exactly the verdict of a lookup per tensor, whatever the index's order: shard by shard, shards
 reversed, sorted by name (runs interleaved), with one tensor mapped to the wrong shard, a name missing, a name too
-many, a shard the index never names, a name mapped to a shard that does not load."""
+many (at the end or inside a run), two names swapped between shards, a shard the index never names, a name mapped
+to a shard that does not load."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def _edits() -> dict[str, dict[str, str]]:
     missing = dict(grouped)
     del missing[names[40]]
     extra = {**grouped, "lm_head.weight": SHARDS[0]}
+    swapped = dict(grouped)
+    swapped[names[3]], swapped[names[30]] = grouped[names[30]], grouped[names[3]]  # two shards, one name each
+    inside = {**dict(list(grouped.items())[:9]), "lm_head.weight": SHARDS[0], **dict(list(grouped.items())[9:])}
     no_last = {n: s for n, s in grouped.items() if s != SHARDS[3]}
     elsewhere = dict(grouped)
     elsewhere[names[5]] = "model-00009-of-00009.safetensors"
@@ -65,6 +69,8 @@ def _edits() -> dict[str, dict[str, str]]:
         "one misplaced": misplaced,
         "one missing": missing,
         "one too many": extra,
+        "one too many inside a run": inside,
+        "two swapped": swapped,
         "a shard never named": no_last,
         "mapped to a shard that does not load": elsewhere,
     }
@@ -80,18 +86,24 @@ def test_runs_give_the_lookup_verdict(case: str, runs_at_most: float, monkeypatc
     ckpt = _checkpoint(EDITS[case])
     want = _reference(ckpt)
     assert ck103._all_where_indexed(ckpt) == want
-    holds = ("shard by shard", "shards reversed", "sorted by name", "shuffled", "one too many", "a shard never named")
+    holds = (
+        "shard by shard",
+        "shards reversed",
+        "sorted by name",
+        "shuffled",
+        "one too many",
+        "one too many inside a run",
+        "a shard never named",
+    )
     assert want == (case in holds)
 
 
-def test_an_index_written_shard_by_shard_takes_the_runs() -> None:
-    ckpt = _checkpoint(EDITS["shard by shard"])
-    assert ckpt.index is not None
-    wm = ckpt.index.weight_map
-    assert ck103._by_runs(ckpt, list(wm), list(wm.values())) is True
-    shuffled = _checkpoint(EDITS["shuffled"]).index
-    assert shuffled is not None  # interleaved: too many runs, the lookups decide
-    assert ck103._by_runs(ckpt, list(shuffled.weight_map), list(shuffled.weight_map.values())) is None
+def test_an_index_written_shard_by_shard_takes_the_runs(monkeypatch) -> None:
+    taken: list[int] = []
+    by_runs = ck103._by_runs
+    monkeypatch.setattr(ck103, "_by_runs", lambda ckpt: taken.append(len(ckpt.index.weight_map)) or by_runs(ckpt))
+    assert ck103._all_where_indexed(_checkpoint(EDITS["shard by shard"])) and taken == [72]
+    assert ck103._all_where_indexed(_checkpoint(EDITS["shuffled"])) and taken == [72]  # many runs: the lookups
 
 
 def _unavailable_reference(ckpt: Checkpoint) -> frozenset[str]:
