@@ -188,7 +188,7 @@ def _maps(pid: int) -> str:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-@pytest.mark.parametrize("moment", ["start-up", "reading"])
+@pytest.mark.parametrize("moment", ["app-import", "start-up", "reading"])
 def test_ctrl_c_prints_one_line_and_exits_130(moment) -> None:
     srv, port, held = _silent_server()
     env = {
@@ -207,7 +207,11 @@ def test_ctrl_c_prints_one_line_and_exits_130(moment) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    if moment == "start-up":
+    if moment == "app-import":
+        # While the typer app itself is being imported, before `main()` runs: the console entry's first statement
+        # installed the handler (the app's import maps `_bz2`; the interpreter's own start-up does not).
+        _wait_for(lambda: "lib-dynload/_bz2" in _maps(proc.pid))
+    elif moment == "start-up":
         # While the commands are being imported: orjson's extension is mapped by then, typer's app not yet run.
         _wait_for(lambda: "orjson" in _maps(proc.pid))
     else:

@@ -112,3 +112,47 @@ def test_the_length_prefix_path_reads_the_same(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(header, "_plain_entries", lambda *args: None)
     assert header.read_shard(LocalSource(tmp_path), "m.safetensors") == fast
     assert fast.shard is not None and fast.shard.valid and len(fast.shard.tensors) == 3
+
+
+ODD_ENTRIES = [
+    ["F8_E4M3", [4, 2], [64, 72]],  # an array entry: serde reads it in field order
+    "F8_E4M3",
+    7,
+    None,
+    {"dtype": "F8_E4M3", "shape": [4, 2]},
+    {"dtype": "F8_E4M3", "shape": [4, 2], "data_offsets": [64, 72], "extra": 1},
+    {"dtype": "F8_E4M3", "shape": [4, 2], "offsets": [64, 72]},
+]
+ODD_FIELDS = [
+    ("dtype", "E4M3"),
+    ("dtype", 1),
+    ("dtype", True),
+    ("dtype", None),
+    ("dtype", ["F8_E4M3"]),
+    ("dtype", {"F8_E4M3": None}),  # serde's enum-map spelling: loads
+    ("shape", "42"),
+    ("shape", {"a": 4, "b": 2}),
+    ("shape", 8),
+    ("data_offsets", "ab"),
+    ("data_offsets", {"0": 64, "1": 72}),
+    ("data_offsets", [64]),
+    ("data_offsets", [64, 72, 80]),
+    ("data_offsets", 64),
+    ("data_offsets", None),
+]
+
+
+@pytest.mark.parametrize("entry", ODD_ENTRIES, ids=repr)
+def test_an_odd_entry_gets_the_entry_by_entry_verdict(entry, monkeypatch) -> None:
+    obj, data_len = _header()
+    obj["a.weight_scale"] = entry
+    _both(json.dumps(obj).encode(), data_len, monkeypatch)
+
+
+@pytest.mark.parametrize(("field", "value"), ODD_FIELDS, ids=repr)
+def test_an_odd_field_gets_the_entry_by_entry_verdict(field: str, value, monkeypatch) -> None:
+    obj, data_len = _header()
+    obj["a.weight_scale"][field] = value
+    shard, problems = _both(json.dumps(obj).encode(), data_len, monkeypatch)
+    # only the enum spelling of a dtype is valid; every other odd field is a problem
+    assert (shard is not None and not problems) == (field == "dtype" and isinstance(value, dict))

@@ -31,6 +31,10 @@ def console() -> None:
     command may leave its analysis to process exit (`app.keep_until_exit`): `main()` freezes every object before the
     interpreter exits, so nothing kept is torn down object by object. In-process callers of `main()` (tests, an
     embedding program) run many commands in one process and free each analysis as usual."""
+    # First, before the app is imported: from here until the command's own KeyboardInterrupt handling takes over,
+    # Ctrl-C ends the process with the one line and exit 130 (only the interpreter's start-up, before this module
+    # runs, is left to Python's default).
+    signal.signal(signal.SIGINT, _interrupted_at_startup)
     from .app import State
 
     State.own_process = True
@@ -52,10 +56,11 @@ def _run() -> None:
         from .app import State, app, hoist_global_flags
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
         _interrupted_at_startup(signal.SIGINT, None)
-    # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     State.argv = list(sys.argv[1:])
     try:
+        # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130
+        # (switched inside the `try`: a Ctrl-C landing on the switch itself is caught too).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         _invoke(app, hoist_global_flags(sys.argv[1:]))
     except CkptError as exc:
         print(f"ckpt: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ from .values import ValueStats
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
 _NAME = attrgetter("name")
+_NAME_ITEM = itemgetter(0)  # TensorInfo.name as a tuple item: the same value, read in C without the attribute lookup
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,18 @@ class Checkpoint:
 
     # ---- tensors -------------------------------------------------------------------------------------------------
     @cached_property
+    def indexed_files(self) -> frozenset[str]:
+        """The shard files the index's `weight_map` names (empty without an index): one pass over its values, shared
+        by the loaded shards, the unavailable tensors and the index rules."""
+        return frozenset(self.index.weight_map.values()) if self.index is not None else frozenset()
+
+    @cached_property
     def loaded_shards(self) -> tuple[Shard, ...]:
         """The shards a loader reads. With an index, only the files its `weight_map` names: vLLM drops every other
         `.safetensors` file (`filter_duplicate_safetensors_files`), so a stray shard's tensors never load."""
         if self.index is None:
             return self.shards
-        named = set(self.index.weight_map.values())
+        named = self.indexed_files
         return tuple(s for s in self.shards if s.name in named)
 
     @cached_property
@@ -65,7 +72,7 @@ class Checkpoint:
         dupes: dict[str, list[str]] = {}
         # Fast path, in C: names are unique within a shard, so when the sizes add up no name is in two shards.
         for shard in self.loaded_shards:
-            out.update(zip(map(_NAME, shard.tensors), shard.tensors, strict=True))
+            out.update(zip(map(_NAME_ITEM, shard.tensors), shard.tensors, strict=True))
         if len(out) == sum(len(shard.tensors) for shard in self.loaded_shards):
             return MappingProxyType(out), MappingProxyType({})
         out = {}
@@ -94,6 +101,8 @@ class Checkpoint:
         if self.index is None:
             return frozenset()
         good = {s.name for s in self.shards if s.valid}
+        if self.indexed_files <= good:  # every indexed shard is readable and valid: no tensor is unavailable
+            return frozenset()
         return frozenset(t for t, shard in self.index.weight_map.items() if shard not in good)
 
     @cached_property

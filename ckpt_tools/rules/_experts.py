@@ -95,7 +95,9 @@ def _expert_suffixes(ckpt: Checkpoint) -> frozenset[str] | None:
 def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
     expected = configured_experts(ckpt)
     # WHY this is exact: with one suffix set for every expert module, an expert's `<proj>.<suffix>` keys are its
-    # projections times that set, so experts with the same projections have the same keys.
+    # projections times that set, so experts with the same projections have the same keys. The projections are
+    # compared as sets: the keys are a set, and an expert whose projections load in another order (one split
+    # over two shards) has the same ones.
     same_suffixes = _expert_suffixes(ckpt) is not None
     gone: frozenset[str] | None = None  # a pass over the index: only once a layer has a gap
     gone_experts: set[tuple[str, int]] = set()
@@ -105,7 +107,7 @@ def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
         ids = group.experts
         short = expected is not None and max(ids) < expected and len(ids) < expected
         if not short and (
-            (same_suffixes and len(set(map(tuple, group.experts.values()))) == 1) or _uniform(ckpt, group)
+            (same_suffixes and len(set(map(frozenset, group.experts.values()))) == 1) or _uniform(ckpt, group)
         ):
             continue  # no expert lacks a tensor another has, and no expert id is absent
         if gone is None:

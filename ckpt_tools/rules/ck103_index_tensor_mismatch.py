@@ -1,21 +1,55 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import chain, repeat
-from operator import attrgetter
+from itertools import chain, groupby, islice, repeat
+from operator import itemgetter, ne
 
 from ..model.checkpoint import Checkpoint
 from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
-_NAME = attrgetter("name")
+_NAME = itemgetter(0)  # TensorInfo.name, read as a tuple item (cheaper than the attribute, in C)
+_KEY, _VALUE = itemgetter(0), itemgetter(1)  # of an index item (name, shard)
 
 
 def _all_where_indexed(ckpt: Checkpoint) -> bool:
-    """Every loaded tensor is in the index, mapped to its own shard: decided in C, a lookup per tensor."""
+    """Every loaded tensor is in the index, mapped to its own shard: decided in C, a lookup per tensor (or, when the
+    index lists each shard's names in a few runs, `_by_runs`)."""
     assert ckpt.index is not None
-    where = ckpt.index.weight_map.get
+    weight_map = ckpt.index.weight_map
+    # Counted first over the map itself (no list, no position objects): an index of many runs allocates nothing.
+    runs = 1 + sum(map(ne, weight_map.values(), islice(weight_map.values(), 1, None)))
+    if runs <= len(weight_map) * _RUNS_AT_MOST:
+        return _by_runs(ckpt)
+    where = weight_map.get
     return all(set(map(where, map(_NAME, shard.tensors))) <= {shard.name} for shard in ckpt.loaded_shards)
+
+
+_RUNS_AT_MOST = 1 / 16  # runs per index entry beyond which a lookup per tensor is the cheaper proof
+
+
+def _by_runs(ckpt: Checkpoint) -> bool:
+    """`_all_where_indexed` from the index's runs of one shard (an index written shard by shard has one run per
+    shard; the caller takes it when there are few): the names of each run are looked up, in C, in a set of its
+    shard's tensor names (small, where a lookup per tensor in the whole index misses the cache every time: s163
+    0.05 instead of 0.1 s), and a shard is done when all its names were found. WHY it is exact: an index name is a
+    key once, so it is in exactly one run, that of the shard it maps to; a shard's names are all mapped to it exactly
+    when its runs hold all of them. Only the set of the shard being counted is kept (memory does not grow)."""
+    assert ckpt.index is not None
+    loaded = {shard.name: shard for shard in ckpt.loaded_shards}
+    found = dict.fromkeys(loaded, 0)
+    counting: dict[str, set[str]] = {}  # a shard's tensor names, while its runs are being counted
+    for name, run in groupby(ckpt.index.weight_map.items(), key=_VALUE):
+        shard = loaded.get(name)
+        if shard is None or found[name] == len(shard.tensors):
+            continue  # a shard that does not load, or one whose names were all found: no loaded tensor here
+        names = counting.get(name)
+        if names is None:
+            names = counting[name] = set(map(_NAME, shard.tensors))
+        found[name] += sum(map(names.__contains__, map(_KEY, run)))
+        if found[name] == len(shard.tensors):
+            del counting[name]
+    return all(found[name] == len(shard.tensors) for name, shard in loaded.items())
 
 
 def _same_order(ckpt: Checkpoint) -> bool:
@@ -25,7 +59,9 @@ def _same_order(ckpt: Checkpoint) -> bool:
     index in any other order (e.g. sorted by name) is left to `_all_where_indexed`."""
     assert ckpt.index is not None
     weight_map = ckpt.index.weight_map
-    if list(weight_map) != list(ckpt.tensors):
+    tensors = ckpt.tensors
+    # The first names first: an index sorted by name and shards in the writer's order differ there already.
+    if next(iter(weight_map), None) != next(iter(tensors), None) or list(weight_map) != list(tensors):
         return False
     shards = ckpt.loaded_shards
     return list(weight_map.values()) == list(chain.from_iterable(repeat(s.name, len(s.tensors)) for s in shards))

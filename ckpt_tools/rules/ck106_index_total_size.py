@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from operator import attrgetter
+from operator import itemgetter
 
 from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
-_BEGIN, _END = attrgetter("begin"), attrgetter("end")
+_BEGIN, _END = itemgetter(4), itemgetter(5)  # TensorInfo.begin / .end as tuple items (in C, no attribute lookup)
 
 
 @register
