@@ -18,15 +18,14 @@ import orjson
 
 from ..model.checkpoint import Checkpoint, carry_grouping
 from ..model.tensors import Index, Shard
+from ..pipeline import _with_views
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 
 def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> Checkpoint:
     """`ckpt` as it will be once `steps` (compiled from `plan`) are applied."""
-    renames: dict[str, str] = {}
-    drops: set[str] = set()
-    patches: dict[str, list[BytePatch]] = {}
+    renames, drops, patches = edit_maps(ckpt, plan)
     shards = []
     files = dict(ckpt.files)
     rewritten = {s.file: s for s in steps if isinstance(s, RewriteStep)}
@@ -35,10 +34,6 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         if edit is None or edit.empty:
             shards.append(shard)
             continue
-        renames.update(edit.renames)
-        drops |= edit.drops
-        for p in edit.patches:
-            patches.setdefault(p.tensor, []).append(p)
         shards.append(_edited_shard(shard, edit.renames, edit.drops, rewritten.get(shard.name)))
         if shard.name in rewritten:
             files[shard.name] = rewritten[shard.name].new_size
@@ -61,13 +56,42 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         for p in ckpt.problems
         if p.tensor not in drops
     )
-    carried = carry_values(ckpt, renames, frozenset(drops), patches)
+    carried = carry_values(ckpt, renames, drops, patches)
     after = dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
     if renames and not drops:
         carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
     return after
+
+
+def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[str], dict[str, list[BytePatch]]]:
+    """(old name -> new name, dropped names, tensor -> its byte patches) over the shards `plan` edits."""
+    renames: dict[str, str] = {}
+    drops: set[str] = set()
+    patches: dict[str, list[BytePatch]] = {}
+    for shard in ckpt.shards:
+        edit = plan.edits.get(shard.name)
+        if edit is None or edit.empty:
+            continue
+        renames.update(edit.renames)
+        drops |= edit.drops
+        for p in edit.patches:
+            patches.setdefault(p.tensor, []).append(p)
+    return renames, frozenset(drops), patches
+
+
+def with_scanned_values(after: Checkpoint, scanned: Checkpoint, plan: Plan) -> Checkpoint:
+    """`after_checkpoint(scanned, plan, steps)`, given `after`, the same made from the checkpoint `scanned` is before
+    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over,
+    and the derived views `after` computed meanwhile (its tensor map, modules, layouts).
+
+    WHY this is exact: the scan adds value statistics and changes no other field (`pipeline._analyze` makes `scanned`
+    by replacing `values` alone), `after_checkpoint` makes every field but the value data from fields the two share,
+    and takes the value data from `carry_values` of its input alone; every cached view of a `Checkpoint` is computed
+    from its files, shards, index and configs and none reads the value data (`pipeline._with_views`)."""
+    renames, drops, patches = edit_maps(scanned, plan)
+    return _with_views(dataclasses.replace(after, **carry_values(scanned, renames, drops, patches)), after)
 
 
 def _edited_shard(
