@@ -178,8 +178,11 @@ def _checkpoint_file(name: object) -> bool:
     )
 
 
-def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
-    """Carry out `steps` under the journal protocol. The caller holds the lock.
+def run_journaled(
+    root: Path, job: str, steps: tuple[Step, ...], writer: Writer, journal: bytes | None = None
+) -> None:
+    """Carry out `steps` under the journal protocol. The caller holds the lock. `journal`: the journal of these
+    steps, `encode_journal(job, root, steps)` made in advance by this process (encoded here otherwise).
 
     A write that fails (a full disk, a quota, an I/O error) leaves the folder as it was: before the journal exists,
     the partial temporary file is removed; after, the steps already applied are undone from the journal and the
@@ -187,7 +190,8 @@ def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer)
     refusal says to complete it with `ckpt repair --resume` once the cause is gone."""
     with Folder(root) as folder:
         refuse_foreign_temps(folder)
-        journal = encode_journal(job, root, steps)
+        if journal is None:
+            journal = encode_journal(job, root, steps)
         copies_first = COPIES_FIRST and check_free_space(folder, steps, len(journal))
         try:
             atomic_write(folder, JOURNAL_NAME, journal, writer, mode=0o644, crash="journal")

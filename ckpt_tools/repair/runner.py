@@ -18,7 +18,7 @@ from ..report.model import Report
 from ..rules.base import Finding, all_rules
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
-from .journal import Lock, journal_path, recover, run_journaled
+from .journal import Lock, encode_journal, journal_path, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
@@ -231,7 +231,7 @@ def _run(
         with _progress_bar(steps, progress) as bar:
             writer = Writer(progress=bar.update)
             start = time.perf_counter()
-            run_journaled(local.root, job.name, steps, writer)
+            run_journaled(local.root, job.name, steps, writer, ahead.journal if ahead is not None else None)
             seconds = time.perf_counter() - start
     # Renames and drops leave every byte the value rules read untouched: the prediction is the after-state. Byte
     # patches change scale values, which are read again.
@@ -286,6 +286,7 @@ class _Ahead:
     def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
         self.job, self.target, self.local, self.writable = job, target, local, writable
         self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
+        self.journal: bytes | None = None  # the steps' journal, encoded meanwhile too (a repair that writes)
 
     def __call__(self, interim: Analysis) -> None:
         from .predict import after_checkpoint
@@ -297,6 +298,8 @@ class _Ahead:
                 after_checkpoint(interim.checkpoint, plan, steps), **interim.settings, values_later=True
             )
         self.planned = (plan, steps, after)
+        if steps and self.writable:
+            self.journal = encode_journal(self.job.name, self.local.root, steps)
 
 
 def _plan_and_predict(
