@@ -98,3 +98,23 @@ def test_judging_in_two_steps_is_judge(tmp_path):
     later = Judging.start(analysis.checkpoint, **analysis.settings, values_later=True)
     assert later.deferred and "CK501" not in {f.code for f in later.interim().report.findings}
     assert later.finish(analysis.checkpoint).report.to_dict() == whole.report.to_dict() == analysis.report.to_dict()
+
+
+def test_statistics_no_rename_touches_are_shared_and_the_rest_renamed(tmp_path):
+    # The misnested vision tower has no measured tensor: the after-state shares the before-state's statistics
+    # object (its value rules' memos answer from the pass already made) and its verdict is still a fresh doctor's.
+    folder = copy_of(MISNESTED, tmp_path)
+    kept: list = []
+    real = run(str(folder), fix_prefix.job(), dry_run=True, keep=kept.append)
+    before, after = kept
+    assert before.checkpoint.values is not None and after.checkpoint.values is before.checkpoint.values
+    assert real.predicted is not None and "CK502" in {f.code for f in real.predicted.findings}
+    # A rename of a measured tensor: new statistics, under the new name only.
+    folder = _nan_scale_checkpoint(tmp_path / "nan")
+    kept.clear()
+    run(str(folder), fix_prefix.job([RENAME]), dry_run=True, keep=kept.append)
+    before, after = kept
+    assert after.checkpoint.values is not before.checkpoint.values
+    moved = SCALE.replace(RENAME[0], RENAME[1])
+    assert SCALE in before.checkpoint.values and SCALE not in after.checkpoint.values
+    assert after.checkpoint.values.get(moved) is before.checkpoint.values.get(SCALE)

@@ -10,7 +10,7 @@ renames and drops, the after-check itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -132,6 +132,13 @@ def carry_values(
             mapping: dict[str, str | None] = dict.fromkeys(drops)
             mapping.update({old: new for old, new in renames.items() if old not in drops})
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
+            if isinstance(data, Container) and not any(map(data.__contains__, mapping)):
+                # WHY the statistics themselves: `renamed` changes only the names `mapping` holds, so statistics that
+                # hold none of them are their own renamed copy (equal field by field); shared, they let the value
+                # rules' memos per statistics object (`rules._memo.once_per`) answer the after-state from the pass
+                # they made on the before-state.
+                out[f.name] = data
+                continue
             out[f.name] = data.renamed(mapping)
             continue
         if not isinstance(data, Mapping):
