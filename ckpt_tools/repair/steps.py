@@ -456,7 +456,7 @@ def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mappin
     for key in keys[same:]:
         del out[key]
     tail = order[same:]
-    files = dict(moved)
+    files: dict[str, Any] = dict(moved)  # a JSON index may hold anything as a file
     out.update(zip(tail, map(files.get, tail, map(weight_map.get, tail)), strict=True))
     return out
 
