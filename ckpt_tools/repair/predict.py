@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..model.checkpoint import Checkpoint, carry_grouping
+from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ..model.tensors import Index, Shard
 from ..pipeline import _with_views
 from .plan import BytePatch, Plan
@@ -46,9 +46,11 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         else:  # a step decoded from a journal
             data = orjson.loads(index_step.new)
             weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
+        # The step's parsed map is its own, made for it and never changed: read-only views of it, not a copy of
+        # every entry.
         index = Index(
             index.name,
-            MappingProxyType(dict(weight_map)),
+            MappingProxyType(weight_map if type(weight_map) is dict else dict(weight_map)),
             MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
@@ -61,6 +63,7 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
     if renames and not drops:
+        carry_tensor_index(ckpt, after)  # the tensor map, entered again from the first renamed shard on
         carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
     return after
 
