@@ -237,7 +237,7 @@ def judge(
     return judging.finish(scanned())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judging:
     """One judgement in two steps: detection and every rule but the value rules a scan has yet to feed (`start`),
     then those on the scanned checkpoint (`finish`). `judge` is both at once; a repair starts its after-state's
@@ -303,13 +303,13 @@ class Judging:
         if self.deferred and scanned is None:
             raise ValueError("the value rules wait for the scanned checkpoint")
         ctx = self.ctx if scanned is None else replace(self.ctx, ckpt=scanned)
+        per_rule = list(self.per_rule)
         for slot, rule_cls in self.deferred:
-            self.per_rule[slot] = list(rule_cls().check(ctx))
-        self.deferred = []
-        return self._analysis(ctx)
+            per_rule[slot] = list(rule_cls().check(ctx))
+        return self._analysis(ctx, per_rule)
 
-    def _analysis(self, ctx: Context) -> Analysis:
-        found = [f for found in self.per_rule for f in found]
+    def _analysis(self, ctx: Context, per_rule: list[list[Finding]] | None = None) -> Analysis:
+        found = [f for found in (self.per_rule if per_rule is None else per_rule) for f in found]
         findings, suppressed = apply_suppressions(found, self.settings["suppressions"])
         report = Report(
             target=self.settings["label"],
