@@ -11,8 +11,9 @@ cache speed of the streaming value scan against a plain chunked read of the same
     written (random positive normal E4M3 codes; F32 global scales), weights left as holes. Tensors are laid out as
     the safetensors writer orders them (dtype, then name), so each shard's block scales are one region. Then, each
     run from a cold cache: a plain chunked read (`os.pread` of the ranges the scanner plans, in chunks of the same
-    size, nothing else), and the value scan (`read.value_scan.scan_values`) with 1 and 2 workers; bytes fetched from
-    storage from /proc/self/io `read_bytes`, and the scanner's own counter.
+    size, nothing else), and the value scan (`read.value_scan.scan_values`) with 1 and 2 workers, and with 2 workers
+    reading through mappings as the forked scan process of a command does; bytes fetched from storage from
+    /proc/self/io `read_bytes`, and the scanner's own counter.
 
 Cold cache: before every run the page cache is dropped with `sync; echo 3 > /proc/sys/vm/drop_caches` when that
 works (root), and in every case each shard gets `fsync` + `posix_fadvise(POSIX_FADV_DONTNEED)`; the table says which
@@ -249,14 +250,17 @@ def real_section(base: Path, layers: int) -> list[str]:
 
     for _ in range(2):  # alternate, so drift in the machine's load hits both sides
         run("plain chunked read (baseline)", lambda: plain_read(root, plans))
-        for workers in (1, 2):
+        for workers, mapped in ((1, False), (2, False), (2, True)):
 
-            def scan(workers: int = workers) -> int:
+            def scan(workers: int = workers, mapped: bool = mapped) -> int:
                 counters = ScanCounters()
-                scan_values(source, wanted, shard_map, workers=workers, counters=counters, progress=False)
+                scan_values(
+                    source, wanted, shard_map, workers=workers, counters=counters, progress=False, mapped=mapped
+                )
                 return counters.bytes_read
 
-            run(f"value scan, {workers} worker(s)", scan)
+            how = ", mapped reads (as in the forked scan process)" if mapped else ""
+            run(f"value scan, {workers} worker(s){how}", scan)
     best: dict[str, tuple[float, int, int]] = {}
     for label, wall, disk, got in rows:
         if label not in best or wall < best[label][0]:

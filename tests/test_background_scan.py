@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from ckpt_tools.errors import TargetError
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
+from ckpt_tools.read import residency
 from ckpt_tools.read.background_scan import BackgroundScan, forkable
 from ckpt_tools.read.loader import load_checkpoint, scan_plan
 from ckpt_tools.read.local import LocalSource
@@ -96,6 +98,107 @@ def test_a_shard_that_cannot_be_read_is_the_scans_own_error(
             scan.result()
     finally:
         scan.close()
+
+
+def cache(folder: Path) -> None:
+    """Read every file of `folder` once: its pages are then in the page cache, which a mapped scan maps."""
+    for p in folder.iterdir():
+        p.read_bytes()
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_mapped_reads_measure_what_copied_reads_measure(fixture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckpt_tools.read import value_scan
+
+    cache(GENUINE / fixture)
+    source, ckpt, wanted = plan(GENUINE / fixture)
+    tensors, shards = scan_plan(ckpt, wanted)
+    copied = scan_values(source, tensors, shards)
+    maps = []
+    real_map = value_scan.map_range
+
+    def counted(fd: int, offset: int, length: int):
+        maps.append(length)
+        return real_map(fd, offset, length)
+
+    monkeypatch.setattr(value_scan, "map_range", counted)
+    mapped = scan_values(source, tensors, shards, mapped=True)
+    assert list(mapped.items()) == list(copied.items())
+    assert mapped.bytes_read == copied.bytes_read
+    assert maps or not copied.bytes_read or not residency.supported()  # cached reads were mapped, not copied
+
+
+def test_reads_from_the_disk_are_not_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read whose pages were not cached is read with preadv even by a mapped scan (paging in through a mapping
+    is slower than the kernel's readahead)."""
+    from ckpt_tools.read import value_scan
+
+    source, ckpt, wanted = plan(copy_fixture("modelopt-llama-nvfp4", tmp_path))
+    monkeypatch.setattr(value_scan._LocalReader, "_measure", lambda self, read: None)  # nothing found cached
+    maps = []
+    monkeypatch.setattr(value_scan, "map_range", lambda *a: maps.append(a))
+    tensors, shards = scan_plan(ckpt, wanted)
+    assert list(scan_values(source, tensors, shards, mapped=True).items()) == list(
+        scan_values(source, tensors, shards).items()
+    )
+    assert not maps
+
+
+def test_a_mapped_read_of_a_shortened_file_is_the_copied_reads_error(tmp_path: Path) -> None:
+    folder = copy_fixture("modelopt-llama-nvfp4", tmp_path)
+    source, ckpt, wanted = plan(folder)
+    info = ckpt.shards[0]
+    shard = folder / info.name
+    shard.write_bytes(shard.read_bytes()[: info.data_start + 16])  # shorter than its header says: never mapped
+    tensors, shards = scan_plan(ckpt, wanted)
+    errors = []
+    for mapped in (True, False):
+        with pytest.raises(TargetError) as caught:
+            scan_values(source, tensors, shards, mapped=mapped)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+    assert "the file ended" in errors[0]
+
+
+@linux_only
+def test_a_file_cut_under_the_childs_mapping_is_scanned_again_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child maps a read, then the file loses those bytes (another program truncates it): the child's next touch
+    of the mapping is SIGBUS, which kills it; the parent then scans without mappings and reports the short file."""
+    from ckpt_tools.read import background_scan, value_scan
+
+    folder = copy_fixture("modelopt-llama-nvfp4", tmp_path)
+    args = plan(folder)
+    info = args[1].shards[0]
+    real_map = value_scan.map_range
+    cut = []
+
+    def map_then_cut(fd: int, offset: int, length: int):
+        mapping = real_map(fd, offset, length)
+        os.truncate(folder / info.name, offset)  # in the child: every page of `mapping` is gone
+        cut.append(offset)
+        return mapping
+
+    monkeypatch.setattr(value_scan, "map_range", map_then_cut)
+    rescans = []
+    real_here = background_scan._Forked._scan_here
+
+    def scan_here(self):
+        rescans.append(os.waitstatus_to_exitcode(self._status))
+        return real_here(self)
+
+    monkeypatch.setattr(background_scan._Forked, "_scan_here", scan_here)
+    scan = BackgroundScan(*args)
+    try:
+        assert scan.forked
+        with pytest.raises(TargetError, match=re.escape(f"cannot read the scale values of {info.name}")):
+            scan.result()
+    finally:
+        scan.close()
+    assert rescans == [-signal.SIGBUS]
+    assert (folder / info.name).stat().st_size < info.size
+    assert not cut  # the mapping happened in the child only
 
 
 def hanging_scan(*args, **kwargs):

@@ -19,6 +19,7 @@ scan's own `TargetError`, raised when the value rules ask for the values.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import signal
@@ -108,7 +109,9 @@ class _Forked:
         self, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
     ) -> None:
         self._ckpt = ckpt
+        self._again = (source, wanted, progress)  # to scan in this process if the child dies of SIGBUS
         self._value: ValueStats | None = None
+        self._status = 0  # how the child ended (`os.waitpid`), once reaped
         # The tensor map, which the child needs to choose what to read and this process needs for its analysis, is
         # built once, here, before the fork: the child then starts reading at once.
         ckpt.tensors  # noqa: B018
@@ -130,22 +133,35 @@ class _Forked:
         from ..model.values import TensorStats, ValueStats
 
         assert self._pipe is not None
+        every = list(self._ckpt.tensors)  # before the wait, which this process would otherwise spend idle
         with os.fdopen(self._pipe, "rb") as pipe:
             self._pipe = None
             received = pipe.read()
-        status = self._reap(kill=False)
         try:
             payload = json.loads(received)
         except ValueError:
+            status = self._status = self._reap(kill=False)
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS:
+                # A file shrank under the child's mapped reads: scanning here, without mappings, reports it (or, if
+                # it is whole again, measures it) as an in-process scan would.
+                self._value = self._scan_here()
+                return self._value
             raise RuntimeError(f"the value scan process ended without a result ({_describe(status)})") from None
         if "error" in payload:
             raise _rebuilt(*payload["error"])
+        # A child that sent its result is reaped by `close()`: its exit meanwhile overlaps with what follows here.
         table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
-        every = list(self._ckpt.tensors)
         names = [every[i] for i in payload["order"]]
         stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
         self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
         return self._value
+
+    def _scan_here(self) -> ValueStats:
+        from .loader import scan_plan
+
+        source, wanted, progress = self._again
+        tensors, shards = scan_plan(self._ckpt, wanted)
+        return _scan(source, tensors, shards, progress=progress)
 
     def close(self) -> None:
         if self._pipe is not None:
@@ -173,9 +189,11 @@ def _child(
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills this process
+        faulthandler.disable()  # a SIGBUS here is expected (mapped reads) and handled by the parent: no traceback
         try:
             tensors, shards = scan_plan(ckpt, wanted)
-            payload = _encoded(_scan(source, tensors, shards, progress=progress), ckpt)
+            # Mapped reads: this process may die of SIGBUS (see `value_scan._MappedReader`; the parent then scans).
+            payload = _encoded(_scan(source, tensors, shards, progress=progress, mapped=True), ckpt)
         except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
             payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
         with os.fdopen(write, "w") as pipe:
@@ -189,21 +207,17 @@ def _child(
 def _encoded(values: ValueStats, ckpt: Checkpoint) -> dict[str, Any]:
     """`values` as JSON data: every distinct statistics object once (its fields in order; Python's JSON keeps every
     float exactly, NaN and the infinities included), then per tensor its position among `ckpt.tensors` (the order
-    both processes hold) and its object's."""
-    position = {name: i for i, name in enumerate(ckpt.tensors)}
-    index: dict[int, int] = {}
-    table: list[list[Any]] = []
-    refs: list[int] = []
-    for stats in values.tensors.values():
-        k = index.get(id(stats))
-        if k is None:
-            k = index[id(stats)] = len(table)
-            table.append([getattr(stats, f) for f in _FIELDS])
-        refs.append(k)
+    both processes hold) and its object's. Whole-list operations: the scan shares one object among equal results,
+    so 93k statistics are a few thousand objects, told apart by identity."""
+    position = dict(zip(ckpt.tensors, range(len(ckpt.tensors)), strict=True))
+    stats = list(values.tensors.values())
+    ids = list(map(id, stats))
+    distinct = dict(zip(ids, stats, strict=True))  # first-seen order of each object
+    slot = dict(zip(distinct, range(len(distinct)), strict=True))
     return {
-        "order": [position[n] for n in values.tensors],
-        "refs": refs,
-        "stats": table,
+        "order": list(map(position.__getitem__, values.tensors)),
+        "refs": list(map(slot.__getitem__, ids)),
+        "stats": [[getattr(s, f) for f in _FIELDS] for s in distinct.values()],
         "bytes_read": values.bytes_read,
     }
 

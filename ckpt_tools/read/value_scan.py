@@ -16,6 +16,7 @@ so the scan does not fill the page cache (which container memory limits count). 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -186,6 +187,57 @@ class _LocalReader:
         os.close(self.fd)
 
 
+class _MappedReader(_LocalReader):
+    """`_LocalReader` whose reads of cached pages are mappings of the file (`MAP_POPULATE`: mapped in one call)
+    instead of copies into a buffer: the measuring reads the page cache itself, which saves a copy of every scanned
+    byte (a third of the scan's CPU on cached scales). A read whose pages were not all cached before the scan
+    (`_LocalReader.cached`) is read with `preadv` as before: paging in through a mapping measured 10-20% slower from
+    a cold cache than `preadv` with the kernel's readahead, and the copy is cheap next to the disk.
+
+    Only for a scan in a process of its own (`read.background_scan`): a file truncated after its size was taken
+    turns the next touch of a mapped page into SIGBUS, which kills the process instead of raising. The forked scan
+    then dies by that signal and its parent reads the checkpoint again without mappings, which reports the short file
+    as any scan does. A read that runs past the file's end as it is now is read as `_LocalReader` reads it."""
+
+    _map: mmap.mmap | None = None
+
+    def read_into(self, read: Read, buffer: memoryview) -> memoryview:
+        if self.advise:
+            self._measure(read)
+        base = read.start - read.start % mmap.ALLOCATIONGRANULARITY  # mmap offsets are multiples of this
+        end = read.start + read.length
+        if read.start not in self.cached or end > os.fstat(self.fd).st_size:
+            return super().read_into(read, buffer)  # from the disk, or a short file (for `_complete` to report)
+        try:
+            self._map = map_range(self.fd, base, end - base)
+        except ValueError:  # it shrank since: Python checks the length against the file's size itself
+            return super().read_into(read, buffer)
+        return memoryview(self._map)[read.start - base :]
+
+    def done(self, read: Read) -> None:
+        self._release()
+        super().done(read)  # after the unmapping: the kernel keeps the pages a mapping still holds
+
+    def close(self) -> None:
+        self._release()
+        super().close()
+
+    def _release(self) -> None:
+        mapping, self._map = self._map, None
+        if mapping is not None:
+            with contextlib.suppress(BufferError):  # a view still held: the mapping goes with its last reference
+                mapping.close()
+
+
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+def map_range(fd: int, offset: int, length: int) -> mmap.mmap:
+    """A read-only mapping of `length` bytes of `fd` from `offset` (a multiple of the allocation granularity), its
+    pages mapped at once (`MAP_POPULATE`) rather than one fault per page."""
+    return mmap.mmap(fd, length, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=offset)
+
+
 class _SourceReader:
     """Any `Source` (the Hub): one `read_ranges` call per read."""
 
@@ -227,11 +279,12 @@ class ScanCounters:
             self.largest_read = max(self.largest_read, n if largest is None else largest)
 
 
-def open_reader(source: Source, plan: ShardPlan) -> _LocalReader | _SourceReader:
-    """The reader for one shard: pread + fadvise on a local file, `read_ranges` on any other source."""
+def open_reader(source: Source, plan: ShardPlan, *, mapped: bool = False) -> _LocalReader | _SourceReader:
+    """The reader for one shard: pread + fadvise on a local file (mappings instead of pread with `mapped`, in a scan
+    process of its own only: `_MappedReader`), `read_ranges` on any other source."""
     local_path = getattr(source, "path", None) if not source.is_remote else None
     if local_path is not None:
-        return _LocalReader(str(local_path(plan.shard)), plan)
+        return (_MappedReader if mapped else _LocalReader)(str(local_path(plan.shard)), plan)
     return _SourceReader(source, plan.shard)
 
 
@@ -465,11 +518,13 @@ def scan_values(
     progress: bool | None = None,
     counters: ScanCounters | None = None,
     cancel: threading.Event | None = None,
+    mapped: bool = False,
 ) -> ValueStats:
     """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
     worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
     changed or vanished since its header was read) is a `TargetError`. Once `cancel` is set, every worker stops at
-    its next read and the scan raises `ScanCancelled`."""
+    its next read and the scan raises `ScanCancelled`. `mapped`: read local files through mappings, which only a
+    process that may die of SIGBUS can do (`_MappedReader`)."""
     counters = counters if counters is not None else ScanCounters()
     stop = cancel if cancel is not None else threading.Event()
     by_shard: dict[str, list[TensorInfo]] = {}
@@ -493,7 +548,7 @@ def scan_values(
 
         def one(plan: ShardPlan) -> dict[str, TensorStats]:
             try:
-                return scan_shard(plan, open_reader(source, plan), counters, update, stop)
+                return scan_shard(plan, open_reader(source, plan, mapped=mapped), counters, update, stop)
             except OSError as exc:
                 raise TargetError(
                     f"{source.label}: cannot read the scale values of {plan.shard} ({exc.strerror or exc})"
