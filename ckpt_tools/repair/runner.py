@@ -1,7 +1,8 @@
 """Run one repair job on one checkpoint: resolve, lock, finish any interrupted repair, analyze (the full doctor),
 plan, predict the after-state (doctor on the planned headers, in memory), refuse a repair that would add errors,
 apply under the journal. The after-check is the prediction (weights untouched, value data carried over), except
-after byte patches, whose scale values are read again.
+after byte patches, whose scale values are read again. A job planned from header findings is planned, and its
+after-state judged up to the value rules, while the analysis' value scan still runs (`_Ahead`).
 """
 
 from __future__ import annotations
