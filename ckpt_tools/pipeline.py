@@ -91,11 +91,13 @@ def analyze(
     progress: bool | None = None,
     producer_schema: bool = False,
     lone_shard: bool = False,
+    meanwhile: Callable[[Analysis], None] | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
+    `meanwhile`: called with the verdict so far while the value scan still runs (`judge`); never without a scan.
     """
     with _cyclic_gc_paused():
         return _analyze(
@@ -108,6 +110,7 @@ def analyze(
             progress=progress,
             producer_schema=producer_schema,
             lone_shard=lone_shard,
+            meanwhile=meanwhile,
         )
 
 
@@ -137,6 +140,7 @@ def _analyze(
     progress: bool | None,
     producer_schema: bool,
     lone_shard: bool,
+    meanwhile: Callable[[Analysis], None] | None = None,
 ) -> Analysis:
     source = open_source(target, revision)
     if not lone_shard:
@@ -170,7 +174,12 @@ def _analyze(
     # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
     scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
     try:
-        return judge(ckpt, scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt), **settings)
+        return judge(
+            ckpt,
+            scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt),
+            meanwhile=meanwhile,
+            **settings,
+        )
     finally:
         scan.close()
 
@@ -199,39 +208,118 @@ def judge(
     suppressions: Sequence[Suppression] = (),
     extra: dict | None = None,
     scanned: Callable[[], Checkpoint] | None = None,
+    meanwhile: Callable[[Analysis], None] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
     (code, reason) of value rules not run because a suppression silences them outright. With `scanned` (a value
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
-    `scanned()` returns: `ckpt` with its statistics."""
-    det = detect(ckpt, runtime)
-    profiles: tuple[Hardware, ...] = tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
-    schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
-    ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
-    found, ctx = _run_rules(ctx, skipped, skipped_reason, dict(silenced), scanned)
-    ckpt = ctx.ckpt
-    findings, suppressed = apply_suppressions(found, suppressions)
-    report = Report(
-        target=label,
-        checkpoint=checkpoint_summary(ckpt, det, profiles),
-        findings=tuple(findings),
-        skipped=tuple(skipped),
-        suppressed=tuple(suppressed),
-        extra=extra or {},
+    `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
+    done and before waiting for the scan, with the checkpoint's verdict so far (`Judging.interim`): what a repair
+    plans on while the scan still runs."""
+    judging = Judging.start(
+        ckpt,
+        target=target,
+        label=label,
+        runtime=runtime,
+        hardware_ids=hardware_ids,
+        skipped_reason=skipped_reason,
+        silenced=silenced,
+        producer_schema=producer_schema,
+        suppressions=suppressions,
+        extra=extra,
+        values_later=scanned is not None,
     )
-    settings = {
-        "target": target,
-        "label": label,
-        "runtime": runtime,
-        "hardware_ids": tuple(hardware_ids),
-        "skipped_reason": skipped_reason,
-        "silenced": tuple(silenced),
-        "producer_schema": producer_schema,
-        "suppressions": tuple(suppressions),
-        "extra": dict(extra or {}),
-    }
-    return Analysis(ckpt, det, report, settings)
+    if scanned is None:
+        return judging.finish()
+    if meanwhile is not None:
+        meanwhile(judging.interim())
+    return judging.finish(scanned())
+
+
+@dataclass(frozen=True)
+class Judging:
+    """One judgement in two steps: detection and every rule but the value rules a scan has yet to feed (`start`),
+    then those on the scanned checkpoint (`finish`). `judge` is both at once; a repair starts its after-state's
+    judgement while the before-state's scan runs, and finishes it with the value statistics carried over."""
+
+    ckpt: Checkpoint
+    det: Detection
+    profiles: tuple[Hardware, ...]
+    ctx: Context
+    per_rule: list[list[Finding]]
+    deferred: list[tuple[int, type[Rule]]]  # (slot in per_rule, value rule): run by `finish`
+    skipped: list[SkippedRule]
+    extra: dict  # the report's `extra`, as given
+    settings: dict[str, Any]
+
+    @classmethod
+    def start(
+        cls,
+        ckpt: Checkpoint,
+        *,
+        target: str,
+        label: str,
+        runtime: str | None = None,
+        hardware_ids: Sequence[str] = (),
+        skipped_reason: str | None = None,
+        silenced: Sequence[tuple[str, str]] = (),
+        producer_schema: bool = False,
+        suppressions: Sequence[Suppression] = (),
+        extra: dict | None = None,
+        values_later: bool = False,
+    ) -> Judging:
+        """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
+        det = detect(ckpt, runtime)
+        profiles: tuple[Hardware, ...] = (
+            tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
+        )
+        schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
+        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
+        per_rule, deferred = _run_rules(ctx, skipped, skipped_reason, dict(silenced), values_later)
+        settings = {
+            "target": target,
+            "label": label,
+            "runtime": runtime,
+            "hardware_ids": tuple(hardware_ids),
+            "skipped_reason": skipped_reason,
+            "silenced": tuple(silenced),
+            "producer_schema": producer_schema,
+            "suppressions": tuple(suppressions),
+            "extra": dict(extra or {}),
+        }
+        return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, extra or {}, settings)
+
+    def interim(self) -> Analysis:
+        """The verdict so far, on the checkpoint as `start` judged it: every finding but the deferred value rules'
+        (suppressions applied). Exactly the final verdict's findings of every rule that is not deferred: each rule's
+        findings are its own (nothing a rule reports depends on another's), and a suppression acts on each finding
+        alone."""
+        return self._analysis(self.ctx)
+
+    def finish(self, scanned: Checkpoint | None = None) -> Analysis:
+        """The verdict: the deferred value rules run on `scanned` (the checkpoint `start` judged, with its value
+        statistics), in their places in rule order."""
+        if self.deferred and scanned is None:
+            raise ValueError("the value rules wait for the scanned checkpoint")
+        ctx = self.ctx if scanned is None else replace(self.ctx, ckpt=scanned)
+        per_rule = list(self.per_rule)
+        for slot, rule_cls in self.deferred:
+            per_rule[slot] = list(rule_cls().check(ctx))
+        return self._analysis(ctx, per_rule)
+
+    def _analysis(self, ctx: Context, per_rule: list[list[Finding]] | None = None) -> Analysis:
+        found = [f for found in (self.per_rule if per_rule is None else per_rule) for f in found]
+        findings, suppressed = apply_suppressions(found, self.settings["suppressions"])
+        report = Report(
+            target=self.settings["label"],
+            checkpoint=checkpoint_summary(ctx.ckpt, self.det, self.profiles),
+            findings=tuple(findings),
+            skipped=tuple(self.skipped),
+            suppressed=tuple(suppressed),
+            extra=self.extra,
+        )
+        return Analysis(ctx.ckpt, self.det, report, self.settings)
 
 
 def _producer_schema(ckpt: Checkpoint, det: Detection) -> tuple[Any, list[SkippedRule]]:
@@ -251,11 +339,12 @@ def _run_rules(
     skipped: list[SkippedRule],
     skipped_reason: str | None,
     not_run: Mapping[str, str],
-    scanned: Callable[[], Checkpoint] | None = None,
-) -> tuple[list[Finding], Context]:
-    """Every registered rule's findings, in rule order, and the context the value rules saw; a value rule without
-    values (headers only, or silenced outright by a suppression) is recorded in `skipped` with the reason instead.
-    With `scanned`, the value rules run last, on the checkpoint it returns once the header rules are done."""
+    values_later: bool = False,
+) -> tuple[list[list[Finding]], list[tuple[int, type[Rule]]]]:
+    """Every registered rule's findings, one list per rule in rule order, and the value rules left for later; a
+    value rule without values (headers only, or silenced outright by a suppression) is recorded in `skipped` with the
+    reason instead. With `values_later`, each value rule gets an empty list now and is returned with its slot, to run
+    on the scanned checkpoint once the header rules are done."""
     per_rule: list[list[Finding]] = []
     deferred: list[tuple[int, type[Rule]]] = []
     for rule_cls in all_rules():
@@ -263,16 +352,12 @@ def _run_rules(
         if reason:
             skipped.append({"code": rule_cls.code, "slug": rule_cls.slug, "reason": reason})
             continue
-        if scanned is not None and rule_cls.needs_values:
+        if values_later and rule_cls.needs_values:
             deferred.append((len(per_rule), rule_cls))
             per_rule.append([])
             continue
         per_rule.append(list(rule_cls().check(ctx)))
-    if scanned is not None:
-        ctx = replace(ctx, ckpt=scanned())
-        for slot, rule_cls in deferred:
-            per_rule[slot] = list(rule_cls().check(ctx))
-    return [f for found in per_rule for f in found], ctx
+    return per_rule, deferred
 
 
 def _refuse_lone_shard(source) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from ckpt_tools.model import checkpoint as checkpoint_module
-from ckpt_tools.model.checkpoint import Checkpoint, carry_grouping
+from ckpt_tools.model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ckpt_tools.model.tensors import Shard, TensorInfo
 from ckpt_tools.pipeline import analyze, doctor
 from ckpt_tools.repair import fix_prefix, predict, run
@@ -136,6 +136,34 @@ def test_carry_declines_what_is_not_a_rename_in_place(monkeypatch):
     monkeypatch.setattr(checkpoint_module, "_CARRY_AT_MOST", 0.25)
     most = {n: "w." + n for n in list(before.tensors)[:5]}  # 5 of 15 renamed: regrouping costs no more
     assert carry_grouping(before, renamed(before, most)) is False
+
+
+@pytest.mark.parametrize("renames", CASES.values(), ids=CASES.keys())
+def test_carried_tensor_map_is_the_computed_one(renames):
+    # Renames in the first shard, the second or both: the map (order included) is the one the shards give.
+    before = make()
+    assert before.tensors
+    after = renamed(before, renames)
+    assert carry_tensor_index(before, after) is True
+    fresh = dataclasses.replace(after)  # no cached views: the map is built from the shards
+    assert list(after.tensors.items()) == list(fresh.tensors.items()) and not after.duplicate_tensors
+    if not renames:
+        assert list(after.tensors.items()) == list(before.tensors.items())
+
+
+def test_carried_tensor_map_declines_what_is_not_a_rename_in_place():
+    before = make()
+    assert carry_tensor_index(before, renamed(before, {"m.a": "z.a"})) is False  # no map built yet to carry
+    assert before.tensors
+    first, second = before.shards
+    dropped = dataclasses.replace(before, shards=(first, dataclasses.replace(second, tensors=second.tensors[1:])))
+    reordered = dataclasses.replace(before, shards=(second, first))
+    for after in (dropped, reordered):
+        assert carry_tensor_index(before, after) is False and "_tensor_index" not in vars(after)
+    # A rename onto a name another shard holds: a repeated name, which only the full build reports.
+    clash = renamed(before, {"q.weight": "m.a"})
+    assert carry_tensor_index(before, clash) is False and "_tensor_index" not in vars(clash)
+    assert clash.duplicate_tensors == {"m.a": ("s0", "s1")}
 
 
 def verdict(report) -> list:

@@ -123,3 +123,28 @@ def test_index_step_hands_on_what_it_wrote(tmp_path, layout, index, renames, dro
     assert b'"parsed"' not in journal
     _job, (decoded,) = decode_journal(journal, tmp_path)
     assert decoded == step and decoded.parsed is None
+
+
+def _sorted_reference(weight_map: dict[str, str], renames: dict[str, str]) -> dict[str, str]:
+    keys = list(weight_map)
+    return dict(sorted(zip(map(renames.get, keys, keys), weight_map.values(), strict=True), key=lambda kv: kv[0]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_renamed_sorted_map_is_the_sort(seed):
+    # The merge of the renamed keys into the kept ones is the full sort: renames to the front, the back, between
+    # neighbours, onto themselves, onto each other (a collision: the same shorter map), and keys not in the map.
+    import random
+
+    rng = random.Random(seed)
+    keys = sorted({f"{rng.choice('abmyz')}.{rng.randrange(60)}.{rng.choice(['w', 's', 'q'])}" for _ in range(80)})
+    weight_map = {k: f"shard-{rng.randrange(4)}" for k in keys}
+    targets = [*keys, "", "0", "zzz", "m.5.w", "a.", "b.1.x"]
+    renames = {k: rng.choice([rng.choice(targets), k, k + "x", "b" + k]) for k in rng.sample(keys, rng.randrange(12))}
+    renames["not.in.the.map"] = "a.0.w"
+    got = steps._sorted_renamed(weight_map, keys, renames)
+    expected = _sorted_reference(weight_map, renames)
+    assert list(got) == list(expected)  # order and keys
+    if len(expected) == len(weight_map):  # no collision: the files too
+        assert list(got.items()) == list(expected.items())
+    assert steps._sorted_renamed(weight_map, keys, {}) == weight_map

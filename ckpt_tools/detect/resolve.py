@@ -412,6 +412,29 @@ def component_batches(family: Family) -> Callable[[Sequence[str]], list[str]]:
     return batch
 
 
+def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:
+    """The components of every tensor name of `modules` (`component_of` of each), answered once per four-segment
+    head where the head fixes them. WHY this is exact: a module holds the tensors whose name's prefix is its name, so
+    a name's prefix has four segments or more exactly when its module's name does, and then its head is the module
+    name's first four segments; where `component_fixed_by(head)`, `component_of` answers the same for every name
+    below the head (`module_component_lookup` relies on it too), so one name of the first module under the head
+    answers for all; every other name (shorter prefixes, heads that fix nothing) is answered by `component_of`."""
+    prefixes = list(modules)
+    parts = list(map(methodcaller("split", ".", 4), prefixes))
+    heads = list(map(".".join, map(_HEAD, parts)))
+    first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
+    found: set[str] = set()
+    undecided: set[str] = set()  # heads whose names each decide
+    for head, prefix in first.items():
+        if component_fixed_by(head, family):  # four segments at least, below a root
+            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
+        else:
+            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
+    for prefix in compress(prefixes, map(undecided.__contains__, heads)):
+        found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
+    return found
+
+
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
     """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
     prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""

@@ -157,6 +157,36 @@ class Checkpoint:
         return self.text_config.get(key)
 
 
+def carry_tensor_index(before: Checkpoint, after: Checkpoint) -> bool:
+    """Give `after`, a copy of `before` whose tensors a repair renamed in place (the same loaded shards in the same
+    order, each with as many tensors), its tensor map from `before`'s: a copy of it (in C) whose entries from the
+    first shard that changed on are entered again from `after`'s shards. Returns False (and sets nothing) when
+    `after` is not such a copy or either map has a name in two shards; `after` then builds its own.
+
+    WHY this is exact: without a repeated name the map is every loaded shard's (name, tensor) pairs, shard after
+    shard in load order (`_tensor_index`'s fast path); the shards before the first changed one are the same objects
+    in the same order, so the copy's entries up to there are `after`'s, and the rest are entered in `after`'s order
+    after them; a repeated name shows as a shorter map, as in `_tensor_index`."""
+    if "_tensor_index" not in vars(before) or "_tensor_index" in vars(after) or before.duplicate_tensors:
+        return False
+    old, new = before.loaded_shards, after.loaded_shards
+    if len(old) != len(new) or any(
+        a.name != b.name or len(a.tensors) != len(b.tensors) for a, b in zip(old, new, strict=True)
+    ):
+        return False
+    first = next((r for r, (a, b) in enumerate(zip(old, new, strict=True)) if a is not b), len(old))
+    out: dict[str, TensorInfo] = before.tensors.copy()  # type: ignore[attr-defined]  # a read-only dict view
+    for shard in old[first:]:
+        for name in map(_NAME, shard.tensors):
+            del out[name]
+    for shard in new[first:]:
+        out.update(zip(map(_NAME, shard.tensors), shard.tensors, strict=True))
+    if len(out) != sum(len(shard.tensors) for shard in new):
+        return False
+    after.__dict__["_tensor_index"] = (MappingProxyType(out), MappingProxyType({}))  # a cached view, as computed
+    return True
+
+
 # A rename that touches more than this share of the tensors regroups everything: carrying modules over would cost as
 # much, and the common repair (a misplaced component) renames a few hundred tensors of a hundred thousand.
 _CARRY_AT_MOST = 0.25

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import stat
 import struct
@@ -87,7 +88,11 @@ def journal_path(root: Path) -> Path:
 
 
 def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
-    blob = bytearray()
+    # The blob is the steps' byte fields one after the other: kept as parts, hashed part by part and joined once
+    # (the index alone, old and new, is tens of megabytes on a large checkpoint).
+    parts: list[bytes] = []
+    digest = hashlib.sha256()
+    size = 0
     encoded = []
     for step in steps:
         item: dict[str, Any] = {"kind": step.kind}
@@ -96,8 +101,10 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
                 continue  # derived in memory, not part of the record
             value = getattr(step, f.name)
             if isinstance(value, bytes):
-                item[f.name] = {"blob": [len(blob), len(value)]}
-                blob += value
+                item[f.name] = {"blob": [size, len(value)]}
+                parts.append(value)
+                digest.update(value)
+                size += len(value)
             elif f.name == "runs":
                 item[f.name] = [[r.offset, r.old.hex(), r.new.hex()] for r in value]
             else:
@@ -109,11 +116,11 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
             "job": job,
             "root": str(root.resolve()),
             "pid": os.getpid(),
-            "blob_sha256": sha256(bytes(blob)),
+            "blob_sha256": digest.hexdigest(),
             "steps": encoded,
         }
     )
-    return MAGIC + struct.pack("<Q", len(manifest)) + manifest + bytes(blob)
+    return b"".join([MAGIC, struct.pack("<Q", len(manifest)), manifest, *parts])
 
 
 def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
@@ -178,8 +185,9 @@ def _checkpoint_file(name: object) -> bool:
     )
 
 
-def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer) -> None:
-    """Carry out `steps` under the journal protocol. The caller holds the lock.
+def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer, journal: bytes | None = None) -> None:
+    """Carry out `steps` under the journal protocol. The caller holds the lock. `journal`: the journal of these
+    steps, `encode_journal(job, root, steps)` made in advance by this process (encoded here otherwise).
 
     A write that fails (a full disk, a quota, an I/O error) leaves the folder as it was: before the journal exists,
     the partial temporary file is removed; after, the steps already applied are undone from the journal and the
@@ -187,7 +195,8 @@ def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer)
     refusal says to complete it with `ckpt repair --resume` once the cause is gone."""
     with Folder(root) as folder:
         refuse_foreign_temps(folder)
-        journal = encode_journal(job, root, steps)
+        if journal is None:
+            journal = encode_journal(job, root, steps)
         copies_first = COPIES_FIRST and check_free_space(folder, steps, len(journal))
         try:
             atomic_write(folder, JOURNAL_NAME, journal, writer, mode=0o644, crash="journal")

@@ -10,23 +10,22 @@ renames and drops, the after-check itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from ..model.checkpoint import Checkpoint, carry_grouping
+from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ..model.tensors import Index, Shard
+from ..pipeline import _with_views
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 
 def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> Checkpoint:
     """`ckpt` as it will be once `steps` (compiled from `plan`) are applied."""
-    renames: dict[str, str] = {}
-    drops: set[str] = set()
-    patches: dict[str, list[BytePatch]] = {}
+    renames, drops, patches = edit_maps(ckpt, plan)
     shards = []
     files = dict(ckpt.files)
     rewritten = {s.file: s for s in steps if isinstance(s, RewriteStep)}
@@ -35,10 +34,6 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         if edit is None or edit.empty:
             shards.append(shard)
             continue
-        renames.update(edit.renames)
-        drops |= edit.drops
-        for p in edit.patches:
-            patches.setdefault(p.tensor, []).append(p)
         shards.append(_edited_shard(shard, edit.renames, edit.drops, rewritten.get(shard.name)))
         if shard.name in rewritten:
             files[shard.name] = rewritten[shard.name].new_size
@@ -51,9 +46,11 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         else:  # a step decoded from a journal
             data = orjson.loads(index_step.new)
             weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
+        # The step's parsed map is its own, made for it and never changed: read-only views of it, not a copy of
+        # every entry.
         index = Index(
             index.name,
-            MappingProxyType(dict(weight_map)),
+            MappingProxyType(weight_map if type(weight_map) is dict else dict(weight_map)),
             MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
@@ -61,13 +58,43 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         for p in ckpt.problems
         if p.tensor not in drops
     )
-    carried = carry_values(ckpt, renames, frozenset(drops), patches)
+    carried = carry_values(ckpt, renames, drops, patches)
     after = dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
     if renames and not drops:
+        carry_tensor_index(ckpt, after)  # the tensor map, entered again from the first renamed shard on
         carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
     return after
+
+
+def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[str], dict[str, list[BytePatch]]]:
+    """(old name -> new name, dropped names, tensor -> its byte patches) over the shards `plan` edits."""
+    renames: dict[str, str] = {}
+    drops: set[str] = set()
+    patches: dict[str, list[BytePatch]] = {}
+    for shard in ckpt.shards:
+        edit = plan.edits.get(shard.name)
+        if edit is None or edit.empty:
+            continue
+        renames.update(edit.renames)
+        drops |= edit.drops
+        for p in edit.patches:
+            patches.setdefault(p.tensor, []).append(p)
+    return renames, frozenset(drops), patches
+
+
+def with_scanned_values(after: Checkpoint, scanned: Checkpoint, plan: Plan) -> Checkpoint:
+    """`after_checkpoint(scanned, plan, steps)`, given `after`, the same made from the checkpoint `scanned` is before
+    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over,
+    and the derived views `after` computed meanwhile (its tensor map, modules, layouts).
+
+    WHY this is exact: the scan adds value statistics and changes no other field (`pipeline._analyze` makes `scanned`
+    by replacing `values` alone), `after_checkpoint` makes every field but the value data from fields the two share,
+    and takes the value data from `carry_values` of its input alone; every cached view of a `Checkpoint` is computed
+    from its files, shards, index and configs and none reads the value data (`pipeline._with_views`)."""
+    renames, drops, patches = edit_maps(scanned, plan)
+    return _with_views(dataclasses.replace(after, **carry_values(scanned, renames, drops, patches)), after)
 
 
 def _edited_shard(
@@ -108,6 +135,13 @@ def carry_values(
             mapping: dict[str, str | None] = dict.fromkeys(drops)
             mapping.update({old: new for old, new in renames.items() if old not in drops})
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
+            if isinstance(data, Container) and not any(map(data.__contains__, mapping)):
+                # WHY the statistics themselves: `renamed` changes only the names `mapping` holds, so statistics that
+                # hold none of them are their own renamed copy (equal field by field); shared, they let the value
+                # rules' memos per statistics object (`rules._memo.once_per`) answer the after-state from the pass
+                # they made on the before-state.
+                out[f.name] = data
+                continue
             out[f.name] = data.renamed(mapping)
             continue
         if not isinstance(data, Mapping):

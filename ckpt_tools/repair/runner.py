@@ -1,7 +1,8 @@
 """Run one repair job on one checkpoint: resolve, lock, finish any interrupted repair, analyze (the full doctor),
 plan, predict the after-state (doctor on the planned headers, in memory), refuse a repair that would add errors,
 apply under the journal. The after-check is the prediction (weights untouched, value data carried over), except
-after byte patches, whose scale values are read again.
+after byte patches, whose scale values are read again. A job planned from header findings is planned, and its
+after-state judged up to the value rules, while the analysis' value scan still runs (`_Ahead`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TargetError, UsageError
-from ..pipeline import Analysis, _cyclic_gc_paused, analyze, rejudge
+from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze, rejudge
 from ..report.model import Report
-from ..rules.base import Finding
+from ..rules.base import Finding, all_rules
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
-from .journal import Lock, journal_path, recover, run_journaled
+from .journal import Lock, encode_journal, journal_path, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
@@ -192,12 +193,13 @@ def _run(
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
+    # The repair is planned, and its after-state judged up to the value rules, while the value scan still runs.
+    ahead = _Ahead(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
     if dry_run:
         refuse_pending(local)
-        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead)
         keep(analysis)
-        plan, steps = _plan(analysis, job, target, local, writable=False)  # a dry run writes nothing
-        predicted = predict(analysis, plan, steps, keep) if steps else None
+        plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep, writable=False)
         blocked = None
         if steps:
             try:
@@ -218,20 +220,19 @@ def _run(
     check_folder(local)
     with Lock(local.root):
         recovered = recover(local.root, Writer())
-        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead)
         keep(analysis)
-        plan, steps = _plan(analysis, job, target, local)
+        plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep)
         if not steps:
             return RepairResult(
                 job=job.name, target=target, plan=plan, steps=steps, before=analysis.report, recovered=recovered
             )
-        predicted = predict(analysis, plan, steps, keep)
         if not force:
             refuse_worse(job.name, analysis.report, predicted)
         with _progress_bar(steps, progress) as bar:
             writer = Writer(progress=bar.update)
             start = time.perf_counter()
-            run_journaled(local.root, job.name, steps, writer)
+            run_journaled(local.root, job.name, steps, writer, ahead.journal if ahead is not None else None)
             seconds = time.perf_counter() - start
     # Renames and drops leave every byte the value rules read untouched: the prediction is the after-state. Byte
     # patches change scale values, which are read again.
@@ -268,6 +269,61 @@ def predict(
     if keep is not None:
         keep(after)
     return after.report
+
+
+def _plans_on_headers(job: Job) -> bool:
+    """Whether `job` can be planned on the verdict so far (`Judging.interim`, while the value scan runs). WHY its plan
+    is then the same: a job plans from the analysis' checkpoint and the findings of its slug; the checkpoint so far is
+    the final one but for the value statistics, which a job that does not need values never reads, and a rule that
+    reads no values has all its findings in the verdict so far."""
+    return not job.needs_values and not any(r.needs_values for r in all_rules() if r.slug == job.slug)
+
+
+class _Ahead:
+    """`analyze(meanwhile=...)` for a repair: plans it on the verdict so far and starts judging its after-state
+    (detection and the header rules) while the value scan still runs on the other core. The value rules of the
+    after-state wait for the before-state's statistics, carried over (`_plan_and_predict`)."""
+
+    def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
+        self.job, self.target, self.local, self.writable = job, target, local, writable
+        self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
+        self.journal: bytes | None = None  # the steps' journal, encoded meanwhile too (a repair that writes)
+
+    def __call__(self, interim: Analysis) -> None:
+        from .predict import after_checkpoint
+
+        plan, steps = _plan(interim, self.job, self.target, self.local, writable=self.writable)
+        after = None
+        if steps:
+            after = Judging.start(
+                after_checkpoint(interim.checkpoint, plan, steps), **interim.settings, values_later=True
+            )
+        self.planned = (plan, steps, after)
+        if steps and self.writable:
+            self.journal = encode_journal(self.job.name, self.local.root, steps)
+
+
+def _plan_and_predict(
+    analysis: Analysis,
+    job: Job,
+    target: str,
+    local: LocalTarget,
+    ahead: _Ahead | None,
+    keep: Callable[[Analysis], None],
+    writable: bool = True,
+) -> tuple[Plan, tuple[Step, ...], Report | None]:
+    """The plan, its steps and the predicted verdict (None without steps): made ahead while the scan ran, or now."""
+    if ahead is None or ahead.planned is None:  # no scan ran (headers only), or the job needs the values
+        plan, steps = _plan(analysis, job, target, local, writable)
+        return plan, steps, predict(analysis, plan, steps, keep) if steps else None
+    from .predict import with_scanned_values
+
+    plan, steps, judging = ahead.planned
+    if judging is None:
+        return plan, steps, None
+    after = judging.finish(with_scanned_values(judging.ckpt, analysis.checkpoint, plan))
+    keep(after)
+    return plan, steps, after.report
 
 
 def refuse_worse(job: str, before: Report, predicted: Report | None) -> None:

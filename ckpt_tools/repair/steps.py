@@ -21,6 +21,7 @@ import json
 import os
 import re
 import struct
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -376,11 +377,11 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         new_map = {renames.get(key, key): file for key, file in kept}
         if in_order:
             new_map = dict(sorted(new_map.items()))
+    elif in_order:
+        new_map = _sorted_renamed(weight_map, keys, renames)
     else:
-        # Every key through `renames.get(key, key)` beside its file, in C (a rename touches few keys of a large map);
-        # a sorted map stays sorted (nearly in order already: the sort runs in about one pass).
-        pairs = zip(map(renames.get, keys, keys), weight_map.values(), strict=True)
-        new_map = dict(sorted(pairs, key=itemgetter(0)) if in_order else pairs)
+        # Every key through `renames.get(key, key)` beside its file, in C (a rename touches few keys of a large map).
+        new_map = dict(zip(map(renames.get, keys, keys), weight_map.values(), strict=True))
     # A collision shows as a shorter map.
     if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
         new_map = {}
@@ -420,6 +421,44 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     return IndexStep(
         file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw, parsed=parsed
     )
+
+
+def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mapping[str, str]) -> dict[str, str]:
+    """`dict(sorted(zip(map(renames.get, keys, keys), weight_map.values()), key=itemgetter(0)))` for a map whose
+    `keys` are in order, in list slices and whole-dict steps: the (few) renamed keys are cut out of the sorted key
+    list where a binary search finds them and their new names merged in where it places them; the map is a copy of
+    the old one up to the first place the two orders differ, and only the keys from there on are entered again.
+    WHY this is the same: without two equal keys the sorted order is unique, and cutting keys out of a sorted list
+    and merging a sorted run into it keeps it sorted; equal keys (a collision) make a shorter map in both, which the
+    caller refuses whatever the order or the files."""
+    olds = sorted(k for k in renames if k in weight_map)
+    out = weight_map.copy()
+    if not olds:
+        return out
+    moved = sorted(((renames[k], weight_map[k]) for k in olds), key=itemgetter(0))
+    kept: list[str] = []
+    at = 0
+    for old in olds:  # each is a key of the map, so the search finds it exactly
+        where = bisect_left(keys, old, lo=at)
+        kept += keys[at:where]
+        at = where + 1
+    kept += keys[at:]
+    order: list[str] = []
+    at = 0
+    for new, _file in moved:
+        where = bisect_left(kept, new, lo=at)
+        order += kept[at:where]
+        order.append(new)
+        at = where
+    order += kept[at:]
+    # `keys` and `order` agree before the first renamed key and before the first new one (`kept` is `keys` there).
+    same = min(bisect_left(keys, olds[0]), bisect_left(kept, moved[0][0]))
+    for key in keys[same:]:
+        del out[key]
+    tail = order[same:]
+    files: dict[str, Any] = dict(moved)  # a JSON index may hold anything as a file
+    out.update(zip(tail, map(files.get, tail, map(weight_map.get, tail)), strict=True))
+    return out
 
 
 _LEADING_SPACES = re.compile(rb" *")

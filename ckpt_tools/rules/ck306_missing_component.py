@@ -4,12 +4,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..detect.resolve import component_batches, component_of
+from ..detect.resolve import component_of, module_components
 from ..knowledge.architectures import is_explicit
 from ..knowledge.layouts import ComponentExpectation, component_expectations
 from .base import Context, Finding, Rule, register
-
-_BATCH = 1 << 16  # names per batch: early exit, bounded lists
 
 
 def _declared(ctx: Context, entry: ComponentExpectation) -> tuple[str, Any] | None:
@@ -54,11 +52,9 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
         )
         if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
             return True
-        # Absent (the case that costs): every name's component, a batch at a time in whole-list steps
-        # (`component_batches`, which answers exactly as `component_lookup` does).
-        batches = component_batches(ctx.det.family)
-        every = list(names)
-        if any(entry.expect_component in batches(every[i : i + _BATCH]) for i in range(0, len(every), _BATCH)):
+        # Absent (the case that costs): the components of every name, once per four-segment head where the head fixes
+        # them (`module_components`, exactly `component_of` of each name; the modules hold every tensor name).
+        if entry.expect_component in module_components(modules, ctx.det.family):
             return True
     return bool(entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names))
 
