@@ -277,6 +277,8 @@ class Judging:
         schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
         ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
         per_rule, deferred = _run_rules(ctx, skipped, skipped_reason, dict(silenced), values_later)
+        for _slot, rule_cls in deferred:  # their header-only part, while the scan runs
+            rule_cls.prepare(ctx)
         settings = {
             "target": target,
             "label": label,

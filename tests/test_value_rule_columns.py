@@ -316,3 +316,64 @@ def test_wanted_tensors_are_the_per_tensor_selection(fixture: str) -> None:
         expected = [t for t in ckpt.tensors.values() if t.shard in shards and wanted(t)]
         assert wanted_tensors(ckpt, wanted, shards) == expected
         assert expected or shards != every
+
+
+@pytest.mark.parametrize("fixture", ["modelopt-qwen3moe-nvfp4", "llmc-qwen3moe-nvfp4", "llmc-qwen35moe-nvfp4"])
+def test_views_prepared_while_the_scan_runs_give_the_unprepared_verdict(
+    fixture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Rule.prepare` makes CK307's and CK502's header views on the checkpoint without values (as while the scan
+    runs); `check` on the scanned checkpoint, same detection, must then use them and judge exactly as a judgement
+    that prepared nothing (a fresh detection object: no view remembered)."""
+    from ckpt_tools.rules import _value_columns
+
+    analysis = analyze(str(GENUINE / fixture))
+    made = []
+    real_init = _value_columns.MemberTable.__init__
+
+    def counted(self, ctx):
+        made.append(ctx.det)
+        real_init(self, ctx)
+
+    monkeypatch.setattr(_value_columns.MemberTable, "__init__", counted)
+    for label, ckpt in _variants(analysis.checkpoint):
+        det = dataclasses.replace(analysis.detection)  # a new judgement's detection
+        headers_only = dataclasses.replace(ckpt, values=None)
+        for key, value in vars(ckpt).items():
+            headers_only.__dict__.setdefault(key, value)
+        before = len(made)
+        for rule in (ck307.MixedScaleConvention, ck502.FusedScaleMismatch):
+            rule.prepare(Context(ckpt=headers_only, det=det, hardware=(), target=fixture))
+        assert len(made) == before + 1, label  # one table, made while "the scan runs"
+        prepared = _results(Context(ckpt=ckpt, det=det, hardware=(), target=fixture), reference=False)
+        assert len(made) == before + 1, label  # the checks found it made
+        fresh = _results(Context(ckpt=ckpt, det=dataclasses.replace(det), hardware=(), target=fixture), reference=False)
+        assert prepared == fresh == _results(Context(ckpt=ckpt, det=det, hardware=(), target=fixture), True), label
+
+
+def test_a_view_per_detection_is_kept_for_the_last_two_detections() -> None:
+    from ckpt_tools.rules._memo import once_per_detection
+
+    calls = []
+
+    @once_per_detection
+    def view(ctx):
+        calls.append(ctx.det)
+        return object()
+
+    class Det:
+        pass
+
+    class Ctx:
+        def __init__(self, det):
+            self.det = det
+
+    a, b, c = Det(), Det(), Det()
+    first = view(Ctx(a))
+    assert view(Ctx(a)) is first  # another context, the same detection: remembered
+    second = view(Ctx(b))
+    assert view(Ctx(a)) is first and view(Ctx(b)) is second  # a repair's two judgements interleave
+    view(Ctx(c))
+    assert view(Ctx(b)) is second
+    view(Ctx(a))  # evicted by c: made again
+    assert calls == [a, b, c, a]

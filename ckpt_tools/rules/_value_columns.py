@@ -11,6 +11,7 @@ the same global scales (mixed-scale-convention, fused-scale-mismatch) look each 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, compress, repeat
 from operator import add, attrgetter, is_not, itemgetter
@@ -18,7 +19,7 @@ from operator import add, attrgetter, is_not, itemgetter
 from ..model.modules import join_name
 from ..model.values import WIDE_FLOAT_DTYPES, ValueStats
 from ._classes import row_classes
-from ._memo import once_per
+from ._memo import once_per, once_per_detection
 from ._values import usable_scalar
 from .base import Context
 
@@ -37,13 +38,16 @@ def unusual(values: ValueStats) -> tuple[str, ...]:
 
     WHY the sums are exact screens: the counts are non-negative, so a field's sum is zero exactly when every tensor's
     is; a NaN or infinity among the values makes their float sum NaN or infinite, and finite values sum to a finite
-    number unless the sum overflows, in which case every tensor with values is looked at."""
+    number unless the sum overflows, in which case every tensor with values is looked at. The screens read each
+    distinct statistics object once (the scan shares one among equal results: 93k tensors, a few thousand objects),
+    which is exact as each tensor's statistics are one of them."""
     stats = values.tensors.values()
+    distinct = dict(zip(map(id, stats), stats, strict=True)).values()
     flagged: set[str] = set()
     for field in (_NAN, _INF, _ZERO, _NEGATIVE, _ZERO_ROWS):
-        if any(map(field, stats)):
+        if any(map(field, distinct)):
             flagged.update(compress(values.tensors, map(field, stats)))
-    if not math.isfinite(sum(chain.from_iterable(filter(None, map(_VALUES, stats))))):
+    if not math.isfinite(sum(chain.from_iterable(filter(None, map(_VALUES, distinct))))):
         isfinite = math.isfinite
         flagged.update(n for n, s in values.items() if s.values is not None and not all(map(isfinite, s.values)))
     if not flagged:
@@ -72,9 +76,43 @@ def usable_scalars(values: ValueStats, names: Sequence[str]) -> list[float]:
     return list(map(usable_scalar, stats))
 
 
+class MemberTable:
+    """The members of the detection's row classes (`row_classes`) in one flat list, class after class, and per
+    (suffix, class) the names of the members' `<member>.<suffix>` tensors: header facts only, made once per
+    detection (`member_table`), so a value rule can make them while the scan runs (`Rule.prepare`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.classes = row_classes(ctx)
+        self.starts = list(accumulate((len(c.names) for c in self.classes), initial=0))
+        self.names: list[str] = list(chain.from_iterable(c.names for c in self.classes))
+        layouts = ctx.ckpt.layouts.layouts
+        self.suffixes = [frozenset(suffix for suffix, _dtype, _shape in layouts[c.layout]) for c in self.classes]
+        self._tensors: dict[tuple[str, int], list[str]] = {}
+
+    def tensor_names(self, suffix: str, k: int) -> list[str]:
+        """The names `<member>.<suffix>` of class `k`'s members, in member order (made once; their hashes too, so
+        looking them up in the statistics costs no hashing later)."""
+        names = self._tensors.get((suffix, k))
+        if names is None:
+            members = self.classes[k].names
+            if "" in members:  # a top-level module: its tensors have no prefix
+                names = [join_name(m, suffix) for m in members]
+            else:
+                names = list(map(add, members, repeat(f".{suffix}")))
+            deque(map(hash, names), maxlen=0)  # hashes are cached on the strings: computed now, in C
+            self._tensors[(suffix, k)] = names
+        return names
+
+
+@once_per_detection
+def member_table(ctx: Context) -> MemberTable:
+    """The judgement's `MemberTable`, shared by the rules that read global scales, before and after the scan."""
+    return MemberTable(ctx)
+
+
 class MemberScalars:
-    """The members of the detection's row classes (`row_classes`) in one flat list, class after class, and per suffix
-    the usable value (`usable_scalars`) of each member's `<member>.<suffix>`, looked up class by class on first ask.
+    """Per suffix, the usable value (`usable_scalars`) of each `MemberTable` member's `<member>.<suffix>`, in the
+    table's flat order, looked up class by class on first ask.
 
     WHY a class whose layout lacks the suffix is never looked up (its members' values stay NaN, as if unread): a
     module's tensors are exactly its layout's suffixes, and the scan measures only tensors of the checkpoint (a
@@ -83,11 +121,9 @@ class MemberScalars:
 
     def __init__(self, ctx: Context) -> None:
         self.values = ctx.ckpt.values
-        self.classes = row_classes(ctx)
-        self.starts = list(accumulate((len(c.names) for c in self.classes), initial=0))
-        self.names: list[str] = list(chain.from_iterable(c.names for c in self.classes))
-        layouts = ctx.ckpt.layouts.layouts
-        self._suffixes = [frozenset(suffix for suffix, _dtype, _shape in layouts[c.layout]) for c in self.classes]
+        table = member_table(ctx)
+        self.table = table
+        self.classes, self.starts, self.names = table.classes, table.starts, table.names
         self._columns: dict[str, list[float]] = {}
         self._filled: dict[str, set[int]] = {}
 
@@ -101,17 +137,10 @@ class MemberScalars:
         filled = self._filled[suffix]
         todo = [k for k in classes if k not in filled]
         filled.update(todo)
-        todo = [k for k in todo if suffix in self._suffixes[k]]
+        todo = [k for k in todo if suffix in self.table.suffixes[k]]
         if not todo or self.values is None:
             return column
-        tail = f".{suffix}"
-        names: list[str] = []
-        for k in todo:
-            members = self.classes[k].names
-            if "" in members:  # a top-level module: its tensors have no prefix
-                names.extend(join_name(m, suffix) for m in members)
-            else:
-                names.extend(map(add, members, repeat(tail)))
+        names = list(chain.from_iterable(self.table.tensor_names(suffix, k) for k in todo))
         found = usable_scalars(self.values, names)
         at = 0
         for k in todo:

@@ -8,7 +8,8 @@ from ..knowledge.scales import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
-from ._value_columns import member_scalars
+from ._memo import once_per_detection
+from ._value_columns import member_scalars, member_table
 from .base import Context, Finding, Rule, files_of, register
 
 # NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)).
@@ -22,18 +23,17 @@ def _convention_suffixes() -> frozenset[str]:
     return frozenset(global_scale_conventions())
 
 
-def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
-    """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention,
-    in row order (by module name), each module's tensors in header order."""
+@once_per_detection
+def _asked(ctx: Context) -> dict[int, list[tuple[str, str]]]:
+    """Per NVFP4 row class (index into `member_table`'s classes), its (global-scale suffix, convention) pairs in header
+    order: header facts only, made while the scan runs (`MixedScaleConvention.prepare`).
+
+    WHY per class: a class's rows share their disk scheme and their layout, and a layout fixes a module's suffixes
+    in their order, so which global-scale suffixes (and conventions) a member has is its class's."""
     conventions = global_scale_conventions()
-    if not ctx.ckpt.values:
-        return []
-    # WHY per class: a class's rows share their disk scheme and their layout, and a layout fixes a module's suffixes
-    # in their order, so which global-scale suffixes (and conventions) a member has is its class's. Only the values
-    # differ: each member's is tested, as a column, in C.
-    table = member_scalars(ctx)
+    table = member_table(ctx)
     per_layout: dict[int, list[tuple[str, str]]] = {}
-    asked: dict[int, list[tuple[str, str]]] = {}  # class -> its (suffix, convention) pairs, in header order
+    asked: dict[int, list[tuple[str, str]]] = {}
     for k, c in enumerate(table.classes):
         if c.disk.kind != "nvfp4":
             continue
@@ -46,6 +46,17 @@ def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
             ]
         if suffixes:
             asked[k] = suffixes
+    return asked
+
+
+def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
+    """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention,
+    in row order (by module name), each module's tensors in header order."""
+    if not ctx.ckpt.values:
+        return []
+    # Only the values differ between a class's members (`_asked`): each member's is tested, as a column, in C.
+    table = member_scalars(ctx)
+    asked = _asked(ctx)
     by_suffix: dict[str, list[int]] = {}
     for k, suffixes in asked.items():
         for suffix, _convention in suffixes:
@@ -107,6 +118,14 @@ class MixedScaleConvention(Rule):
             and ROLES.get(suffix) == "weight_global_scale"
             and tensor.numel == 1
         )
+
+    @classmethod
+    def prepare(cls, ctx: Context) -> None:
+        """Which classes have which global-scale suffixes, and their tensors' names, from the headers."""
+        table = member_table(ctx)
+        for k, suffixes in _asked(ctx).items():
+            for suffix, _convention in suffixes:
+                table.tensor_names(suffix, k)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = misplaced(ctx)

@@ -12,8 +12,8 @@ from ..knowledge.modules import fused_groups_for
 from ..knowledge.scales import global_scales
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
-from ._memo import once_per
-from ._value_columns import member_scalars
+from ._memo import once_per_detection
+from ._value_columns import member_scalars, member_table
 from ._values import usable_scalar
 from .base import Context, Finding, Rule, files_of, register
 
@@ -40,15 +40,16 @@ class FusedBlock:
     classes: frozenset[int]
 
 
-@once_per
+@once_per_detection
 def fused_blocks(ctx: Context) -> list[FusedBlock]:
     """Every fused layer with at least two NVFP4 shards on disk (including each expert's gate/up pair, vLLM's w13),
     in blocks of equal shard counts.
 
     WHY per class: a class's rows share their disk scheme, so only NVFP4 classes are looked at; their members'
     parents and last segments are split in C, and a layer whose every shard is on disk (the usual case) is matched
-    with its siblings by dict lookups in C. Layers missing a shard are listed one by one."""
-    table = member_scalars(ctx)
+    with its siblings by dict lookups in C. Layers missing a shard are listed one by one. Header facts only: made
+    while the scan runs (`FusedScaleMismatch.prepare`)."""
+    table = member_table(ctx)
     group_of = {shard: g for g in fused_groups_for(ctx.det.family.id) for shard in g.shards}
     found: dict[str, tuple[list[str], list[int], set[int]]] = {}  # last segment -> (parents, members, classes)
     for k, c in enumerate(table.classes):
@@ -221,6 +222,17 @@ class FusedScaleMismatch(Rule):
             and tensor.name.rpartition(".")[2] in _global_suffixes()
             and tensor.numel == 1
         )
+
+    @classmethod
+    def prepare(cls, ctx: Context) -> None:
+        """The fused layers and the names of their shards' global scales, from the headers."""
+        table = member_table(ctx)
+        scales = global_scales()
+        for block in fused_blocks(ctx):
+            for suffix in (*scales.weight, *scales.input):
+                for k in block.classes:
+                    if suffix in table.suffixes[k]:
+                        table.tensor_names(suffix, k)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         if not ctx.ckpt.values:
