@@ -121,6 +121,7 @@ def serve_flags_and_analyses(
         deep=deep,
         revision=revision,
         progress=progress,
+        meanwhile=_load_serving,
     )
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
@@ -146,6 +147,16 @@ def serve_flags_and_analyses(
     verdict = serve_verdict(analysis, planned_command(fitted), rt, hw, fitted, drafter_path=drafter)
     analyses = (analysis,) if drafter_analysis is None else (analysis, drafter_analysis)
     return replace(fitted, findings=verdict), analyses
+
+
+def _load_serving(_interim: Analysis) -> None:
+    """While the value scan runs (`analyze(meanwhile=...)`): import what planning and judging the command read next
+    (the memory planner, the command parser, every serve check), which would otherwise wait for the scan to end."""
+    from .checks import all_checks
+    from .memory import fit_serve_plan  # noqa: F401
+    from .parser import parse_command  # noqa: F401
+
+    all_checks()
 
 
 def planned_command(the_plan: ServePlan):
@@ -246,6 +257,7 @@ def check_serve_and_analyses(
         deep=deep,
         revision=revision,
         progress=progress,
+        meanwhile=_load_serving,
     )
     in_container = (
         cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(cmd.model)
