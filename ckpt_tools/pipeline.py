@@ -91,13 +91,13 @@ def analyze(
     progress: bool | None = None,
     producer_schema: bool = False,
     lone_shard: bool = False,
-    meanwhile: Callable[[Analysis], None] | None = None,
+    meanwhile: Callable[[Judging], None] | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
-    `meanwhile`: called with the verdict so far while the value scan still runs (`judge`); never without a scan.
+    `meanwhile`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
     """
     with _cyclic_gc_paused():
         return _analyze(
@@ -140,7 +140,7 @@ def _analyze(
     progress: bool | None,
     producer_schema: bool,
     lone_shard: bool,
-    meanwhile: Callable[[Analysis], None] | None = None,
+    meanwhile: Callable[[Judging], None] | None = None,
 ) -> Analysis:
     source = open_source(target, revision)
     if not lone_shard:
@@ -208,15 +208,15 @@ def judge(
     suppressions: Sequence[Suppression] = (),
     extra: dict | None = None,
     scanned: Callable[[], Checkpoint] | None = None,
-    meanwhile: Callable[[Analysis], None] | None = None,
+    meanwhile: Callable[[Judging], None] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
     (code, reason) of value rules not run because a suppression silences them outright. With `scanned` (a value
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
     `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
-    done and before waiting for the scan, with the checkpoint's verdict so far (`Judging.interim`): what a repair
-    plans on while the scan still runs."""
+    done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
+    (`Judging.interim`, made only when asked), serve-flags loads what it reads next."""
     judging = Judging.start(
         ckpt,
         target=target,
@@ -233,7 +233,7 @@ def judge(
     if scanned is None:
         return judging.finish()
     if meanwhile is not None:
-        meanwhile(judging.interim())
+        meanwhile(judging)
     return judging.finish(scanned())
 
 

@@ -289,9 +289,10 @@ class _Ahead:
         self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
         self.journal: bytes | None = None  # the steps' journal, encoded meanwhile too (a repair that writes)
 
-    def __call__(self, interim: Analysis) -> None:
+    def __call__(self, judging: Judging) -> None:
         from .predict import after_checkpoint
 
+        interim = judging.interim()
         plan, steps = _plan(interim, self.job, self.target, self.local, writable=self.writable)
         after = None
         if steps:

@@ -20,7 +20,7 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
-    from ..pipeline import Analysis
+    from ..pipeline import Analysis, Judging
 
 __all__ = [
     "CheckServeResult",
@@ -149,7 +149,7 @@ def serve_flags_and_analyses(
     return replace(fitted, findings=verdict), analyses
 
 
-def _load_serving(_interim: Analysis) -> None:
+def _load_serving(_judging: Judging) -> None:
     """While the value scan runs (`analyze(meanwhile=...)`): import what planning and judging the command read next
     (the memory planner, the command parser, every serve check), which would otherwise wait for the scan to end."""
     from .checks import all_checks
