@@ -128,6 +128,27 @@ def test_mapped_reads_measure_what_copied_reads_measure(fixture: str, monkeypatc
     assert maps or not copied.bytes_read or not residency.supported()  # cached reads were mapped, not copied
 
 
+def test_a_file_system_that_cannot_map_is_read_as_without_mappings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from ckpt_tools.read import value_scan
+
+    cache(GENUINE / "modelopt-llama-nvfp4")
+    source, ckpt, wanted = plan(GENUINE / "modelopt-llama-nvfp4")
+    tensors, shards = scan_plan(ckpt, wanted)
+    tried = []
+
+    def no_mmap(fd: int, offset: int, length: int):
+        tried.append(length)
+        raise OSError(errno.ENODEV, "No such device")
+
+    monkeypatch.setattr(value_scan, "map_range", no_mmap)
+    assert list(scan_values(source, tensors, shards, mapped=True).items()) == list(
+        scan_values(source, tensors, shards).items()
+    )
+    assert tried or not residency.supported()
+
+
 def test_reads_from_the_disk_are_not_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read whose pages were not cached is read with preadv even by a mapped scan (paging in through a mapping
     is slower than the kernel's readahead)."""

@@ -212,6 +212,8 @@ class _MappedReader(_LocalReader):
             self._map = map_range(self.fd, base, end - base)
         except ValueError:  # it shrank since: Python checks the length against the file's size itself
             return super().read_into(read, buffer)
+        except OSError:  # a file system that cannot map files (ENODEV): read as the unmapped scan reads
+            return super().read_into(read, buffer)
         return memoryview(self._map)[read.start - base :]
 
     def done(self, read: Read) -> None:
