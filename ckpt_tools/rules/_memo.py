@@ -21,17 +21,7 @@ C = TypeVar("C")  # a rule context (`rules.base.Context`): anything with a `det`
 
 
 def once_per(fn: Callable[[T], R]) -> Callable[[T], R]:
-    last: list[tuple[weakref.ref, R]] = []
-
-    @functools.wraps(fn)
-    def wrapper(arg: T) -> R:
-        if last and last[0][0]() is arg:
-            return last[0][1]
-        value = fn(arg)
-        last[:] = [(weakref.ref(arg), value)]
-        return value
-
-    return wrapper
+    return _remembering(fn, _itself, 1)
 
 
 def once_per_detection(fn: Callable[[C], R]) -> Callable[[C], R]:
@@ -42,16 +32,29 @@ def once_per_detection(fn: Callable[[C], R]) -> Callable[[C], R]:
     its value statistics: WHY one detection stands for them is that a judgement detects once and its value rules'
     checkpoint differs from its header rules' by the value statistics alone (`pipeline._with_views`,
     `repair.predict.with_scanned_values`)."""
+    return _remembering(fn, _detection, 2)
+
+
+def _itself(arg: object) -> object:
+    return arg
+
+
+def _detection(ctx: object) -> object:
+    return ctx.det  # type: ignore[attr-defined]
+
+
+def _remembering(fn: Callable[[T], R], key: Callable[[T], object], size: int) -> Callable[[T], R]:
+    """`fn` remembering its results for the last `size` keys (`key(arg)`), by identity through weak references."""
     last: list[tuple[weakref.ref, R]] = []
 
     @functools.wraps(fn)
-    def wrapper(ctx: C) -> R:
-        det = ctx.det  # type: ignore[attr-defined]
+    def wrapper(arg: T) -> R:
+        held = key(arg)
         for ref, value in last:
-            if ref() is det:
+            if ref() is held:
                 return value
-        value = fn(ctx)
-        last[:] = [(weakref.ref(det), value), *last[:1]]
+        value = fn(arg)
+        last[:] = [(weakref.ref(held), value), *last[: size - 1]]
         return value
 
     return wrapper
