@@ -81,6 +81,12 @@ def _scan(source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Sh
     return scan_values(source, tensors, shards, **kw)
 
 
+def _plan_and_scan(source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], **kw: Any) -> ValueStats:
+    from .loader import scan_plan
+
+    return _scan(source, *scan_plan(ckpt, wanted), **kw)
+
+
 class _Threaded:
     def __init__(
         self, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
@@ -157,11 +163,8 @@ class _Forked:
         return self._value
 
     def _scan_here(self) -> ValueStats:
-        from .loader import scan_plan
-
         source, wanted, progress = self._again
-        tensors, shards = scan_plan(self._ckpt, wanted)
-        return _scan(source, tensors, shards, progress=progress)
+        return _plan_and_scan(source, self._ckpt, wanted, progress=progress)
 
     def close(self) -> None:
         if self._pipe is not None:
@@ -183,17 +186,14 @@ def _child(
     write: int, source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], progress: bool | None
 ) -> None:
     """The forked child's whole life: it never returns into the parent's code (`os._exit`)."""
-    from .loader import scan_plan
-
     code = 0
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills this process
         faulthandler.disable()  # a SIGBUS here is expected (mapped reads) and handled by the parent: no traceback
         try:
-            tensors, shards = scan_plan(ckpt, wanted)
             # Mapped reads: this process may die of SIGBUS (see `value_scan._MappedReader`; the parent then scans).
-            payload = _encoded(_scan(source, tensors, shards, progress=progress, mapped=True), ckpt)
+            payload = _encoded(_plan_and_scan(source, ckpt, wanted, progress=progress, mapped=True), ckpt)
         except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
             payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
         with os.fdopen(write, "w") as pipe:

@@ -210,9 +210,9 @@ class _MappedReader(_LocalReader):
             return super().read_into(read, buffer)  # from the disk, or a short file (for `_complete` to report)
         try:
             self._map = map_range(self.fd, base, end - base)
-        except ValueError:  # it shrank since: Python checks the length against the file's size itself
-            return super().read_into(read, buffer)
-        except OSError:  # a file system that cannot map files (ENODEV): read as the unmapped scan reads
+        except (ValueError, OSError):
+            # ValueError: it shrank since (Python checks the length against the file's size itself); OSError: a file
+            # system that cannot map files (ENODEV). Either way it is read as the unmapped scan reads it.
             return super().read_into(read, buffer)
         return memoryview(self._map)[read.start - base :]
 
