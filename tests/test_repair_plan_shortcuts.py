@@ -82,8 +82,18 @@ INDEXES = {
 @pytest.mark.parametrize("index", INDEXES.values(), ids=INDEXES.keys())
 def test_index_as_the_analysis_read_it_is_the_parse(tmp_path, index, layout):
     ckpt, raw = _checkpoint(tmp_path, index, layout)
-    data = steps._parsed_index(ckpt.index, raw)
+    data, as_analysed = steps._parsed_index(ckpt.index, raw)
     assert data == orjson.loads(raw) and list(data) == list(orjson.loads(raw))
+    # Claimed the analysis's own index only when the file holds nothing else: its map, and its metadata if any.
+    analysed = {"weight_map": dict(ckpt.index.weight_map)}
+    if ckpt.index.metadata:
+        analysed["metadata"] = dict(ckpt.index.metadata)
+    assert not as_analysed or data == analysed
+    loaded = orjson.loads(raw)
+    if set(loaded) - {"weight_map", "metadata"} or not isinstance(loaded.get("metadata", {}), dict):
+        assert not as_analysed
+    if layout is HF and index in (INDEXES["plain"], INDEXES["no metadata"]):
+        assert as_analysed
     assert list(data["weight_map"]) == list(orjson.loads(raw)["weight_map"])
     # Fresh objects: what the step changes is not the analysis's index.
     data["weight_map"]["new"] = SHARD
@@ -95,7 +105,12 @@ def test_index_as_the_analysis_read_it_is_the_parse(tmp_path, index, layout):
 def test_an_index_changed_since_the_analysis_is_parsed(tmp_path):
     ckpt, raw = _checkpoint(tmp_path, INDEXES["plain"], HF)
     changed = raw.replace(b'"a.w"', b'"e.w"')
-    assert steps._parsed_index(ckpt.index, changed) == orjson.loads(changed)
+    assert steps._parsed_index(ckpt.index, changed) == (orjson.loads(changed), False)
+    # ... and its step does not claim to be the analysis's index renamed.
+    (tmp_path / INDEX).write_bytes(changed)
+    plan = Plan("t", "t", MappingProxyType({}), MappingProxyType({"b.w": "x.w"}), frozenset())
+    (step,) = steps.compile_plan(plan, ckpt, tmp_path)
+    assert step.renamed_from is None
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
@@ -120,9 +135,14 @@ def test_index_step_hands_on_what_it_wrote(tmp_path, layout, index, renames, dro
     assert was_sorted == (list(read.weight_map) == sorted(read.weight_map))  # a sorted map stays sorted
     # The parsed view is derived in memory: never journaled, and a journal's step is equal without it.
     journal = encode_journal("t", tmp_path, (step,))
-    assert b'"parsed"' not in journal
+    assert b'"parsed"' not in journal and b'"renamed_from"' not in journal
     _job, (decoded,) = decode_journal(journal, tmp_path)
-    assert decoded == step and decoded.parsed is None
+    assert decoded == step and decoded.parsed is None and decoded.renamed_from is None
+    # The analysis's index renamed, exactly when nothing is dropped and the file was the analysis's index.
+    as_analysed = steps._parsed_index(ckpt.index, raw)[1]
+    assert step.renamed_from is (ckpt.index if as_analysed and not drops else None)
+    if step.renamed_from is not None:
+        assert weight_map == {renames.get(k, k): f for k, f in ckpt.index.weight_map.items()}
 
 
 def _sorted_reference(weight_map: dict[str, str], renames: dict[str, str]) -> dict[str, str]:

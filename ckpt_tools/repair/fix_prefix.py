@@ -7,7 +7,8 @@ not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md Â
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
 from operator import attrgetter
 from types import MappingProxyType
 
@@ -69,16 +70,21 @@ def _renames(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> tuple[dict[s
     """(old name -> new name, tensors per pair) over the shard tensors; the first matching pair wins."""
     renames: dict[str, str] = {}
     counts: dict[tuple[str, str], int] = {}
-    olds = tuple(old for old, _new in pairs)
-    for name in ckpt.tensors:
-        if not name.startswith(olds):  # one C-level test for the (many) names no pair renames
-            continue
+    for name in _starting_with(ckpt.tensors, pairs):
         for old, new in pairs:
             if name.startswith(old):
                 renames[name] = new + name[len(old) :]
                 counts[(old, new)] = counts.get((old, new), 0) + 1
                 break
     return renames, counts
+
+
+def _starting_with(names: Iterable[str], pairs: Sequence[tuple[str, str]]) -> Iterable[str]:
+    """The names that start with some pair's old prefix, in their order: one `str.startswith` per name, called from
+    C (`compress` over `map`), so the (many) names no pair renames cost no Python step each."""
+    olds = tuple(old for old, _new in pairs)
+    names = list(names)
+    return compress(names, map(str.startswith, names, repeat(olds)))
 
 
 def _plan(
@@ -94,10 +100,7 @@ def _plan(
     if ckpt.index is not None:
         # Index keys follow the same prefixes, including keys of tensors the shards do not hold (a prefix rename
         # must not leave half of a component under the old name).
-        olds = tuple(old for old, _new in pairs)
-        for key in ckpt.index.weight_map:
-            if not key.startswith(olds):
-                continue
+        for key in _starting_with(ckpt.index.weight_map, pairs):
             for old, new in pairs:
                 if key.startswith(old):
                     index_renames[key] = new + key[len(old) :]

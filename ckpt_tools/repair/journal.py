@@ -333,7 +333,17 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
         elif isinstance(step, HeaderStep):
             out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note=f"restore {step.note}"))
         elif isinstance(step, IndexStep):
-            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note="restore", parsed=None))
+            out.append(
+                replace(
+                    step,
+                    new=old,
+                    old=step.new,
+                    old_sha256=sha256(step.new),
+                    note="restore",
+                    parsed=None,
+                    renamed_from=None,
+                )
+            )
     return out
 
 
