@@ -94,25 +94,30 @@ def carry_where_indexed(
     `before`'s index when `after`'s weight map is exactly it with its keys through `index_renames` (the index step's
     `renamed_from`), else None.
 
-    WHY this is exact: every loaded tensor of `before`, t in shard s, has weight_map[t] == s. Checked here: `after`'s
-    tensor map has as many entries, each the same object as `before`'s at its place or that tensor renamed by
-    `renames` and otherwise equal (same shard), and every loaded name `renames` or `index_renames` moves is moved to
-    the same new name by both (identity where one has no entry). So each loaded tensor of `after` is R(t) in shard s,
-    and `after`'s map gives R(t) = IR(t) the value `before`'s gave t: s. A rename that moves a tensor and not its index
-    key (or the other way), renames it into another shard's place, or an index that changed on disk since the
-    analysis, is not carried. Costs two pointer comparisons per tensor (no name hashed) and a look-up per renamed
-    name."""
+    WHY this is exact: every loaded tensor of `before`, t in shard s, has weight_map[t] == s. `after`'s map has the
+    same values (only keys are renamed), so the same shards load. Checked here: `after`'s loaded shards are `before`'s
+    in order, each the same object or one of the same name and tensor count whose every tensor is the same object as
+    `before`'s at its place or that tensor renamed by `renames` and otherwise equal; and every loaded name `renames`
+    or `index_renames` moves is moved to the same new name by both (identity where one has no entry). So each loaded
+    tensor of `after` is R(t) in shard s, and `after`'s map gives R(t) = IR(t) the value `before`'s gave t: s. A
+    rename that moves a tensor and not its index key (or the other way), a tensor moved to another shard, or an index
+    that changed on disk since the analysis, is not carried. Costs a pointer comparison per tensor of the renamed
+    shards (no name hashed) and a look-up per renamed name."""
     if vars(before).get(_WHERE_INDEXED) is not True or index is None or index is not before.index:
         return False
     if _WHERE_INDEXED in vars(after) or before.duplicate_tensors or after.duplicate_tensors:
         return False
-    old, new = list(before.tensors.values()), list(after.tensors.values())
-    if len(old) != len(new):
+    olds, news = before.loaded_shards, after.loaded_shards
+    if len(olds) != len(news):
         return False
-    for i in compress(range(len(old)), map(is_not, old, new)):
-        was, now = old[i], new[i]
-        if renames.get(was.name) != now.name or now != was._replace(name=now.name):
+    for a, b in zip(olds, news, strict=True):
+        if a is b:
+            continue
+        if a.name != b.name or len(a.tensors) != len(b.tensors):
             return False
+        for was, now in compress(zip(a.tensors, b.tensors, strict=True), map(is_not, a.tensors, b.tensors)):
+            if renames.get(was.name) != now.name or now != was._replace(name=now.name):
+                return False
     tensors = before.tensors
     for name in chain(renames, index_renames):
         if name in tensors and renames.get(name, name) != index_renames.get(name, name):
