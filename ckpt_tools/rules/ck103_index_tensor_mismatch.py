@@ -81,6 +81,11 @@ def where_indexed(ckpt: Checkpoint) -> bool:
     return known
 
 
+def known_where_indexed(ckpt: Checkpoint) -> bool:
+    """`where_indexed(ckpt)` is known (computed or carried) and True; never computes it."""
+    return vars(ckpt).get(_WHERE_INDEXED) is True
+
+
 def carry_where_indexed(
     before: Checkpoint,
     after: Checkpoint,
