@@ -165,6 +165,23 @@ def test_index_step_refuses_a_changed_index(tmp_path):
     assert index.read_text() == '{"weight_map": {"b": "x"}}'
 
 
+def test_index_step_with_its_old_bytes_writes_over_exactly_them(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    old = b'{"weight_map": {"a": "x"}}'
+    step = IndexStep(index.name, sha256(old), b'{"weight_map": {"b": "x"}}', "", old=old)
+    index.write_bytes(b'{"weight_map": {"c": "x"}}')
+    with pytest.raises(TargetError, match="the index"):
+        apply_index(Folder(tmp_path), step, Writer(), "t")
+    assert index.read_bytes() == b'{"weight_map": {"c": "x"}}'
+    index.write_bytes(old)
+    apply_index(Folder(tmp_path), step, Writer(), "t")
+    assert index.read_bytes() == step.new
+    # A journal whose index step's old bytes are not those its hash names is damaged: never trusted either way.
+    bad = IndexStep(index.name, sha256(b"other"), step.new, "", old=old)
+    with pytest.raises(TargetError, match="journal is damaged"):
+        decode_journal(encode_journal("fix-prefix", tmp_path, (bad,)), tmp_path)
+
+
 @pytest.mark.parametrize("method", ["copy_file_range", "sendfile", "read/write"])
 def test_every_copy_method_copies_exactly(tmp_path, method):
     data = os.urandom(3 * 1024 * 1024 + 17)

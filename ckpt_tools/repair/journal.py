@@ -230,6 +230,9 @@ def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
         if not (isinstance(old, bytes) and 0 <= i <= j <= len(old) and 0 <= start <= start + length <= len(blob)):
             raise ValueError("a spliced field outside its bytes")  # reported as a damaged journal
         kwargs["new"] = old[:i] + blob[start : start + length] + old[j:]
+    if cls is IndexStep and kwargs.get("old") is not None and sha256(kwargs["old"]) != kwargs["old_sha256"]:
+        # The executor takes the recorded old bytes for their hash (`execute.prepare_index`): they must agree.
+        raise ValueError("an index step whose old bytes are not the ones it hashed")  # reported as damaged
     return cls(**kwargs)
 
 
