@@ -27,9 +27,9 @@ from ckpt_tools.knowledge import (
     serving,
     transformers,
 )
-from ckpt_tools.knowledge._load import KnowledgeError, _tomllib, build_table, parse, rules_dir
+from ckpt_tools.knowledge._load import KnowledgeError, build_table, parse, rules_dir, toml_module
 
-tomllib = _tomllib()
+tomllib = toml_module()
 
 LOADERS = {
     "architectures.toml": architectures.architectures,

@@ -27,7 +27,7 @@ def no_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse() -> None:
         raise AssertionError("tomllib was asked for")
 
-    monkeypatch.setattr(_load, "_tomllib", refuse)
+    monkeypatch.setattr(_load, "toml_module", refuse)
 
 
 def parsed(text: str) -> dict:

@@ -306,7 +306,7 @@ def parse(name: str, text: str) -> Table:
     source = Source(name, text)
     try:
         data = _loads(name, text)
-    except _tomllib().TOMLDecodeError as exc:
+    except toml_module().TOMLDecodeError as exc:
         raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
     return Table(source, data, (), lambda: 1, "the file")
 
@@ -315,12 +315,12 @@ def _loads(name: str, text: str) -> dict[str, Any]:
     """`tomllib.loads(text)`, or the parse of this same text kept from an earlier run (`_parse_cache`)."""
     data = _parse_cache.load(name, text)
     if data is None:
-        data = _tomllib().loads(text)
+        data = toml_module().loads(text)
         _parse_cache.store(name, text, data)
     return data
 
 
-def _tomllib() -> Any:
+def toml_module() -> Any:
     """The TOML parser, imported when a file is parsed (a cached parse needs none)."""
     if sys.version_info >= (3, 11):
         import tomllib
@@ -364,11 +364,11 @@ def top_keys(name: str, text: str) -> Mapping[str, Any]:
     if cut is not None:
         try:
             return MappingProxyType(_loads(f"{name} (before its tables)", "".join(lines[:cut])))
-        except _tomllib().TOMLDecodeError:
+        except toml_module().TOMLDecodeError:
             pass
     try:
         return MappingProxyType(_loads(name, text))
-    except _tomllib().TOMLDecodeError as exc:
+    except toml_module().TOMLDecodeError as exc:
         raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
 
 

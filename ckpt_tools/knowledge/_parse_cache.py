@@ -1,17 +1,17 @@
 """Parsed rules/ files, kept between runs: tomllib is pure Python, and parsing the knowledge files cost every command
 ~40 ms (a tenth of a header-only doctor on a 190k-tensor checkpoint) although they change only with a release.
 
-Each file's parse is stored with the text it came from, as `marshal` data (what Python's own bytecode cache uses; nothing
-in it is ever run), in the user's cache folder (`$XDG_CACHE_HOME/ckpt-tools/knowledge`, default
+Each file's parse is stored with the text it came from, as JSON (data only: no module of ckpt loads pickle or marshal
+data), in the user's cache folder (`$XDG_CACHE_HOME/ckpt-tools/knowledge`, default
 `~/.cache/ckpt-tools/knowledge`; `CKPT_NO_CACHE=1` turns it off). A stored parse is used only when its text is the
-file's text as read now, so an edited rules file is parsed afresh; one per interpreter version (`marshal`'s format
-is the interpreter's). The cache is best effort: an unwritable or damaged cache costs the parse, never an error.
+file's text as read now, so an edited rules file is parsed afresh; one per interpreter version (its TOML parser is
+the interpreter's). The cache is best effort: an unwritable or damaged cache costs the parse, never an error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import marshal
+import json
 import os
 import sys
 from pathlib import Path
@@ -26,7 +26,7 @@ def cache_folder() -> Path | None:
 
 
 def _entry(folder: Path, name: str) -> Path:
-    return folder / f"{name.replace('/', '_')}.{sys.implementation.cache_tag}.marshal"
+    return folder / f"{name.replace('/', '_')}.{sys.implementation.cache_tag}.json"
 
 
 def load(name: str, text: str) -> dict[str, Any] | None:
@@ -35,8 +35,9 @@ def load(name: str, text: str) -> dict[str, Any] | None:
     if folder is None:
         return None
     try:
-        stored_text, data = marshal.loads(_entry(folder, name).read_bytes())
-    except (OSError, EOFError, ValueError, TypeError):  # absent, unreadable, damaged, another shape
+        stored = json.loads(_entry(folder, name).read_bytes())
+        stored_text, data = stored["text"], stored["data"]
+    except (OSError, ValueError, TypeError, KeyError):  # absent, unreadable, damaged, another shape
         return None
     return data if stored_text == text and isinstance(data, dict) else None
 
@@ -48,8 +49,8 @@ def store(name: str, text: str, data: dict[str, Any]) -> None:
     if folder is None:
         return
     try:
-        blob = marshal.dumps((text, data))
-    except ValueError:  # a value marshal cannot keep (a TOML date): parsed every time
+        blob = json.dumps({"text": text, "data": data}).encode()
+    except (TypeError, ValueError):  # a value JSON cannot keep (a TOML date): parsed every time
         return
     entry = _entry(folder, name)
     temporary = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
