@@ -252,6 +252,9 @@ class Judging:
     skipped: list[SkippedRule]
     extra: dict  # the report's `extra`, as given
     settings: dict[str, Any]
+    # The report's `checkpoint` section, made by `start`: it reads the detection and the header views alone, which the
+    # scanned checkpoint shares with the one `start` judged (they differ in `values` only).
+    summary: dict
 
     @classmethod
     def start(
@@ -290,7 +293,8 @@ class Judging:
             "suppressions": tuple(suppressions),
             "extra": dict(extra or {}),
         }
-        return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, extra or {}, settings)
+        summary = checkpoint_summary(ckpt, det, profiles)
+        return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, extra or {}, settings, summary)
 
     def interim(self) -> Analysis:
         """The verdict so far, on the checkpoint as `start` judged it: every finding but the deferred value rules'
@@ -315,7 +319,7 @@ class Judging:
         findings, suppressed = apply_suppressions(found, self.settings["suppressions"])
         report = Report(
             target=self.settings["label"],
-            checkpoint=checkpoint_summary(ctx.ckpt, self.det, self.profiles),
+            checkpoint=dict(self.summary),
             findings=tuple(findings),
             skipped=tuple(self.skipped),
             suppressed=tuple(suppressed),

@@ -23,17 +23,11 @@ Findings that name no tensor are only suppressed by a `rule` entry. A malformed 
 from __future__ import annotations
 
 import fnmatch
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypedDict
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 from .errors import UsageError
 from .read.source import Source
@@ -78,6 +72,9 @@ class Suppression:
 
 
 def _parse(raw: bytes, label: str) -> Mapping[str, Any]:
+    from .knowledge._load import toml_module  # imported when a suppression file exists: most runs read none
+
+    tomllib = toml_module()
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,9 @@ from tests.corrupt import GENUINE, copy_fixture, genuine_entries
 
 os.environ.setdefault("CKPT_NO_PROGRESS", "1")
 os.environ.setdefault("NO_COLOR", "1")
+# Parsed rules files are cached per user (`knowledge._parse_cache`): the tests, and every command they run, keep
+# theirs in a folder of their own, never the user's.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ckpt-tests-cache-")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from ckpt_tools.errors import TargetError
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
 from ckpt_tools.read import residency
 from ckpt_tools.read.background_scan import BackgroundScan, forkable
-from ckpt_tools.read.loader import load_checkpoint, scan_plan
+from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.read.local import LocalSource
 from ckpt_tools.read.value_scan import scan_values
 from tests.corrupt import GENUINE, copy_fixture
@@ -31,6 +31,12 @@ def plan(folder: Path):
     """(source, checkpoint, wanted) for a BackgroundScan; `direct(...)` is the same scan in this thread."""
     source = LocalSource(folder)
     return source, load_checkpoint(source), wanted_values(value_rules(())[0])
+
+
+def scan_plan(ckpt, wanted):
+    """The per-tensor selection the scan makes in its own pass: the wanted loaded tensors in valid shards."""
+    shards = {s.name: s for s in ckpt.shards if s.valid}
+    return [t for t in ckpt.tensors.values() if t.shard in shards and wanted(t)], shards
 
 
 def direct(source, ckpt, wanted):
@@ -230,7 +236,7 @@ def hanging_scan(*args, **kwargs):
 def test_closing_a_running_forked_scan_leaves_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
     from ckpt_tools.read import background_scan
 
-    monkeypatch.setattr(background_scan, "_scan", hanging_scan)  # the child inherits it: a scan still running
+    monkeypatch.setattr(background_scan, "_scan_columns", hanging_scan)  # the child inherits it: a scan still running
     scan = BackgroundScan(*plan(GENUINE / "llmc-qwen35moe-nvfp4"))
     pid = scan._runner._pid  # type: ignore[union-attr]
     assert scan.forked and pid
@@ -249,7 +255,7 @@ def test_a_child_that_dies_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatc
 
     from ckpt_tools.read import background_scan
 
-    monkeypatch.setattr(background_scan, "_scan", hanging_scan)
+    monkeypatch.setattr(background_scan, "_scan_columns", hanging_scan)
     scan = BackgroundScan(*plan(GENUINE / "llmc-qwen35moe-nvfp4"))
     try:
         os.kill(scan._runner._pid, signal.SIGKILL)  # type: ignore[union-attr, arg-type]

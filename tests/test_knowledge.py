@@ -27,7 +27,9 @@ from ckpt_tools.knowledge import (
     serving,
     transformers,
 )
-from ckpt_tools.knowledge._load import KnowledgeError, build_table, parse, rules_dir, tomllib
+from ckpt_tools.knowledge._load import KnowledgeError, build_table, parse, rules_dir, toml_module
+
+tomllib = toml_module()
 
 LOADERS = {
     "architectures.toml": architectures.architectures,

@@ -13,10 +13,12 @@ import pytest
 
 from ckpt_tools import docs
 from ckpt_tools.knowledge import dtypes, kv_scales, modules, scales
-from ckpt_tools.knowledge._load import rules_dir, tomllib, top_keys
+from ckpt_tools.knowledge._load import rules_dir, toml_module, top_keys
 from ckpt_tools.rules.base import SEVERITIES, all_rules
 from ckpt_tools.serve.checks import all_checks
 from tests.test_rule_cases import CASES, CASES_DIR
+
+tomllib = toml_module()
 
 RULES = all_rules()
 SERVE_CHECKS = all_checks()

@@ -23,7 +23,8 @@ from ckpt_tools.model.checkpoint import Checkpoint
 from ckpt_tools.model.modules import ROLES, join_name
 from ckpt_tools.model.values import WIDE_FLOAT_DTYPES, TensorStats, ValueStats
 from ckpt_tools.pipeline import analyze, value_rules, wanted_values
-from ckpt_tools.read.loader import wanted_tensors
+from ckpt_tools.read.local import LocalSource
+from ckpt_tools.read.value_scan import scan_values
 from ckpt_tools.rules import ck307_mixed_scale_convention as ck307
 from ckpt_tools.rules import ck501_nan_fp8_scale as ck501
 from ckpt_tools.rules import ck502_fused_scale_mismatch as ck502
@@ -308,14 +309,20 @@ def test_fused_blocks_group_layers_by_shard_count_and_keep_duplicate_parents() -
 @pytest.mark.parametrize(
     "fixture", ["modelopt-qwen3moe-nvfp4", "llmc-qwen3moe-nvfp4-sharded", "llmc-llama-mxfp4", "autoround-llama-gptq"]
 )
-def test_wanted_tensors_are_the_per_tensor_selection(fixture: str) -> None:
+def test_the_scan_picks_the_per_tensor_selection(fixture: str) -> None:
+    """`scan_values(wanted=)` judges each (dtype, suffix, shape) once: it measures what asking `wanted` of every
+    loaded tensor picks, in a shard of the given ones, in the same order, with the same statistics."""
+    source = LocalSource(GENUINE / fixture)
     ckpt = analyze(str(GENUINE / fixture), headers_only=True).checkpoint
     wanted = wanted_values(value_rules(())[0])
-    every = {s.name for s in ckpt.shards}
-    for shards in (every, every - {ckpt.shards[0].name}):  # and with a shard left out (an invalid one)
+    every = {s.name: s for s in ckpt.shards}
+    for shards in (every, {n: s for n, s in every.items() if n != ckpt.shards[0].name}):  # and without one (invalid)
         expected = [t for t in ckpt.tensors.values() if t.shard in shards and wanted(t)]
-        assert wanted_tensors(ckpt, wanted, shards) == expected
-        assert expected or shards != every
+        picked = scan_values(source, list(ckpt.tensors.values()), shards, wanted=wanted)
+        reference = scan_values(source, expected, shards)
+        assert list(picked.items()) == list(reference.items())
+        assert sorted(picked) == sorted(t.name for t in expected)
+        assert expected or len(shards) != len(every)
 
 
 @pytest.mark.parametrize("fixture", ["modelopt-qwen3moe-nvfp4", "llmc-qwen3moe-nvfp4", "llmc-qwen35moe-nvfp4"])

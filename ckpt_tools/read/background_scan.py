@@ -4,9 +4,9 @@ value rules, so detection and the header rules use the other core meanwhile.
 Where it is safe, the scan runs in a forked child process: a thread of this process would share its GIL, and the
 scan's short Python steps between reads would then queue behind the analysis (each wait up to the interpreter's
 switch interval), which measured no faster than scanning first. A fork costs a few milliseconds, shares the parsed
-headers copy-on-write and sends back only the statistics, as JSON (never pickle: no module of ckpt can load one):
-each distinct statistics object once (the scan shares one object among equal results), then per tensor, in the
-order the scan produced them, its position among the wanted tensors and the index of its statistics.
+headers copy-on-write and sends back only the statistics (never pickled: no module of ckpt can load one): each
+distinct statistics object once, as JSON (the scan shares one object among equal results), then per tensor, in the
+order the scan produced them, its position among the loaded tensors and the index of its statistics, as arrays.
 
 The fork is used on Linux for a local checkpoint when this process runs no other thread (forking a threaded
 process can leave the child with a lock another thread held). Otherwise (a Hub `--deep` scan, whose HTTP
@@ -23,9 +23,11 @@ import faulthandler
 import json
 import os
 import signal
+import struct
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +38,11 @@ if TYPE_CHECKING:
     from ..model.tensors import Shard, TensorInfo
     from ..model.values import ValueStats
     from .source import Source
+    from .value_scan import ScanColumns
 
 
 class BackgroundScan:
-    """The value statistics of the tensors of `ckpt` that `wanted` accepts (`loader.scan_plan`), being measured from
+    """The value statistics of the tensors of `ckpt` that `wanted` accepts (in valid shards), being measured from
     construction on; `result()` waits for them, `close()` stops the scan if it still runs (the analysis ended first:
     an error, Ctrl-C) and releases what it holds. A forked child also chooses the tensors itself, so this process
     goes on with its analysis at once."""
@@ -75,16 +78,23 @@ def forkable(source: Source) -> bool:
     )
 
 
-def _scan(source: Source, tensors: Sequence[TensorInfo], shards: Mapping[str, Shard], **kw: Any) -> ValueStats:
+def _plan_and_scan(source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], **kw: Any) -> ValueStats:
+    """The statistics of the loaded tensors (`ckpt.tensors`) that `wanted` accepts, in valid shards only (an invalid
+    shard's offsets cannot be trusted), in load order; the scan picks them in its own pass (`scan_values(wanted=)`)."""
     from .value_scan import scan_values  # a header-only analysis never loads the scanner
 
-    return scan_values(source, tensors, shards, **kw)
+    return scan_values(source, list(ckpt.tensors.values()), _valid_shards(ckpt), wanted=wanted, **kw)
 
 
-def _plan_and_scan(source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], **kw: Any) -> ValueStats:
-    from .loader import scan_plan
+def _scan_columns(source: Source, ckpt: Checkpoint, wanted: Callable[[TensorInfo], bool], **kw: Any) -> ScanColumns:
+    """`_plan_and_scan` as columns: positions among `ckpt.tensors`, which the child sends as they are."""
+    from .value_scan import scan_columns
 
-    return _scan(source, *scan_plan(ckpt, wanted), **kw)
+    return scan_columns(source, list(ckpt.tensors.values()), _valid_shards(ckpt), wanted=wanted, **kw)
+
+
+def _valid_shards(ckpt: Checkpoint) -> dict[str, Shard]:
+    return {s.name: s for s in ckpt.shards if s.valid}
 
 
 class _Threaded:
@@ -93,14 +103,12 @@ class _Threaded:
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from .loader import scan_plan
-
-        # Chosen in the caller's thread: the checkpoint's lazily built views (its tensor map) are then built once,
+        # The tensor map is built in the caller's thread: the checkpoint's lazily built views are then built once,
         # not raced for by the scan and the header analysis.
-        tensors, shards = scan_plan(ckpt, wanted)
+        ckpt.tensors  # noqa: B018
         self._cancel = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-value-scan")
-        self._future = self._pool.submit(_scan, source, tensors, shards, progress=progress, cancel=self._cancel)
+        self._future = self._pool.submit(_plan_and_scan, source, ckpt, wanted, progress=progress, cancel=self._cancel)
 
     def result(self) -> ValueStats:
         return self._future.result()
@@ -144,7 +152,7 @@ class _Forked:
             self._pipe = None
             received = pipe.read()
         try:
-            payload = json.loads(received)
+            payload, order, refs = _decoded(received)
         except ValueError:
             status = self._status = self._reap(kill=False)
             if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS:
@@ -157,8 +165,8 @@ class _Forked:
             raise _rebuilt(*payload["error"])
         # A child that sent its result is reaped by `close()`: its exit meanwhile overlaps with what follows here.
         table = [TensorStats(*_stats_fields(row)) for row in payload["stats"]]
-        names = [every[i] for i in payload["order"]]
-        stats = dict(zip(names, map(table.__getitem__, payload["refs"]), strict=True))
+        names = map(every.__getitem__, order)
+        stats = dict(zip(names, map(table.__getitem__, refs), strict=True))
         self._value = ValueStats(MappingProxyType(stats), bytes_read=payload["bytes_read"])
         return self._value
 
@@ -193,33 +201,54 @@ def _child(
         faulthandler.disable()  # a SIGBUS here is expected (mapped reads) and handled by the parent: no traceback
         try:
             # Mapped reads: this process may die of SIGBUS (see `value_scan._MappedReader`; the parent then scans).
-            payload = _encoded(_plan_and_scan(source, ckpt, wanted, progress=progress, mapped=True), ckpt)
+            message = _encoded(_scan_columns(source, ckpt, wanted, progress=progress, mapped=True))
         except BaseException as exc:  # noqa: BLE001  (sent to the parent, which raises it where it asks for the values)
-            payload = {"error": [type(exc).__module__, type(exc).__name__, str(exc)]}
-        with os.fdopen(write, "w") as pipe:
-            pipe.write(json.dumps(payload))  # `json.dump` would encode in Python, chunk by chunk: 4x slower
+            message = _framed({"error": [type(exc).__module__, type(exc).__name__, str(exc)]})
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(message)
     except BaseException:  # noqa: BLE001  (the parent went away, a broken pipe: it reports the lost result)
         code = 1
     finally:
         os._exit(code)
 
 
-def _encoded(values: ValueStats, ckpt: Checkpoint) -> dict[str, Any]:
-    """`values` as JSON data: every distinct statistics object once (its fields in order; Python's JSON keeps every
-    float exactly, NaN and the infinities included), then per tensor its position among `ckpt.tensors` (the order
-    both processes hold) and its object's. Whole-list operations: the scan shares one object among equal results,
-    so 93k statistics are a few thousand objects, told apart by identity."""
-    position = dict(zip(ckpt.tensors, range(len(ckpt.tensors)), strict=True))
-    stats = list(values.tensors.values())
-    ids = list(map(id, stats))
-    distinct = dict(zip(ids, stats, strict=True))  # first-seen order of each object
+def _encoded(columns: ScanColumns) -> bytes:
+    """The scan's result as one message (`_framed`): every distinct statistics object once, as JSON (its fields in
+    order; Python's JSON keeps every float exactly, NaN and the infinities included), then per tensor its position
+    among `ckpt.tensors` (the order both processes hold) and its object's, as two arrays of 64-bit integers. Whole-list
+    operations: the scan shares one object among equal results, so 93k statistics are a few thousand objects, told
+    apart by identity."""
+    ids = list(map(id, columns.stats))
+    distinct = dict(zip(ids, columns.stats, strict=True))  # first-seen order of each object
     slot = dict(zip(distinct, range(len(distinct)), strict=True))
-    return {
-        "order": list(map(position.__getitem__, values.tensors)),
-        "refs": list(map(slot.__getitem__, ids)),
-        "stats": [[getattr(s, f) for f in _FIELDS] for s in distinct.values()],
-        "bytes_read": values.bytes_read,
-    }
+    table = [[getattr(s, f) for f in _FIELDS] for s in distinct.values()]
+    return _framed(
+        {"stats": table, "bytes_read": columns.bytes_read}, columns.positions, list(map(slot.__getitem__, ids))
+    )
+
+
+_FRAME = struct.Struct("<QQ")  # JSON bytes, tensors
+
+
+def _framed(payload: dict[str, Any], order: Sequence[int] = (), refs: Sequence[int] = ()) -> bytes:
+    """The frame's length fields, the JSON of `payload`, then `order` and `refs` (one entry per tensor each)."""
+    head = json.dumps(payload).encode()  # `json.dump` would encode in Python, chunk by chunk: 4x slower
+    return b"".join((_FRAME.pack(len(head), len(order)), head, array("q", order).tobytes(), array("q", refs).tobytes()))
+
+
+def _decoded(message: bytes) -> tuple[dict[str, Any], array[int], array[int]]:
+    """`_framed`'s (payload, order, refs); ValueError if `message` is not a whole frame (the child died first)."""
+    if len(message) < _FRAME.size:
+        raise ValueError("no frame")
+    size, count = _FRAME.unpack_from(message)
+    start = _FRAME.size + size
+    order, refs = array("q"), array("q")
+    if len(message) != start + 2 * count * order.itemsize:
+        raise ValueError("a cut frame")
+    view = memoryview(message)
+    order.frombytes(view[start : start + count * order.itemsize])
+    refs.frombytes(view[start + count * order.itemsize :])
+    return json.loads(message[_FRAME.size : start]), order, refs
 
 
 def _stats_fields(row: list[Any]) -> list[Any]:

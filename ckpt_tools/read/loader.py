@@ -1,17 +1,16 @@
-"""Build a `Checkpoint` from any `Source`: headers of every shard, the configs, the index, and optionally the value
-statistics of the tensors that value rules judge (`scan_plan`; the scan itself: `read.value_scan`, `read.background_scan`)."""
+"""Build a `Checkpoint` from any `Source`: headers of every shard, the configs and the index (the value statistics of
+the tensors that value rules judge come from `read.value_scan`, run beside the analysis by `read.background_scan`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Container, Iterable, Mapping
-from itertools import compress, repeat
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import TypeVar
 
 from ..errors import TargetError
 from ..model.checkpoint import CONFIG_NAMES, INDEX_NAME, Checkpoint
-from ..model.tensors import Index, LfsPointer, Problem, Shard, TensorInfo
+from ..model.tensors import Index, LfsPointer, Problem, Shard
 from .configs import read_config, read_index
 from .header import ShardRead, read_shard
 from .header_estimate import first_read_sizes
@@ -112,44 +111,3 @@ def _map(source: Source, fn: Callable[[T], R], items: list[T]) -> list[R]:
         with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
             return list(pool.map(fn, items))
     return [fn(item) for item in items]
-
-
-# ---- value statistics ---------------------------------------------------------------------------------------------
-
-
-def scan_plan(
-    checkpoint: Checkpoint, wanted: Callable[[TensorInfo], bool]
-) -> tuple[list[TensorInfo], dict[str, Shard]]:
-    """(the tensors the value scan reads, the shards it reads them from): the wanted loaded tensors (the ones
-    `Checkpoint.tensors` names), and only in valid shards, since an invalid shard's offsets cannot be trusted.
-    `wanted` answers from a tensor's dtype, shape and suffix alone, as `Rule.wants_values` does (`wanted_tensors`)."""
-    shards = {s.name: s for s in checkpoint.shards if s.valid}
-    return wanted_tensors(checkpoint, wanted, shards), shards
-
-
-class _Answers(dict):
-    """(dtype, shape, shard), suffix -> whether a tensor of that kind is scanned, asked on first sight."""
-
-    def __init__(self, wanted: Callable[[TensorInfo], bool], shards: Container[str]) -> None:
-        super().__init__()
-        self.wanted, self.shards = wanted, shards
-
-    def __missing__(self, key: tuple[tuple[str, tuple[int, ...], str], str]) -> bool:
-        (dtype, shape, shard), suffix = key
-        # A stand-in named by the suffix: `wanted` reads nothing else of a tensor but its dtype and shape.
-        answer = self[key] = shard in self.shards and self.wanted(TensorInfo(suffix, dtype, shape, shard, 0, 0))
-        return answer
-
-
-def wanted_tensors(
-    checkpoint: Checkpoint, wanted: Callable[[TensorInfo], bool], shards: Container[str]
-) -> list[TensorInfo]:
-    """The loaded tensors in `shards` that `wanted` accepts, in load order. `wanted` must answer from the tensor's
-    dtype, shape and suffix (its last name segment) alone: it is asked once per such kind in each shard, and the
-    tensors are matched with the answers in C (a checkpoint has hundreds of thousands of tensors of a few dozen
-    kinds)."""
-    by_name = checkpoint.tensors
-    tensors = list(by_name.values())
-    suffixes = map(_LAST, map(str.rpartition, by_name.keys(), repeat(".")))  # keys and values in one order
-    kinds = zip(map(_KIND, tensors), suffixes, strict=True)
-    return list(compress(tensors, map(_Answers(wanted, shards).__getitem__, kinds)))

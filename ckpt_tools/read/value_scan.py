@@ -19,13 +19,13 @@ import contextlib
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, groupby, islice, repeat
+from operator import itemgetter, le
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
@@ -75,6 +75,8 @@ class ShardPlan:
     shard: str
     tensors: tuple[TensorInfo, ...]
     reads: tuple[Read, ...]
+    kinds: tuple[_Kind, ...] | None = None  # per tensor, when the planner had them (`_kinds`); else worked out
+    order: tuple[int, ...] | None = None  # plan index -> index in the tensors as given, when they were out of order
 
     @property
     def dense(self) -> bool:
@@ -85,21 +87,38 @@ class ShardPlan:
         return wanted >= DENSE * spanned
 
 
-def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK, gap: int = LOCAL_GAP) -> ShardPlan:
-    """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`."""
-    ordered = tuple(sorted(tensors, key=_BEGIN))
+def plan_shard(
+    shard: Shard,
+    tensors: Iterable[TensorInfo],
+    *,
+    chunk: int = CHUNK,
+    gap: int = LOCAL_GAP,
+    kinds: Sequence[_Kind] | None = None,
+) -> ShardPlan:
+    """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`.
+    `kinds`: each tensor's `_Kind`, in the order of `tensors`, kept in the plan in file order."""
+    listed = list(tensors)
+    begins = list(map(_BEGIN, listed))
+    order: list[int] | None = None
+    if all(map(le, begins, islice(begins, 1, None))):  # in file order already: a shard's tensors in header order
+        ordered, in_order = tuple(listed), kinds
+    else:  # a stable sort by offset, as `sorted(tensors, key=begin)` orders them
+        order = sorted(range(len(listed)), key=begins.__getitem__)
+        ordered = tuple(map(listed.__getitem__, order))
+        begins = list(map(begins.__getitem__, order))
+        in_order = None if kinds is None else list(map(kinds.__getitem__, order))
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
     base = shard.data_start
     whole = chunk - chunk % 4  # every item size divides this: a tensor that fits needs no element arithmetic
-    for index, t in enumerate(ordered):
-        pos, stop = base + t.begin, base + t.end
+    for index, (begin, finish) in enumerate(zip(begins, map(_END, ordered), strict=True)):
+        pos, stop = base + begin, base + finish
         if pieces and pos - end <= gap and stop - start <= whole:  # the common case: it joins the read whole
             pieces.append((index, pos - start, stop - pos))
             end = stop
             continue
-        item = ITEM_SIZE.get(value_dtype(t), 1)
+        item = ITEM_SIZE.get(value_dtype(ordered[index]), 1)
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
             take = min(stop - pos, room - room % item)
@@ -114,7 +133,13 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
             end = pos
     if pieces:
         reads.append(Read(start, end - start, tuple(pieces)))
-    return ShardPlan(shard.name, ordered, tuple(reads))
+    return ShardPlan(
+        shard.name,
+        ordered,
+        tuple(reads),
+        None if in_order is None else tuple(in_order),
+        None if order is None else tuple(order),
+    )
 
 
 class _LocalReader:
@@ -337,10 +362,11 @@ def scan_shard(
     counters: ScanCounters,
     progress: Callable[[int], object] | None = None,
     cancel: threading.Event | None = None,
-) -> dict[str, TensorStats]:
-    """The statistics of one shard's planned tensors; `ScanCancelled` at the next read once `cancel` is set."""
+) -> list[TensorStats]:
+    """The statistics of one shard's planned tensors, in plan order; `ScanCancelled` at the next read once `cancel`
+    is set."""
     tensors = plan.tensors
-    kinds = _kinds(tensors)
+    kinds = plan.kinds if plan.kinds is not None else _kinds(tensors)
     # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
     # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
@@ -383,12 +409,12 @@ def scan_shard(
     finally:
         reader.close()
     counters.add(fetched, len(reads), largest)
-    out: dict[str, TensorStats] = {}
-    for t, kind, acc in zip(tensors, kinds, accs, strict=True):
-        if acc is None:  # an empty tensor: no piece
-            acc = Accumulator(kind[0], kind[2], kind[1])
-        out[t.name] = acc if isinstance(acc, TensorStats) else acc.result()
-    return out
+    for i, acc in enumerate(accs):  # most are measured already (`TensorStats`): a type test each
+        if acc.__class__ is not TensorStats:
+            kind = kinds[i]
+            # None: an empty tensor, which no piece fed
+            accs[i] = (Accumulator(kind[0], kind[2], kind[1]) if acc is None else acc).result()  # type: ignore[union-attr]
+    return cast("list[TensorStats]", accs)
 
 
 _Accs = list[Accumulator | TensorStats | None]
@@ -480,8 +506,47 @@ def _feed_read(
 
 _Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
 # TensorInfo fields (name, dtype, shape, shard, begin, end)
-_NAME, _DTYPE, _SHAPE, _BEGIN, _END = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(4), itemgetter(5)
+_NAME, _DTYPE, _SHAPE, _SHARD, _BEGIN, _END = (itemgetter(i) for i in range(6))
 _LAST = itemgetter(2)  # of a str.rpartition
+
+
+def _by_shard(
+    tensors: Sequence[TensorInfo], wanted: Callable[[TensorInfo], bool] | None, shards: Container[str]
+) -> dict[str, tuple[list[TensorInfo], list[_Kind], list[int]]]:
+    """Shard -> (its measured tensors, their `_Kind`s, their positions in `tensors`), shards in first-seen order,
+    tensors in the given order: the tensors in a `STATS_DTYPES` format, and with `wanted`, only those it accepts in
+    `shards`. In whole-list steps: each (dtype, suffix, shape) is judged once, on its first tensor; the answers are
+    matched in C, and a checkpoint's tensors come shard by shard, so the grouping goes run by run."""
+    suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
+    keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
+    first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
+    known = {k: _kind(t) if _measured(t, wanted) else None for k, t in first.items()}
+    kinds = list(map(known.__getitem__, keys))
+    groups: dict[str, tuple[list[TensorInfo], list[_Kind], list[int]]] = {}
+    start = 0
+    for name, run in groupby(map(_SHARD, tensors)):
+        stop = start + len(list(run))
+        ts, ks, at = tensors[start:stop], kinds[start:stop], range(start, stop)
+        start = stop
+        if wanted is not None and name not in shards:
+            continue
+        if None in ks:  # a `_Kind` is a non-empty tuple: only the unmeasured are false
+            ts, at, ks = list(compress(ts, ks)), compress(at, ks), list(filter(None, ks))  # type: ignore[assignment]
+        if not ts:
+            continue
+        group = groups.setdefault(name, ([], [], []))  # a shard met again further on: its tensors after the others
+        group[0].extend(ts)
+        group[1].extend(cast("list[_Kind]", ks))
+        group[2].extend(at)
+    return groups
+
+
+def _measured(t: TensorInfo, wanted: Callable[[TensorInfo], bool] | None) -> bool:
+    return value_dtype(t) in STATS_DTYPES and (wanted is None or wanted(t))
+
+
+def _kind(t: TensorInfo) -> _Kind:
+    return (value_dtype(t), channel_layout(t), t.numel, t.end - t.begin)
 
 
 def _kinds(tensors: Sequence[TensorInfo]) -> list[_Kind]:
@@ -491,7 +556,7 @@ def _kinds(tensors: Sequence[TensorInfo]) -> list[_Kind]:
     suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
     keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
     first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
-    known = {k: (value_dtype(t), channel_layout(t), t.numel, t.end - t.begin) for k, t in first.items()}
+    known = {k: _kind(t) for k, t in first.items()}
     return list(map(known.__getitem__, keys))
 
 
@@ -510,7 +575,30 @@ def _progress_bar(total: int) -> Any:
     return tqdm(total=total, unit="B", unit_scale=True, desc="value scan", leave=False)
 
 
+@dataclass(frozen=True)
+class ScanColumns:
+    """A scan's statistics as columns: per measured tensor, its position in the tensors the scan was given and its
+    statistics (equal results are often one shared object), shard by shard in plan order; and the bytes fetched."""
+
+    positions: list[int]
+    stats: list[TensorStats]
+    bytes_read: int
+
+
 def scan_values(
+    source: Source,
+    tensors: Sequence[TensorInfo],
+    shards: Mapping[str, Shard],
+    **kw: Any,
+) -> ValueStats:
+    """`scan_columns` as a mapping: tensor name -> statistics, in the scan's order."""
+    listed = tensors if isinstance(tensors, list) else list(tensors)
+    columns = scan_columns(source, listed, shards, **kw)
+    names = map(_NAME, map(listed.__getitem__, columns.positions))
+    return ValueStats(MappingProxyType(dict(zip(names, columns.stats, strict=True))), bytes_read=columns.bytes_read)
+
+
+def scan_columns(
     source: Source,
     tensors: Sequence[TensorInfo],
     shards: Mapping[str, Shard],
@@ -521,20 +609,25 @@ def scan_values(
     counters: ScanCounters | None = None,
     cancel: threading.Event | None = None,
     mapped: bool = False,
-) -> ValueStats:
-    """Measure `tensors` (each in a dtype of `STATS_DTYPES`, in a valid shard of `shards`). Exact statistics; each
+    wanted: Callable[[TensorInfo], bool] | None = None,
+) -> ScanColumns:
+    """Measure `tensors` (those in a dtype of `STATS_DTYPES`, each in a valid shard of `shards`). Exact statistics; each
     worker holds one read and the pieces cut from it (a few `chunk`s at most). A shard that cannot be read (it
     changed or vanished since its header was read) is a `TargetError`. Once `cancel` is set, every worker stops at
     its next read and the scan raises `ScanCancelled`. `mapped`: read local files through mappings, which only a
-    process that may die of SIGBUS can do (`_MappedReader`)."""
+    process that may die of SIGBUS can do (`_MappedReader`). `wanted`: measure only the tensors it accepts, and only
+    those in `shards` (an invalid shard is left out of it: its offsets cannot be trusted), so that a whole
+    checkpoint's tensors can be passed as they are; it must answer from a tensor's dtype, shape and suffix alone, as
+    `Rule.wants_values` does (it is asked once per such kind)."""
     counters = counters if counters is not None else ScanCounters()
     stop = cancel if cancel is not None else threading.Event()
-    by_shard: dict[str, list[TensorInfo]] = {}
-    for t in tensors:
-        if value_dtype(t) in STATS_DTYPES:
-            by_shard.setdefault(t.shard, []).append(t)
     gap = REMOTE_GAP if source.is_remote else LOCAL_GAP
-    plans = [plan_shard(shards[name], ts, chunk=chunk, gap=gap) for name, ts in by_shard.items()]
+    plans: list[ShardPlan] = []
+    positions: list[int] = []
+    for name, (ts, ks, at) in _by_shard(tensors, wanted, shards).items():
+        plan = plan_shard(shards[name], ts, chunk=chunk, gap=gap, kinds=ks)
+        plans.append(plan)
+        positions.extend(at if plan.order is None else map(at.__getitem__, plan.order))
     total = sum(r.length for p in plans for r in p.reads)
     if workers is None:
         workers = REMOTE_WORKERS if source.is_remote else LOCAL_WORKERS
@@ -548,7 +641,7 @@ def scan_values(
         if not disable:
             update = stack.enter_context(_progress_bar(total)).update
 
-        def one(plan: ShardPlan) -> dict[str, TensorStats]:
+        def one(plan: ShardPlan) -> list[TensorStats]:
             try:
                 return scan_shard(plan, open_reader(source, plan, mapped=mapped), counters, update, stop)
             except OSError as exc:
@@ -565,7 +658,7 @@ def scan_values(
                 except BaseException:  # a shard failed, or Ctrl-C: the other workers stop at their next read
                     stop.set()
                     raise
-    out: dict[str, TensorStats] = {}
+    stats: list[TensorStats] = []
     for part in results:  # in plan order, whatever order the reads finished in
-        out.update(part)
-    return ValueStats(MappingProxyType(out), bytes_read=counters.bytes_read)
+        stats.extend(part)
+    return ScanColumns(positions, stats, counters.bytes_read)
