@@ -100,3 +100,51 @@ def test_expert_of_reads_names_as_the_pattern_does() -> None:
     assert sum(_by_pattern(n) is not None for n in names) > 1000  # the sample holds many matches
     for name in names:
         assert expert_of(name) == _by_pattern(name), repr(name)
+
+
+def _expert_tensors(names: list[str]) -> list[TensorInfo]:
+    out: list[TensorInfo] = []
+    for name in names:
+        begin = 4 * len(out)
+        out.append(TensorInfo(f"{name}.weight", "F32", (1,), "a.safetensors", begin, begin + 4))
+    return out
+
+
+def test_experts_read_against_the_previous_prefix_as_expert_of_reads_them() -> None:
+    """`group_checkpoint` reads an expert module's coordinates against the previous expert module's prefix. Here the
+    modules after a prefix differ in every way that matters: another id spelling (`01` beside `1`, a non-ASCII
+    digit), a rest that is not `<digits>.<projection>` (more dots, no id, letters, an empty projection), a deeper
+    experts prefix that starts with the previous one, a non-expert module between, and a return to an earlier
+    prefix. Every module's `expert` must be `expert_of` of its name, and the groups those of `group_experts`."""
+    from ckpt_tools.model.modules import expert_of
+
+    a, b, c = "model.layers.0.mlp.experts", "model.layers.1.mlp.experts", "m.experts.x.experts"
+    names = [
+        f"{a}.0.gate_proj",
+        f"{a}.1.gate_proj",
+        f"{a}.01.gate_proj",  # the same id as `1`: the later module wins the slot, as in group_experts
+        f"{a}.٣.up_proj",
+        f"{a}.2.up_proj.extra",
+        f"{a}.x.up_proj",
+        f"{a}.3.",
+        f"{a}..up_proj",
+        f"{a}.4",
+        f"{a}.5.experts.6.down_proj",  # a deeper experts prefix below `a`
+        f"{a}.5.experts.7.down_proj",
+        f"{a}.6.down_proj",  # back to `a` after the deeper prefix
+        "model.layers.0.mlp.gate",
+        f"{b}.0.down_proj",
+        f"{a}.7.down_proj",  # back to an earlier prefix: filed in its bank
+        f"{b}.1.down_proj",
+        f"{a}x.8.down_proj",  # starts with `a` but not with `a.`
+        f"{a}.9.down\n_proj",
+        f"{c}.1.p",
+        f"{c}Z5.p",  # starts with `c` but not with `c.`: no expert (its last dots split `x.expertsZ5`)
+    ]
+    tensors = _expert_tensors(names)
+    _same(tensors)
+    modules, _, experts = group_checkpoint(tensors)
+    for name, module in modules.items():
+        assert module.expert == expert_of(name), name
+    assert experts[a].experts[1]["gate_proj"].name == f"{a}.01.gate_proj"
+    assert list(experts) == [a, f"{a}.5.experts", b, c]
