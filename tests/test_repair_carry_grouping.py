@@ -95,17 +95,45 @@ CASES = {
     "a plain module becomes an expert": {"lone": f"{E}.9.up_proj.weight_scale"},
     "a top-level tensor gets a module": {"lone": "m.lone"},
     "a module's tensors become top-level": {"m.a": "a", "m.b": "b"},
+    "a whole module moved": {"q.weight": "p.q.weight", "q.weight_scale": "p.q.weight_scale"},
+    "whole modules moved in both shards": {"m.a": "v.m.a", "m.b": "v.m.b", "x.bias": "v.x.bias"},
+    "a whole expert moved to another id": {
+        f"{E}.0.gate_proj.weight": f"{E}.5.gate_proj.weight",
+        f"{E}.0.gate_proj.weight_scale": f"{E}.5.gate_proj.weight_scale",
+    },
+    "two modules swap names": {"m.a": "n.a", "m.b": "n.b", "n.a": "m.a"},
+    "two whole modules merged into a new one": {"m.a": "w.a", "m.b": "w.b", "n.a": "w.c"},
+    "a whole module moved, a suffix changed": {"q.weight": "p.weight2", "q.weight_scale": "p.weight_scale"},
+    "a whole module moved onto a module that moves away": {"m.a": "n.a", "m.b": "n.b", "n.a": "k.a"},
+}
+# The renames that move whole modules to new names, which `_moved_whole` carries without regrouping anything.
+MOVED_WHOLE = {
+    "nothing renamed",
+    "a whole module moved",
+    "whole modules moved in both shards",
+    "a whole expert moved to another id",
+    "experts leave their group",
 }
 
 
-@pytest.mark.parametrize("renames", CASES.values(), ids=CASES.keys())
-def test_carried_grouping_is_group_checkpoint(renames, monkeypatch):
+@pytest.mark.parametrize(("case", "renames"), CASES.items(), ids=CASES.keys())
+def test_carried_grouping_is_group_checkpoint(case, renames, monkeypatch):
     monkeypatch.setattr(checkpoint_module, "_CARRY_AT_MOST", 1.0)
+    whole: list[bool] = []
+    moved_whole = checkpoint_module._moved_whole
+
+    def spy(*args):
+        out = moved_whole(*args)
+        whole.append(out is not None)
+        return out
+
+    monkeypatch.setattr(checkpoint_module, "_moved_whole", spy)
     before = make()
     assert before.modules  # the analysis grouped its modules
     after = renamed(before, renames)
     assert carry_grouping(before, after) is True
     assert grouping(after) == regrouped(after)
+    assert whole == [case in MOVED_WHOLE]  # which way it was carried
     # The modules no rename touched are the before-state's objects (their cached views come along).
     untouched = {n.rpartition(".")[0] for n in before.tensors} - {
         n.rpartition(".")[0] for pair in renames.items() for n in pair

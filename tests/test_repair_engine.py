@@ -9,6 +9,7 @@ import random
 import struct
 from pathlib import Path
 
+import orjson
 import pytest
 
 from ckpt_tools.errors import TargetError
@@ -164,6 +165,23 @@ def test_index_step_refuses_a_changed_index(tmp_path):
     assert index.read_text() == '{"weight_map": {"b": "x"}}'
 
 
+def test_index_step_with_its_old_bytes_writes_over_exactly_them(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    old = b'{"weight_map": {"a": "x"}}'
+    step = IndexStep(index.name, sha256(old), b'{"weight_map": {"b": "x"}}', "", old=old)
+    index.write_bytes(b'{"weight_map": {"c": "x"}}')
+    with pytest.raises(TargetError, match="the index"):
+        apply_index(Folder(tmp_path), step, Writer(), "t")
+    assert index.read_bytes() == b'{"weight_map": {"c": "x"}}'
+    index.write_bytes(old)
+    apply_index(Folder(tmp_path), step, Writer(), "t")
+    assert index.read_bytes() == step.new
+    # A journal whose index step's old bytes are not those its hash names is damaged: never trusted either way.
+    bad = IndexStep(index.name, sha256(b"other"), step.new, "", old=old)
+    with pytest.raises(TargetError, match="journal is damaged"):
+        decode_journal(encode_journal("fix-prefix", tmp_path, (bad,)), tmp_path)
+
+
 @pytest.mark.parametrize("method", ["copy_file_range", "sendfile", "read/write"])
 def test_every_copy_method_copies_exactly(tmp_path, method):
     data = os.urandom(3 * 1024 * 1024 + 17)
@@ -229,3 +247,64 @@ def test_index_rewrite_counts_and_refuses_colliding_keys(tmp_path: Path) -> None
     assert list(json.loads(index_step({"d.w": "a.w"}, frozenset({"a.w"})).new)["weight_map"]) == ["a.w", "c.w", "b.w"]
     with pytest.raises(TargetError, match=r"two entries would both be named `c\.w`"):
         index_step({"a.w": "c.w", "b.w": "c.w"})
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def _index_bytes(names: list[str]) -> bytes:
+    weight_map = dict.fromkeys(sorted(names), "model-00001-of-00002.safetensors")
+    return (
+        json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n"
+    ).encode()
+
+
+LAYERS = [f"model.language_model.layers.{i}.mlp.experts.{e}.w" for i in range(40) for e in range(64)]
+VISUAL = [f"model.language_model.visual.blocks.{i}.w" for i in range(50)]
+
+
+MOVED = [*LAYERS, *(n.replace("language_model.visual", "visual") for n in VISUAL)]
+SPLICES = {  # new key set -> whether the journal holds a splice (what differs is a small part of a big index)
+    "a component renamed, its keys move": (MOVED, True),
+    "one key in the middle renamed in place": ([*LAYERS[:1000], LAYERS[1000] + "_", *LAYERS[1001:], *VISUAL], True),
+    "the first and the last key change": (["a.first", *LAYERS, *VISUAL, "zz.last"], False),
+    "most of the map removed": (LAYERS[:10], False),
+}
+
+
+@pytest.mark.parametrize(("new_names", "spliced"), SPLICES.values(), ids=SPLICES.keys())
+def test_index_step_journals_its_new_bytes_as_a_splice_of_the_old(tmp_path, new_names, spliced):
+    old, new = _index_bytes([*LAYERS, *VISUAL]), _index_bytes(new_names)
+    step = IndexStep(INDEX, sha256(old), new, "renamed", old=old)
+    raw = encode_journal("fix-prefix", tmp_path, (step,))
+    _job, (decoded,) = decode_journal(raw, tmp_path)
+    assert decoded == step and decoded.new == new and decoded.old == old
+    assert (b'"new_splice"' in raw) == spliced
+    if spliced:  # the old bytes and the part that differs
+        assert len(raw) < len(old) + 20_000 < len(old) + len(new)
+    else:
+        assert len(raw) > len(old) + len(new)
+    # Rolled back, the inverse step (old and new swapped) is spliced the same way and decodes to the same bytes.
+    back = IndexStep(INDEX, sha256(new), old, "restore", old=new)
+    assert decode_journal(encode_journal("fix-prefix rollback", tmp_path, (back,)), tmp_path)[1] == (back,)
+
+
+def test_a_small_index_step_keeps_its_new_bytes_whole(tmp_path):
+    old, new = b'{"weight_map": {"a": "s"}}\n', b'{"weight_map": {"b": "s"}}\n'
+    raw = encode_journal("fix-prefix", tmp_path, (IndexStep(INDEX, sha256(old), new, "", old=old),))
+    assert b'"new_splice"' not in raw and decode_journal(raw, tmp_path)[1][0].new == new
+
+
+def test_a_spliced_journal_is_refused_by_a_reader_without_splices_and_when_damaged(tmp_path):
+    old = _index_bytes([*LAYERS, *VISUAL])
+    new = _index_bytes([*LAYERS, *(n.replace("language_model.visual", "visual") for n in VISUAL)])
+    raw = encode_journal("fix-prefix", tmp_path, (IndexStep(INDEX, sha256(old), new, "", old=old),))
+    (n,) = struct.unpack_from("<Q", raw, 8)
+    manifest = orjson.loads(raw[16 : 16 + n])
+    (item,) = manifest["steps"]
+    assert "new" not in item  # a reader that knows no splices finds no new bytes: it refuses, never writes a part
+    for bad in ([0, len(old) + 1, 0, 10], [5, 4, 0, 10], [0, 10, len(raw), 10], ["x", 1, 0, 1]):
+        damaged = {**manifest, "steps": [{**item, "new_splice": bad}]}
+        body = orjson.dumps(damaged)
+        with pytest.raises(TargetError, match="journal is damaged"):
+            decode_journal(raw[:8] + struct.pack("<Q", len(body)) + body + raw[16 + n :], tmp_path)

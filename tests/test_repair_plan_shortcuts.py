@@ -82,8 +82,18 @@ INDEXES = {
 @pytest.mark.parametrize("index", INDEXES.values(), ids=INDEXES.keys())
 def test_index_as_the_analysis_read_it_is_the_parse(tmp_path, index, layout):
     ckpt, raw = _checkpoint(tmp_path, index, layout)
-    data = steps._parsed_index(ckpt.index, raw)
+    data, as_analysed = steps._parsed_index(ckpt.index, raw)
     assert data == orjson.loads(raw) and list(data) == list(orjson.loads(raw))
+    # Claimed the analysis's own index only when the file holds nothing else: its map, and its metadata if any.
+    analysed = {"weight_map": dict(ckpt.index.weight_map)}
+    if ckpt.index.metadata:
+        analysed["metadata"] = dict(ckpt.index.metadata)
+    assert not as_analysed or data == analysed
+    loaded = orjson.loads(raw)
+    if set(loaded) - {"weight_map", "metadata"} or not isinstance(loaded.get("metadata", {}), dict):
+        assert not as_analysed
+    if layout is HF and index in (INDEXES["plain"], INDEXES["no metadata"]):
+        assert as_analysed
     assert list(data["weight_map"]) == list(orjson.loads(raw)["weight_map"])
     # Fresh objects: what the step changes is not the analysis's index.
     data["weight_map"]["new"] = SHARD
@@ -95,7 +105,12 @@ def test_index_as_the_analysis_read_it_is_the_parse(tmp_path, index, layout):
 def test_an_index_changed_since_the_analysis_is_parsed(tmp_path):
     ckpt, raw = _checkpoint(tmp_path, INDEXES["plain"], HF)
     changed = raw.replace(b'"a.w"', b'"e.w"')
-    assert steps._parsed_index(ckpt.index, changed) == orjson.loads(changed)
+    assert steps._parsed_index(ckpt.index, changed) == (orjson.loads(changed), False)
+    # ... and its step does not claim to be the analysis's index renamed.
+    (tmp_path / INDEX).write_bytes(changed)
+    plan = Plan("t", "t", MappingProxyType({}), MappingProxyType({"b.w": "x.w"}), frozenset())
+    (step,) = steps.compile_plan(plan, ckpt, tmp_path)
+    assert step.renamed_from is None
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
@@ -120,9 +135,14 @@ def test_index_step_hands_on_what_it_wrote(tmp_path, layout, index, renames, dro
     assert was_sorted == (list(read.weight_map) == sorted(read.weight_map))  # a sorted map stays sorted
     # The parsed view is derived in memory: never journaled, and a journal's step is equal without it.
     journal = encode_journal("t", tmp_path, (step,))
-    assert b'"parsed"' not in journal
+    assert b'"parsed"' not in journal and b'"renamed_from"' not in journal
     _job, (decoded,) = decode_journal(journal, tmp_path)
-    assert decoded == step and decoded.parsed is None
+    assert decoded == step and decoded.parsed is None and decoded.renamed_from is None
+    # The analysis's index renamed, exactly when nothing is dropped and the file was the analysis's index.
+    as_analysed = steps._parsed_index(ckpt.index, raw)[1]
+    assert step.renamed_from is (ckpt.index if as_analysed and not drops else None)
+    if step.renamed_from is not None:
+        assert weight_map == {renames.get(k, k): f for k, f in ckpt.index.weight_map.items()}
 
 
 def _sorted_reference(weight_map: dict[str, str], renames: dict[str, str]) -> dict[str, str]:
@@ -148,3 +168,84 @@ def test_renamed_sorted_map_is_the_sort(seed):
     if len(expected) == len(weight_map):  # no collision: the files too
         assert list(got.items()) == list(expected.items())
     assert steps._sorted_renamed(weight_map, keys, {}) == weight_map
+
+
+def _reference_plan(ckpt, pairs) -> tuple[dict, dict]:
+    """fix-prefix's shard edits and index renames the plain way: every shard's names and every index key tested."""
+    renames = {}
+    for name in ckpt.tensors:
+        pair = next(((o, n) for o, n in pairs if name.startswith(o)), None)
+        if pair:
+            renames[name] = pair[1] + name[len(pair[0]) :]
+    edits = {}
+    for shard in ckpt.shards:
+        mine = {t.name: renames[t.name] for t in shard.tensors if t.name in renames}
+        if mine:
+            edits[shard.name] = mine
+    index_renames = {}
+    for key in ckpt.index.weight_map:
+        pair = next(((o, n) for o, n in pairs if key.startswith(o)), None)
+        if pair:
+            index_renames[key] = pair[1] + key[len(pair[0]) :]
+    return edits, index_renames
+
+
+def _plan_of(folder: Path):
+    from ckpt_tools.pipeline import analyze
+    from ckpt_tools.repair import fix_prefix
+
+    analysis = analyze(str(folder), headers_only=True)
+    plan = fix_prefix.finding_plan(analysis)
+    pairs = [(step["from"], step["to"]) for step in plan.details["rename"]]
+    edits, index_renames = _reference_plan(analysis.checkpoint, pairs)
+    # The same shards in the same order, each with its renames in header order, and the same index renames.
+    assert [(file, list(edit.renames.items())) for file, edit in plan.edits.items()] == [
+        (file, list(mine.items())) for file, mine in edits.items()
+    ]
+    assert dict(plan.index_renames) == index_renames
+    return analysis, plan
+
+
+PREFIX = "model.language_model.visual."
+
+
+def _sharded(tmp_path: Path) -> Path:
+    from tests.repair_helpers import copy_of, make_sharded
+
+    return make_sharded(copy_of("defective/qwen35moe-nvfp4-misnested-vision", tmp_path), parts=3)
+
+
+def test_fix_prefix_plan_from_the_tensor_map_is_the_plain_one(tmp_path):
+    from ckpt_tools.rules.ck103_index_tensor_mismatch import known_where_indexed
+
+    analysis, plan = _plan_of(_sharded(tmp_path))
+    ckpt = analysis.checkpoint
+    # The shortcuts applied: every shard loads, no name twice, and CK103 found the index's keys to be the tensors.
+    assert len(ckpt.loaded_shards) == len(ckpt.shards) == 3 and not ckpt.duplicate_tensors
+    assert known_where_indexed(ckpt) and plan.edits and plan.index_renames
+
+
+def test_fix_prefix_plan_renames_a_stray_copy_too(tmp_path):
+    """A stray shard (no index entry names it) holding a copy of a renamed tensor: the tensor map does not list it, so
+    only the pass over every shard's names gives that shard its edit."""
+    folder = _sharded(tmp_path)
+    name = next(k for k in json.loads((folder / INDEX).read_text())["weight_map"] if k.startswith(PREFIX))
+    (folder / "model-extra.safetensors").write_bytes(build_file([(name, "BF16", [1], b"\x00\x00")]))
+    _analysis, plan = _plan_of(folder)
+    assert dict(plan.edits["model-extra.safetensors"].renames) == {name: "model.visual." + name[len(PREFIX) :]}
+
+
+def test_fix_prefix_plan_renames_index_keys_of_absent_tensors(tmp_path):
+    """An index as long as the tensor map whose keys are not the tensors (one tensor unlisted, a key under the prefix
+    for a tensor no shard holds): only the pass over the index's keys renames the absent one."""
+    from ckpt_tools.rules.ck103_index_tensor_mismatch import known_where_indexed
+
+    folder = _sharded(tmp_path)
+    index = json.loads((folder / INDEX).read_text())
+    unlisted = next(k for k in index["weight_map"] if not k.startswith(PREFIX))
+    index["weight_map"][PREFIX + "absent.weight"] = index["weight_map"].pop(unlisted)
+    (folder / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    analysis, plan = _plan_of(folder)
+    assert len(analysis.checkpoint.index.weight_map) == len(analysis.checkpoint.tensors)
+    assert not known_where_indexed(analysis.checkpoint)
+    assert plan.index_renames[PREFIX + "absent.weight"] == "model.visual.absent.weight"

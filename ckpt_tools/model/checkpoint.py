@@ -225,6 +225,10 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
         new_infos[i].name.rpartition(".")[0] for i in changed
     }
     old_modules, old_layouts = before.modules, before.layouts
+    moved = _moved_whole(before, [old_infos[i] for i in changed], [new_infos[i] for i in changed])
+    if moved is not None:
+        after.__dict__["_grouped"] = moved  # a cached view, set as it would be
+        return True
     # Load positions without a map of every tensor: shard by shard (no name is in two loaded shards), a shard's
     # index built only when one of its tensors is asked for exactly.
     shards = after.loaded_shards
@@ -310,3 +314,60 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
         experts = before.experts
     after.__dict__["_grouped"] = (MappingProxyType(modules), layouts, experts)  # a cached view, set as it would be
     return True
+
+
+def _moved_whole(
+    before: Checkpoint, olds: list[TensorInfo], news: list[TensorInfo]
+) -> tuple[Mapping[str, Module], Layouts, Mapping[str, ExpertGroup]] | None:
+    """`carry_grouping`'s result when the rename moves whole modules to new names (the common repair: a component's
+    prefix changes), else None. `olds` / `news`: the renamed tensors, before and after, in load order, each differing
+    from its old self by name alone.
+
+    WHY this is exact: here every renamed tensor keeps its suffix, all tensors of its module are renamed, one module
+    goes to one new name that no module of `before` has, and no two go to the same. So each moved module's tensors
+    become exactly one new module's, at the same load positions and in the same order, under the same suffixes with
+    the same dtypes and shapes; every other module is unchanged. `group_checkpoint` then makes the same modules in
+    the same order (ordered by where their first tensor loads) with the moved ones renamed, the same layouts (a
+    layout is suffixes, dtypes and shapes), hence the same layout ids in the same first-appearance order, and each
+    layout's members in module order with the moved names substituted. Expert groups are carried whole when no moved
+    name has `.experts.` in it, else filed again from the modules, as `carry_grouping` does."""
+    old_modules = before.modules
+    to: dict[str, str] = {}  # old module name -> new module name
+    counts: dict[str, int] = {}
+    for was, now in zip(olds, news, strict=True):
+        prefix, _, suffix = was.name.rpartition(".")
+        new_prefix, _, new_suffix = now.name.rpartition(".")
+        if suffix != new_suffix or to.setdefault(prefix, new_prefix) != new_prefix:
+            return None
+        counts[prefix] = counts.get(prefix, 0) + 1
+    targets = set(to.values())
+    if len(targets) != len(to) or not targets.isdisjoint(old_modules):
+        return None
+    if any(len(old_modules[prefix].tensors) != n for prefix, n in counts.items()):
+        return None
+    renamed_tensors: dict[str, list[TensorInfo]] = {}
+    for was, now in zip(olds, news, strict=True):
+        renamed_tensors.setdefault(to[was.name.rpartition(".")[0]], []).append(now)
+    layouts = before.layouts
+    names = list(old_modules)
+    if list(layouts.of) != names:  # the layout map is in module order (as `group_checkpoint` builds it)
+        return None
+    values = list(old_modules.values())
+    for i in compress(range(len(names)), map(to.__contains__, names)):
+        old = values[i]
+        new_name = to[names[i]]
+        # The old module's tensors are in load order, as are its renamed ones: suffix by suffix, the same order.
+        values[i] = Module(new_name, MappingProxyType(dict(zip(old.tensors, renamed_tensors[new_name], strict=True))))
+        names[i] = new_name
+    modules = dict(zip(names, values, strict=True))
+    of = dict(zip(names, layouts.of.values(), strict=True))
+    hit = {layouts.of[prefix] for prefix in to}
+    members = tuple(
+        tuple(map(to.get, names_of, names_of)) if lid in hit else names_of
+        for lid, names_of in enumerate(layouts.members)
+    )
+    if any(".experts." in name for name in (*to, *targets)):
+        experts: Mapping[str, ExpertGroup] = MappingProxyType(group_experts(modules))
+    else:
+        experts = before.experts
+    return MappingProxyType(modules), Layouts(MappingProxyType(of), layouts.layouts, members), experts

@@ -12,7 +12,11 @@ inspect and serve-flags report it (CK109), and `ckpt repair --resume` completes 
 the old bytes back (journaled in the same way, so a killed rollback is carried on, never undone).
 
 File format: `CKPTJRN1`, an 8-byte little-endian manifest length, the manifest (JSON: job, the folder's real path,
-steps with their small fields, the blob's sha256), then one blob holding the steps' byte fields back to back.
+steps with their small fields, the blob's sha256), then one blob holding the steps' byte fields back to back. A step
+that records both a file's old and new bytes (the index) keeps the new ones as the part that differs from the old
+(`new_splice`: the old bytes [i, j) give way to a blob; both ends are the old bytes'): a rename rewrites a few
+thousand lines of a many-megabyte index, so the journal holds it once, not twice. A journal reader that predates this
+finds no `new` field and refuses the journal as damaged, never writing the splice alone.
 """
 
 from __future__ import annotations
@@ -96,11 +100,18 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
     encoded = []
     for step in steps:
         item: dict[str, Any] = {"kind": step.kind}
+        spliced = _splice(step)
         for f in fields(step):
             if f.metadata.get("journal", True) is False:
                 continue  # derived in memory, not part of the record
             value = getattr(step, f.name)
-            if isinstance(value, bytes):
+            if f.name == "new" and spliced is not None:
+                i, j, middle = spliced
+                item["new_splice"] = [i, j, size, len(middle)]
+                parts.append(middle)
+                digest.update(middle)
+                size += len(middle)
+            elif isinstance(value, bytes):
                 item[f.name] = {"blob": [size, len(value)]}
                 parts.append(value)
                 digest.update(value)
@@ -121,6 +132,45 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
         }
     )
     return b"".join([MAGIC, struct.pack("<Q", len(manifest)), manifest, *parts])
+
+
+_SPLICE_AT_LEAST = 1 << 16  # bytes a splice must save to be worth it: small steps keep their new bytes whole
+
+
+def _splice(step: Step) -> tuple[int, int, bytes] | None:
+    """(i, j, middle) with `step.new == step.old[:i] + middle + step.old[j:]`, the common start and end of the two
+    taken out, when the step records both and that saves a useful amount; None otherwise."""
+    old, new = getattr(step, "old", None), getattr(step, "new", None)
+    if not isinstance(old, bytes) or not isinstance(new, bytes):
+        return None
+    start = _common_start(old, new)
+    end = _common_end(old, new, min(len(old), len(new)) - start)
+    if start + end < _SPLICE_AT_LEAST:
+        return None
+    return start, len(old) - end, new[start : len(new) - end]
+
+
+def _common_start(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of `a` and `b`: compared a block at a time (blocks halving once one
+    differs), so a many-megabyte prefix costs a few hundred slice comparisons."""
+    n = min(len(a), len(b))
+    i, step = 0, 1 << 16
+    while step:
+        while i + step <= n and a[i : i + step] == b[i : i + step]:
+            i += step
+        step //= 2
+    return i
+
+
+def _common_end(a: bytes, b: bytes, most: int) -> int:
+    """Length of the longest common suffix of `a` and `b`, at most `most` bytes (what the common prefix leaves)."""
+    la, lb = len(a), len(b)
+    k, step = 0, 1 << 16
+    while step:
+        while k + step <= most and a[la - k - step : la - k] == b[lb - k - step : lb - k]:
+            k += step
+        step //= 2
+    return k
 
 
 def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
@@ -159,7 +209,10 @@ def decode_journal(raw: bytes, root: Path) -> tuple[str, tuple[Step, ...]]:
 def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
     cls = STEP_TYPES[item["kind"]]
     kwargs: dict[str, Any] = {}
+    splice = item.get("new_splice")
     for f in fields(cls):
+        if f.name == "new" and splice is not None:
+            continue  # rebuilt from the old bytes below
         if f.name not in item and f.default is not MISSING:  # a field newer than the journal's writer
             continue
         value = item[f.name]
@@ -171,6 +224,15 @@ def _decode_step(item: dict[str, Any], blob: bytes) -> Step:
         elif f.name == "copies":
             value = tuple(tuple(c) for c in value)
         kwargs[f.name] = value
+    if splice is not None:
+        i, j, start, length = splice
+        old = kwargs["old"]
+        if not (isinstance(old, bytes) and 0 <= i <= j <= len(old) and 0 <= start <= start + length <= len(blob)):
+            raise ValueError("a spliced field outside its bytes")  # reported as a damaged journal
+        kwargs["new"] = old[:i] + blob[start : start + length] + old[j:]
+    if cls is IndexStep and kwargs.get("old") is not None and sha256(kwargs["old"]) != kwargs["old_sha256"]:
+        # The executor takes the recorded old bytes for their hash (`execute.prepare_index`): they must agree.
+        raise ValueError("an index step whose old bytes are not the ones it hashed")  # reported as damaged
     return cls(**kwargs)
 
 
@@ -333,7 +395,17 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
         elif isinstance(step, HeaderStep):
             out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note=f"restore {step.note}"))
         elif isinstance(step, IndexStep):
-            out.append(replace(step, new=old, old=step.new, old_sha256=sha256(step.new), note="restore", parsed=None))
+            out.append(
+                replace(
+                    step,
+                    new=old,
+                    old=step.new,
+                    old_sha256=sha256(step.new),
+                    note="restore",
+                    parsed=None,
+                    renamed_from=None,
+                )
+            )
     return out
 
 

@@ -19,6 +19,7 @@ import orjson
 from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ..model.tensors import Index, Shard
 from ..pipeline import _with_views
+from ..rules.ck103_index_tensor_mismatch import carry_where_indexed
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
@@ -65,6 +66,9 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
     if renames and not drops:
         carry_tensor_index(ckpt, after)  # the tensor map, entered again from the first renamed shard on
         carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
+        # index-tensor-mismatch's proof that every tensor is where the index says, when the rename keeps it true
+        renamed_from = index_step.renamed_from if index_step is not None else None
+        carry_where_indexed(ckpt, after, renames, plan.index_renames, renamed_from)
     return after
 
 

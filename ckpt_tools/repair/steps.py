@@ -127,6 +127,11 @@ class IndexStep:
     parsed: tuple[Mapping[str, str], Mapping[str, object]] | None = field(
         default=None, compare=False, repr=False, metadata={"journal": False}
     )
+    # The analysis's index when `new` is exactly its weight map with keys through the plan's `index_renames` and
+    # nothing dropped (the file on disk was the analysis's index: `_parsed_index`); None otherwise. What lets the
+    # after-state carry index-tensor-mismatch's proof over (`rules.ck103_index_tensor_mismatch.carry_where_indexed`);
+    # never journaled, absent in a decoded journal.
+    renamed_from: Index | None = field(default=None, compare=False, repr=False, metadata={"journal": False})
 
     kind = "index"
 
@@ -367,7 +372,7 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
-    data = _parsed_index(ckpt.index, raw)
+    data, as_analysed = _parsed_index(ckpt.index, raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
     keys = list(weight_map)
@@ -419,7 +424,13 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     # as parsed (any other metadata reads as empty).
     parsed = (new_map, meta if isinstance(meta, dict) else {})
     return IndexStep(
-        file=ckpt.index.name, old_sha256=sha256(raw), new=new, note=note or "rewritten", old=raw, parsed=parsed
+        file=ckpt.index.name,
+        old_sha256=sha256(raw),
+        new=new,
+        note=note or "rewritten",
+        old=raw,
+        parsed=parsed,
+        renamed_from=ckpt.index if as_analysed and not drops else None,
     )
 
 
@@ -464,8 +475,9 @@ def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mappin
 _LEADING_SPACES = re.compile(rb" *")
 
 
-def _parsed_index(index: Index, raw: bytes) -> dict[str, Any]:
-    """`raw` (the index file as read now) parsed, as fresh objects the caller may change. When `raw` is exactly the
+def _parsed_index(index: Index, raw: bytes) -> tuple[dict[str, Any], bool]:
+    """`raw` (the index file as read now) parsed, as fresh objects the caller may change, and whether it is the
+    analysis's index (its weight map and metadata, copied; nothing else in the file). When `raw` is exactly the
     analysis's index written back in the file's own layout, that is the analysis's index, copied: WHY exact: JSON
     written from values reads back as the same values, so bytes equal to what those values write read as them (a
     file with other top-level keys, or changed since the analysis, differs and is parsed). Writing a 100k-entry map
@@ -475,8 +487,8 @@ def _parsed_index(index: Index, raw: bytes) -> dict[str, Any]:
     if index.metadata:
         known = {"metadata": _copy(index.metadata), **known}
     if _dump_like(known, raw) == raw:
-        return known
-    return orjson.loads(raw)  # same objects as json.loads, several times faster on a 100k-entry index
+        return known, True
+    return orjson.loads(raw), False  # same objects as json.loads, several times faster on a 100k-entry index
 
 
 def _copy(mapping: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import chain, groupby, islice, repeat
-from operator import itemgetter, ne
+from collections.abc import Iterable, Mapping
+from itertools import chain, compress, groupby, islice, repeat
+from operator import is_not, itemgetter, ne
 
 from ..model.checkpoint import Checkpoint
+from ..model.tensors import Index
 from ._index import indexed_files
 from .base import Context, Finding, Rule, register
 
@@ -67,6 +68,69 @@ def _same_order(ckpt: Checkpoint) -> bool:
     return list(weight_map.values()) == list(chain.from_iterable(repeat(s.name, len(s.tensors)) for s in shards))
 
 
+_WHERE_INDEXED = "_ck103_where_indexed"  # a checkpoint's `__dict__` key: `where_indexed`'s answer, once computed
+
+
+def where_indexed(ckpt: Checkpoint) -> bool:
+    """Every loaded tensor is in the index, mapped to its own shard; only asked with no name in two loaded shards
+    (`_same_order`'s condition). Answered once per checkpoint, kept beside its cached views, or carried over to a
+    repair's after-state (`carry_where_indexed`)."""
+    known = vars(ckpt).get(_WHERE_INDEXED)
+    if known is None:
+        known = ckpt.__dict__[_WHERE_INDEXED] = _same_order(ckpt) or _all_where_indexed(ckpt)
+    return known
+
+
+def known_where_indexed(ckpt: Checkpoint) -> bool:
+    """`where_indexed(ckpt)` is known (computed or carried) and True; never computes it."""
+    return vars(ckpt).get(_WHERE_INDEXED) is True
+
+
+def carry_where_indexed(
+    before: Checkpoint,
+    after: Checkpoint,
+    renames: Mapping[str, str],
+    index_renames: Mapping[str, str],
+    index: Index | None,
+) -> bool:
+    """Give `after`, the checkpoint a header-only rename leaves, `where_indexed`'s answer from `before`'s, when it is
+    True and provably stays True; returns whether it did (else `after` computes its own when asked). `renames`: old
+    -> new tensor name over the edited shards (nothing dropped); `index_renames`: old -> new index key; `index`:
+    `before`'s index when `after`'s weight map is exactly it with its keys through `index_renames` (the index step's
+    `renamed_from`), else None.
+
+    WHY this is exact: every loaded tensor of `before`, t in shard s, has weight_map[t] == s. `after`'s map has the
+    same values (only keys are renamed), so the same shards load. Checked here: `after`'s loaded shards are `before`'s
+    in order, each the same object or one of the same name and tensor count whose every tensor is the same object as
+    `before`'s at its place or that tensor renamed by `renames` and otherwise equal; and every loaded name `renames`
+    or `index_renames` moves is moved to the same new name by both (identity where one has no entry). So each loaded
+    tensor of `after` is R(t) in shard s, and `after`'s map gives R(t) = IR(t) the value `before`'s gave t: s. A
+    rename that moves a tensor and not its index key (or the other way), a tensor moved to another shard, or an index
+    that changed on disk since the analysis, is not carried. Costs a pointer comparison per tensor of the renamed
+    shards (no name hashed) and a look-up per renamed name."""
+    if vars(before).get(_WHERE_INDEXED) is not True or index is None or index is not before.index:
+        return False
+    if _WHERE_INDEXED in vars(after) or before.duplicate_tensors or after.duplicate_tensors:
+        return False
+    olds, news = before.loaded_shards, after.loaded_shards
+    if len(olds) != len(news):
+        return False
+    for a, b in zip(olds, news, strict=True):
+        if a is b:
+            continue
+        if a.name != b.name or len(a.tensors) != len(b.tensors):
+            return False
+        for was, now in compress(zip(a.tensors, b.tensors, strict=True), map(is_not, a.tensors, b.tensors)):
+            if renames.get(was.name) != now.name or now != was._replace(name=now.name):
+                return False
+    tensors = before.tensors
+    for name in chain(renames, index_renames):
+        if name in tensors and renames.get(name, name) != index_renames.get(name, name):
+            return False
+    after.__dict__[_WHERE_INDEXED] = True
+    return True
+
+
 @register
 class IndexTensorMismatch(Rule):
     """Index and shard headers disagree about which tensor lives where.
@@ -110,7 +174,7 @@ class IndexTensorMismatch(Rule):
             and not dupes
             and not ckpt.stray_shards
             and len(tensors) == len(index.weight_map)
-            and (_same_order(ckpt) or _all_where_indexed(ckpt))
+            and where_indexed(ckpt)
         ):
             # Every loaded tensor is where the index says and the counts match, so the index names nothing else.
             return
