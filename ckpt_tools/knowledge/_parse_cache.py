@@ -1,5 +1,5 @@
 """Parsed rules/ files, kept between runs: tomllib is pure Python, and parsing the knowledge files cost every command
-~40 ms (a tenth of a header-only doctor on a 190k-tensor checkpoint) although they change only with a release.
+30-40 ms (a few percent of a header-only doctor on a 190k-tensor checkpoint) although they change only with a release.
 
 Each file's parse is stored with the text it came from, as JSON (data only: no module of ckpt loads pickle or marshal
 data), in the user's cache folder (`$XDG_CACHE_HOME/ckpt-tools/knowledge`, default

@@ -517,11 +517,7 @@ def _by_shard(
     tensors in the given order: the tensors in a `STATS_DTYPES` format, and with `wanted`, only those it accepts in
     `shards`. In whole-list steps: each (dtype, suffix, shape) is judged once, on its first tensor; the answers are
     matched in C, and a checkpoint's tensors come shard by shard, so the grouping goes run by run."""
-    suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
-    keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
-    first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
-    known = {k: _kind(t) if _measured(t, wanted) else None for k, t in first.items()}
-    kinds = list(map(known.__getitem__, keys))
+    kinds = _judged(tensors, lambda t: _kind(t) if _measured(t, wanted) else None)
     groups: dict[str, tuple[list[TensorInfo], list[_Kind], list[int]]] = {}
     start = 0
     for name, run in groupby(map(_SHARD, tensors)):
@@ -550,13 +546,18 @@ def _kind(t: TensorInfo) -> _Kind:
 
 
 def _kinds(tensors: Sequence[TensorInfo]) -> list[_Kind]:
-    """What measuring each tensor depends on besides its bytes, from its dtype, last name segment and shape alone
-    (all that `value_dtype` and `channel_layout` read, and the element and byte counts they fix): a checkpoint has
-    a few hundred such triples, each worked out once, on its first tensor; the rest is lookups in C."""
+    """What measuring each tensor depends on besides its bytes (`_judged`: all that `value_dtype` and
+    `channel_layout` read, and the element and byte counts they fix, come from its dtype, suffix and shape)."""
+    return cast("list[_Kind]", _judged(tensors, _kind))
+
+
+def _judged(tensors: Sequence[TensorInfo], judge: Callable[[TensorInfo], _Kind | None]) -> list[_Kind | None]:
+    """Per tensor, `judge` of the first tensor with its dtype, last name segment and shape (`judge` must answer from
+    those alone): a checkpoint has a few hundred such triples, each judged once; the rest is lookups in C."""
     suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
     keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
     first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
-    known = {k: _kind(t) for k, t in first.items()}
+    known = {k: judge(t) for k, t in first.items()}
     return list(map(known.__getitem__, keys))
 
 
