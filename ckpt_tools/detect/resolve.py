@@ -7,11 +7,12 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, is_, itemgetter, methodcaller
+from operator import attrgetter, is_, is_not, itemgetter, methodcaller, not_
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -123,6 +124,9 @@ class Detection:
     made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
     # The rows grouped into classes (every row in exactly one), sorted by first member: what a rule judges once.
     classes: tuple[RowClass, ...] = field(default=(), repr=False)
+    # What a repair's after-state may carry over instead of detecting again (`carry_detection`); None when this
+    # detection cannot be carried (another producer, no modules).
+    carry: _Carry | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -644,10 +648,14 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
-    resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
-    classes, found_components = _row_classes(ckpt, family, resolver)
-    rows = list(chain.from_iterable(map(RowClass.rows, classes)))
-    rows.sort(key=itemgetter(0))
+    carried = _carried(ckpt, rt, producer)
+    if carried is not None:
+        classes, found_components, rows, carry = carried
+    else:
+        resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
+        classes, found_components, carry = _row_classes(ckpt, family, resolver)
+        rows = list(chain.from_iterable(map(RowClass.rows, classes)))
+        rows.sort(key=itemgetter(0))
 
     # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
     # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
@@ -680,14 +688,18 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         components=tuple(comps),
         made_by=formats.made_by(view.data),
         classes=tuple(classes),
+        carry=carry,
     )
 
 
 _new_row = tuple.__new__  # tuple.__new__(ModuleRow, fields): a row made in C, with no Python frame per module
 
 
-def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str]]:
-    """The rows of every linear module, as classes sorted by first member, and the components of all modules.
+def _row_classes(
+    ckpt: Checkpoint, family: Family, resolver: _Resolver
+) -> tuple[list[RowClass], set[str], _Carry | None]:
+    """The rows of every linear module, as classes sorted by first member, the components of all modules, and what
+    a repair's after-state may carry over (`_Carry`, for the producers whose schemes read module names alone).
 
     Expert projections are judged per (experts prefix, projection, layout), on the members `Checkpoint.experts`
     files under them. WHY every member gets the same row but its name:
@@ -699,28 +711,71 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
     Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
     `experts.1`) is judged on its own, as before."""
     modules = ckpt.modules
-    of = ckpt.layouts.of
     resolver.find_forced(modules)
-    forced = resolver.forced
-    by_layout: dict[int, tuple[bool | None, Scheme]] = {}
-    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
-    found: set[str] = set()
-    out: list[RowClass] = []
+    judge = _ModuleJudge(ckpt, family, resolver)
+    out, found, claimed = _expert_classes(ckpt, family, resolver, judge)
+    expert_classes, expert_found = tuple(out), frozenset(found)
+    keep = resolver.producer in _CARRIED_PRODUCERS
+    unclaimed: dict[str, tuple[str, RowClass | None]] = {}
+    for name in filterfalse(claimed.__contains__, modules):
+        component, row_class = judge.module(name, modules[name])
+        found.add(component)
+        if row_class is not None:
+            out.append(row_class)
+        if keep:
+            unclaimed[name] = (component, row_class)
+    out.sort(key=lambda c: c.names[0])
+    carry = _Carry(ckpt, resolver.rt, resolver, expert_classes, expert_found, unclaimed) if keep else None
+    return out, found, carry
 
-    def tensors_say(lid: int, module: Module) -> tuple[bool | None, Scheme]:
+
+class _ModuleJudge:
+    """The per-layout and per-name facts `_row_classes` reads of a module, each computed once."""
+
+    def __init__(self, ckpt: Checkpoint, family: Family, resolver: _Resolver) -> None:
+        self.modules, self.of, self.family, self.resolver = ckpt.modules, ckpt.layouts.of, family, resolver
+        self.by_layout: dict[int, tuple[bool | None, Scheme]] = {}
+        self.embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
+
+    def tensors_say(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
         # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
-        said = by_layout.get(lid)
+        said = self.by_layout.get(lid)
         if said is None:
-            said = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
+            said = self.by_layout[lid] = (_linear_weight(module), disk_scheme(module))
         return said
 
-    def linear(fit: bool | None, last: str) -> bool:
+    def linear(self, fit: bool | None, last: str) -> bool:
         if fit is None:
-            ok = embed_ok.get(last)
+            ok = self.embed_ok.get(last)
             if ok is None:
-                ok = embed_ok[last] = _not_embedding(last)
+                ok = self.embed_ok[last] = _not_embedding(last)
             return ok
         return fit
+
+    def module(self, name: str, module: Module) -> tuple[str, RowClass | None]:
+        """(the component of a module judged on its own, its one-member class or None when it is no linear layer)."""
+        family = self.family
+        where = module.expert
+        component = component_of(name + "." if name else "", family)
+        lid = self.of[name]
+        fit, disk = self.tensors_say(lid, module)
+        if not self.linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
+            return component, None
+        judged = self.resolver.declared(module)
+        row_component = component if name else component_of(".", family)
+        return component, RowClass(lid, row_component, judged[0], disk, judged[1], judged[2], (name,))
+
+
+def _expert_classes(
+    ckpt: Checkpoint, family: Family, resolver: _Resolver, judge: _ModuleJudge
+) -> tuple[list[RowClass], set[str], set[str]]:
+    """The classes of the expert projections `ckpt.experts` files, their components, and the module names they
+    claim (`_row_classes`)."""
+    modules = ckpt.modules
+    of = ckpt.layouts.of
+    forced = resolver.forced
+    found: set[str] = set()
+    out: list[RowClass] = []
 
     def emit(lid: int, component: str, disk: Scheme, names: list[str], judged: tuple) -> None:
         out.append(RowClass(lid, component, judged[0], disk, judged[1], judged[2], tuple(names)))
@@ -748,8 +803,8 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
                 each = {n: component_of(n + ".", family) for n in names}
                 found.update(each.values())
             for lid, lid_names in by_lid.items():
-                fit, disk = tensors_say(lid, modules[lid_names[0]])
-                if not linear(fit, proj):
+                fit, disk = judge.tensors_say(lid, modules[lid_names[0]])
+                if not judge.linear(fit, proj):
                     continue
                 judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)
                 by_component = {shared: lid_names} if fixed else {}
@@ -764,19 +819,105 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
                         same = [n for n in same if n not in hit]
                     if same:
                         emit(lid, component, disk, sorted(same), judged)
+    return out, found, claimed
 
-    for name in filterfalse(claimed.__contains__, modules):
-        module = modules[name]
-        where = module.expert
-        component = component_of(name + "." if name else "", family)
+
+# ---- carrying a detection into a repair's after-state --------------------------------------------------------------
+
+# The producers whose declared schemes (`_Resolver._declared`) read a module's name and the config alone, never the
+# checkpoint's modules (the formats' resolvers read a module's disk scheme by name).
+_CARRIED_PRODUCERS = frozenset({"modelopt", "compressed-tensors"})
+# A repair that changes more modules than this share detects its after-state afresh (carrying would cost as much).
+_CARRY_AT_MOST = 0.25
+_CARRY_HINT = "_detection_to_carry"  # a Checkpoint's `__dict__` key: the detection `carry_detection` offers it
+
+
+@dataclass(frozen=True)
+class _Carry:
+    """A detection's per-module results, kept for a repair's after-state (`carry_detection`)."""
+
+    ckpt: Checkpoint  # the checkpoint detected
+    runtime: Runtime
+    resolver: _Resolver
+    expert_classes: tuple[RowClass, ...]  # the classes of the expert projections `ckpt.experts` files
+    expert_found: frozenset[str]  # their components
+    # every other module -> (its component, its one-member class or None when it is no linear layer)
+    unclaimed: Mapping[str, tuple[str, RowClass | None]]
+
+
+def carry_detection(after: Checkpoint, before: Detection) -> None:
+    """Offer `before` (the detection of the checkpoint a repair starts from) to `detect(after)`: it then judges only
+    the modules the repair changed and carries the rest over (`_carried`, which checks when that is exact and
+    otherwise detects `after` afresh)."""
+    if before.carry is not None:
+        after.__dict__[_CARRY_HINT] = before
+
+
+def _carried(
+    ckpt: Checkpoint, rt: Runtime, producer: str
+) -> tuple[list[RowClass], set[str], list[ModuleRow], _Carry] | None:
+    """`_row_classes(ckpt, ...)`'s classes and components, the sorted rows and the new carry, from the detection
+    `carry_detection` offered `ckpt`, or None (detect afresh) when they may differ.
+
+    WHY this is exact when it answers: the offered detection judged a checkpoint `before` with the same config
+    objects (so the same family, quantization view, producer and resolver settings) and runtime; `ckpt`'s modules
+    differ from `before`'s only in `drop` (modules gone, or whose `Module` object is another), none of which has
+    `.experts.` in its name; its expert groups are `before`'s very object and its layout table is equal to
+    `before`'s (so an unchanged module has the same layout id). Then:
+    - every expert class is the same: the expert loop reads the expert groups, the layout ids and modules of their
+      members (none in `drop`, so the same objects), the family, and the resolver's answers, which for these
+      producers are a function of the name and the config alone (`_CARRIED_PRODUCERS`; the forced-unquantized
+      patterns are matched per name; `declared_at`'s cache holds such answers: an expert key always comes with
+      its own experts prefix, a module name with none);
+    - a module judged on its own is judged from its name, its `Module` and layout id and those same answers, so
+      each one not in `drop` keeps its component and class; the modules of `ckpt` in `drop` are judged afresh,
+      with their forced-unquantized patterns matched first, as `_row_classes` does for every module;
+    - the rows are the classes' rows sorted by name (names are unique): `before`'s rows without those of `drop`
+      (single-member classes, as no name in `drop` is an expert's) and the new classes' rows."""
+    before_det = vars(ckpt).get(_CARRY_HINT)
+    if before_det is None:
+        return None
+    carry = before_det.carry
+    before = carry.ckpt
+    if (
+        carry.runtime is not rt
+        or carry.resolver.producer != producer
+        or ckpt.config is not before.config
+        or ckpt.hf_quant_config is not before.hf_quant_config
+        or ckpt.experts is not before.experts
+        or ckpt.layouts.layouts != before.layouts.layouts
+    ):
+        return None
+    old, new = before.modules, ckpt.modules
+    names = list(new)
+    changed = list(compress(names, map(is_not, map(new.get, names), map(old.get, names))))
+    drop = old.keys() - new.keys()
+    drop.update(changed)
+    if len(drop) > _CARRY_AT_MOST * len(names) or any(".experts." in name for name in drop):
+        return None
+    resolver = copy.copy(carry.resolver)  # its answers are the after-state's too; new ones go to copies
+    resolver.ckpt, resolver.cache, resolver.forced = ckpt, dict(resolver.cache), dict(resolver.forced)
+    resolver.find_forced(changed)
+    judge = _ModuleJudge(ckpt, resolver.family, resolver)
+    out = list(carry.expert_classes)
+    found = set(carry.expert_found)
+    unclaimed = {name: kept for name, kept in carry.unclaimed.items() if name not in drop}
+    fresh: list[RowClass] = []
+    for name in changed:
+        component, row_class = unclaimed[name] = judge.module(name, new[name])
+        if row_class is not None:
+            fresh.append(row_class)
+    for component, row_class in unclaimed.values():
         found.add(component)
-        lid = of[name]
-        fit, disk = tensors_say(lid, module)
-        if not linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
-            continue
-        emit(lid, component if name else component_of(".", family), disk, [name], resolver.declared(module))
+        if row_class is not None:
+            out.append(row_class)
     out.sort(key=lambda c: c.names[0])
-    return out, found
+    rows = list(before_det.rows)
+    if drop:
+        rows = list(compress(rows, map(not_, map(drop.__contains__, map(itemgetter(0), rows)))))
+    rows += chain.from_iterable(map(RowClass.rows, fresh))
+    rows.sort(key=itemgetter(0))
+    return out, found, rows, _Carry(ckpt, rt, resolver, carry.expert_classes, carry.expert_found, unclaimed)
 
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:

@@ -265,7 +265,7 @@ def predict(
     (`keep` receives the after-state's analysis)."""
     from .predict import after_checkpoint
 
-    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps))  # collector paused there
+    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps, analysis.detection))  # paused there
     if keep is not None:
         keep(after)
     return after.report
@@ -297,7 +297,9 @@ class _Ahead:
         after = None
         if steps:
             after = Judging.start(
-                after_checkpoint(interim.checkpoint, plan, steps), **interim.settings, values_later=True
+                after_checkpoint(interim.checkpoint, plan, steps, interim.detection),
+                **interim.settings,
+                values_later=True,
             )
         self.planned = (plan, steps, after)
         if steps and self.writable:
