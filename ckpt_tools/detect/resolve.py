@@ -648,6 +648,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
+    carry: _Carry | None
     carried = _carried(ckpt, rt, producer)
     if carried is not None:
         classes, found_components, rows, carry = carried
