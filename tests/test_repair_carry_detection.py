@@ -146,3 +146,42 @@ def test_carry_declines_another_runtime_or_config(tmp_path, carried):
     resolve.carry_detection(reconfigured, analysis.detection)
     detect(reconfigured)
     assert carried[-1] is False  # another config object: its answers are not taken on trust
+
+
+COMPONENT_CASES = {
+    "the vision tower re-rooted (same components)": [],
+    "a layer moved under the MTP root (a component appears, a head empties)": [
+        ("model.language_model.layers.1", "mtp.layers.1")
+    ],
+    "the vision tower folded into a text layer (a component disappears)": [
+        ("model.language_model.visual", "model.language_model.layers.1.extra")
+    ],
+    "a layer moved out of every root (its names decide: a component appears)": [
+        ("model.language_model.layers.1", "extra.layers.1")
+    ],
+}
+
+
+@pytest.mark.parametrize("pairs", COMPONENT_CASES.values(), ids=COMPONENT_CASES.keys())
+def test_carried_components_are_the_components_of_every_name(tmp_path, carried, monkeypatch, pairs):
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    analysis, after = _after(folder, pairs)
+    family = analysis.detection.family
+    resolve.tensor_components(analysis.checkpoint, family)  # as the before-state's missing-component rule asks
+    took: list[bool] = []
+    real = resolve._carried_components
+
+    def spy(*args):
+        out = real(*args)
+        took.append(out is not None)
+        return out
+
+    monkeypatch.setattr(resolve, "_carried_components", spy)
+    found = resolve.tensor_components(after, family)
+    assert took == [True]
+    assert found == {resolve.component_of(n, family) for n in after.tensors}
+    assert found == resolve.module_components(after.modules, family)
+    assert resolve.tensor_components(after, family) is found  # remembered
+    if pairs:  # the case changes the answer: carrying the before-state's set would be wrong
+        before = {resolve.component_of(n, family) for n in analysis.checkpoint.tensors}
+        assert found != before

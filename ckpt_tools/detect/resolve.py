@@ -8,11 +8,13 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, is_, is_not, itemgetter, methodcaller, not_
+from operator import attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_, or_
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -423,20 +425,101 @@ def module_components(modules: Mapping[str, Module], family: Family) -> set[str]
     name's first four segments; where `component_fixed_by(head)`, `component_of` answers the same for every name
     below the head (`module_component_lookup` relies on it too), so one name of the first module under the head
     answers for all; every other name (shorter prefixes, heads that fix nothing) is answered by `component_of`."""
+    return set(_head_components(modules, family).found)
+
+
+@dataclass(frozen=True)
+class _HeadComponents:
+    """`module_components` by four-segment head: what a repair's after-state carries over (`tensor_components`)."""
+
+    family: Family
+    counts: Mapping[str, int]  # head -> how many modules lie under it
+    fixed: Mapping[str, str]  # head that fixes its names' component -> that component
+    undecided: Mapping[str, frozenset[str]]  # module under any other head -> the components of its tensor names
+    found: frozenset[str]
+
+
+def _head_of(prefix: str) -> str:
+    return ".".join(prefix.split(".", 4)[:4])
+
+
+def _first_name(module: Module) -> str:
+    return next(iter(module.tensors.values())).name
+
+
+def _head_components(modules: Mapping[str, Module], family: Family) -> _HeadComponents:
     prefixes = list(modules)
     parts = list(map(methodcaller("split", ".", 4), prefixes))
     heads = list(map(".".join, map(_HEAD, parts)))
     first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
-    found: set[str] = set()
-    undecided: set[str] = set()  # heads whose names each decide
+    fixed: dict[str, str] = {}
+    undecided_heads: set[str] = set()  # heads whose names each decide
     for head, prefix in first.items():
         if component_fixed_by(head, family):  # four segments at least, below a root
-            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
+            fixed[head] = component_of(_first_name(modules[prefix]), family)
         else:
-            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
-    for prefix in compress(prefixes, map(undecided.__contains__, heads)):
-        found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
-    return found
+            undecided_heads.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
+    undecided = {
+        prefix: frozenset(component_of(t.name, family) for t in modules[prefix].tensors.values())
+        for prefix in compress(prefixes, map(undecided_heads.__contains__, heads))
+    }
+    found = frozenset(fixed.values()).union(*undecided.values())
+    return _HeadComponents(family, Counter(heads), fixed, undecided, found)
+
+
+_COMPONENTS = "_tensor_components"  # a Checkpoint's `__dict__` key: its `_HeadComponents`, once computed
+
+
+def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
+    """`module_components(ckpt.modules, family)`, remembered on `ckpt`; for a repair's after-state offered its
+    before-state's detection (`carry_detection`), carried from the before-state's by head (`_carried_components`)."""
+    held = vars(ckpt).get(_COMPONENTS)
+    if held is None or held.family is not family:
+        before_det = vars(ckpt).get(_CARRY_HINT)
+        held = None
+        if before_det is not None:
+            before = before_det.carry.ckpt
+            base = vars(before).get(_COMPONENTS)
+            if base is not None and base.family is family:
+                held = _carried_components(ckpt, before, base)
+        if held is None:
+            held = _head_components(ckpt.modules, family)
+        ckpt.__dict__[_COMPONENTS] = held  # a derived view of the header fields, as the cached ones are
+    return held.found
+
+
+def _carried_components(ckpt: Checkpoint, before: Checkpoint, base: _HeadComponents) -> _HeadComponents | None:
+    """`_head_components(ckpt.modules, ...)` from `base`, the same of `before.modules`, when few modules differ.
+
+    WHY this is exact: the result is, per head with a module under it, the fixed head's one component (a function of
+    the head and the family: `component_fixed_by`) or the components of the tensor names of each module under an
+    undecided head. A module of `ckpt` that is `before`'s very object has the same tensors; each other one (gone,
+    new, or another object under the same name) leaves its head's count and answers, and each new one joins them,
+    answered as `_head_components` answers it."""
+    new = ckpt.modules
+    changed, leaving = _changes_since(before, ckpt)
+    if len(changed) + len(leaving) > _CARRY_AT_MOST * len(new):
+        return None
+    family = base.family
+    counts, fixed, undecided = dict(base.counts), dict(base.fixed), dict(base.undecided)
+    for prefix in leaving:
+        head = _head_of(prefix)
+        counts[head] -= 1
+        undecided.pop(prefix, None)
+        if not counts[head]:
+            del counts[head]
+            fixed.pop(head, None)
+    for prefix in changed:
+        head = _head_of(prefix)
+        counts[head] = counts.get(head, 0) + 1
+        if head in fixed:
+            continue
+        if component_fixed_by(head, family):
+            fixed[head] = component_of(_first_name(new[prefix]), family)
+        else:
+            undecided[prefix] = frozenset(component_of(t.name, family) for t in new[prefix].tensors.values())
+    found = frozenset(fixed.values()).union(*undecided.values())
+    return _HeadComponents(family, counts, fixed, undecided, found)
 
 
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
@@ -846,6 +929,37 @@ class _Carry:
     unclaimed: Mapping[str, tuple[str, RowClass | None]]
 
 
+def _module_changes(old: Mapping[str, Module], new: Mapping[str, Module]) -> tuple[list[str], list[str]]:
+    """(the names of `new` whose module is not `old`'s very object under that name, the names of `old` whose module
+    is not `new`'s very object under that name: gone, or replaced).
+
+    When both have as many entries, only the positions where the two differ in name or object are looked at, in C
+    over the two orders (a repair keeps every untouched module in place). WHY that is all of them: at any other
+    position both hold the same name and the same object, so that name is unchanged in both."""
+    if len(old) == len(new):
+        at = list(compress(range(len(new)), map(or_, map(ne, new, old), map(is_not, new.values(), old.values()))))
+        if len(at) <= _CARRY_AT_MOST * len(new):
+            new_names, old_names = list(new), list(old)
+            changed = [name for name in map(new_names.__getitem__, at) if old.get(name) is not new[name]]
+            leaving = [name for name in map(old_names.__getitem__, at) if new.get(name) is not old[name]]
+            return changed, leaving
+    changed = [name for name in new if old.get(name) is not new[name]]
+    leaving = [name for name in old if new.get(name) is not old[name]]
+    return changed, leaving
+
+
+_CHANGES = "_module_changes_since"  # a Checkpoint's `__dict__` key: (the checkpoint, `_module_changes` from it)
+
+
+def _changes_since(before: Checkpoint, after: Checkpoint) -> tuple[list[str], list[str]]:
+    """`_module_changes(before.modules, after.modules)`, made once per pair (detection and the components share it)."""
+    held = vars(after).get(_CHANGES)
+    if held is None or held[0] is not before:
+        held = (before, *_module_changes(before.modules, after.modules))
+        after.__dict__[_CHANGES] = held
+    return held[1], held[2]
+
+
 def carry_detection(after: Checkpoint, before: Detection) -> None:
     """Offer `before` (the detection of the checkpoint a repair starts from) to `detect(after)`: it then judges only
     the modules the repair changed and carries the rest over (`_carried`, which checks when that is exact and
@@ -889,12 +1003,10 @@ def _carried(
         or ckpt.layouts.layouts != before.layouts.layouts
     ):
         return None
-    old, new = before.modules, ckpt.modules
-    names = list(new)
-    changed = list(compress(names, map(is_not, map(new.get, names), map(old.get, names))))
-    drop = old.keys() - new.keys()
-    drop.update(changed)
-    if len(drop) > _CARRY_AT_MOST * len(names) or any(".experts." in name for name in drop):
+    new = ckpt.modules
+    changed, leaving = _changes_since(before, ckpt)
+    drop = {*changed, *leaving}
+    if len(drop) > _CARRY_AT_MOST * len(new) or any(".experts." in name for name in drop):
         return None
     resolver = copy.copy(carry.resolver)  # its answers are the after-state's too; new ones go to copies
     resolver.ckpt, resolver.cache, resolver.forced = ckpt, dict(resolver.cache), dict(resolver.forced)
