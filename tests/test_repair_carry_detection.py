@@ -185,3 +185,17 @@ def test_carried_components_are_the_components_of_every_name(tmp_path, carried, 
     if pairs:  # the case changes the answer: carrying the before-state's set would be wrong
         before = {resolve.component_of(n, family) for n in analysis.checkpoint.tensors}
         assert found != before
+
+
+def test_carried_indexed_files_are_the_new_maps_files(tmp_path):
+    """A rename of index keys alone keeps the index's file set: the after-state takes the before-state's."""
+    folder = copy_of("llmc-qwen3moe-nvfp4-sharded", tmp_path)
+    analysis = analyze(str(folder), headers_only=True)
+    assert analysis.checkpoint.indexed_files  # computed by the analysis
+    pairs = [("model.layers.1.self_attn", "model.layers.1.attn")]
+    plan, steps = _plan(analysis, fix_prefix.job(pairs), str(folder), resolve_local(str(folder)), writable=False)
+    after = after_checkpoint(analysis.checkpoint, plan, steps, analysis.detection)
+    assert vars(after)["indexed_files"] is analysis.checkpoint.indexed_files
+    assert after.index is not None and after.index is not analysis.checkpoint.index
+    assert after.indexed_files == frozenset(after.index.weight_map.values())
+    assert after.loaded_shards == dataclasses.replace(after).loaded_shards

@@ -71,6 +71,9 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det:
         # index-tensor-mismatch's proof that every tensor is where the index says, when the rename keeps it true
         renamed_from = index_step.renamed_from if index_step is not None else None
         carry_where_indexed(ckpt, after, renames, plan.index_renames, renamed_from)
+    if index_step is not None and index_step.renamed_from is ckpt.index and "indexed_files" in vars(ckpt):
+        # WHY the same files: the new weight map is the analysed one with keys renamed, each beside its old file.
+        after.__dict__["indexed_files"] = ckpt.indexed_files  # a cached view, as computed
     if det is not None:
         carry_detection(after, det)
     return after
