@@ -24,6 +24,7 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -410,7 +411,8 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         ):
             if type(meta.get(key)) is int:
                 meta[key] -= amount
-    new = _dump_like(data, raw)
+    spliced = _spliced_index(raw, keys, renames, new_map) if as_analysed and in_order and not drops else None
+    new = spliced if spliced is not None else _dump_like(data, raw)
     if new == raw:
         return None
     # Counted over the plan's (few) keys: each names at most one entry of the map.
@@ -472,6 +474,74 @@ def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mappin
     return out
 
 
+def _spliced_index(raw: bytes, keys: list[str], renames: Mapping[str, str], new_map: dict[str, Any]) -> bytes | None:
+    """`_dump_like` of the index with its sorted weight map `new_map` in place of the one `raw` holds, as `raw` with
+    the entries that differ cut out and the new ones written in (the rest of a many-megabyte file is copied, not
+    encoded again), or None where that cannot be shown to be the same bytes (the caller dumps the whole).
+
+    `raw` must be exactly the dump of the analysis's index, whose sorted keys are `keys`, and `new_map` those keys
+    with the renamed ones cut out and their new names merged in (`_sorted_renamed`), collision-free. WHY the splice is
+    the dump: in HF's layout (indent 2, `": "`, `","`) with no backslash in the file (so no escaped character
+    anywhere, and no newline inside a string), each weight-map entry is one line `\n    "key": value`, entries are
+    joined by commas, and such a line can only start an entry of a depth-2 object, so the first one after the
+    top-level `"weight_map"` key that names a key is that key's entry. Every removed key and every place a new one
+    goes lie within old entries [lo, hi); the new map agrees with the old one before lo and from hi on (sorted
+    merge), so only the entries between are written, between the old text up to entry lo and from entry hi (or the
+    map's braces at either end): each as its line,
+    encoded by orjson as the dump encodes it (a string value, and no backslash: no escape, which both encoders would
+    otherwise have to spell alike)."""
+    if b"\\" in raw or _layout(raw) != (2, ": ", ","):
+        return None
+    olds = [k for k in renames if _holds(keys, k)]  # the renamed keys of the old map
+    removed = [bisect_left(keys, k) for k in olds]
+    placed = [bisect_left(keys, renames[k]) for k in olds]  # where each new name goes among the old keys
+    if not removed:
+        return None
+    n = len(keys)
+    lo = min(min(removed), min(placed))
+    hi = max(max(removed) + 1, max(placed))
+    opening = b'\n  "weight_map": {'
+    start = raw.find(opening)
+    if start < 0:
+        return None
+    # The text before entry lo (up to the end of entry lo - 1, or the map's opening brace) and from entry hi on (its
+    # separating comma, or the map's closing brace: the weight map is the file's last key, so its `\n  }` is the
+    # last one).
+    at_lo = raw.find(b"\n    " + orjson.dumps(keys[lo]) + b": ", start) - 1 if lo else start + len(opening)
+    at_hi = raw.find(b"\n    " + orjson.dumps(keys[hi]) + b": ", at_lo) - 1 if hi < n else raw.rfind(b"\n  }")
+    if at_lo < start or at_hi < at_lo:
+        return None
+    middle = list(islice(new_map.items(), lo, len(new_map) - (n - hi)))
+    if not middle or not all(type(v) is str for _k, v in middle):
+        return None
+    lines = b",".join(b"\n    " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in middle)
+    if b"\\" in lines or not lines.isascii():
+        return None
+    return b"".join((raw[:at_lo], b"," if lo else b"", lines, raw[at_hi:]))
+
+
+def _holds(keys: list[str], key: str) -> bool:
+    """`key` is one of the sorted `keys`."""
+    at = bisect_left(keys, key)
+    return at < len(keys) and keys[at] == key
+
+
+def _layout(raw: bytes) -> tuple[int | None, str, str]:
+    """(indent, key separator, item separator) of a JSON file, read off its raw bytes as `_dump_like` writes it."""
+    indent = None
+    first_newline = raw.find(b"\n")
+    end = len(raw)
+    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
+        end -= 1
+    if 0 <= first_newline < end:
+        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
+        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
+    colon = raw.find(b'":')
+    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
+    item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
+    return indent, key_sep, item_sep
+
+
 _LEADING_SPACES = re.compile(rb" *")
 
 
@@ -511,17 +581,7 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`).
     The layout is read off the raw bytes, never a decoded copy of a many-megabyte index: `raw` parsed as JSON, so it
     is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
-    indent = None
-    first_newline = raw.find(b"\n")
-    end = len(raw)
-    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
-        end -= 1
-    if 0 <= first_newline < end:
-        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
-        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
-    colon = raw.find(b'":')
-    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
-    item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
+    indent, key_sep, item_sep = _layout(raw)
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
     if (
         indent == 2
