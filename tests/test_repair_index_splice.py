@@ -1,8 +1,9 @@
 """fix-prefix writes the new index as the old file with the changed weight-map entries cut out and the new ones
-written in (`repair.steps._spliced_index`) instead of dumping the whole map again. The bytes must be exactly the
-dump's: held here on renames in the middle of the map, far across it, at its ends, a swap, escaped and non-ASCII
-names, an index without metadata and one whose metadata takes the standard library's path, and end to end on a
-sharded fixture against the plain dump."""
+written in (`repair.steps._spliced_index`) instead of dumping the whole map again, and a shard header renamed in
+place as the old header with the renamed keys' text replaced (`_renamed_in_place`). The bytes must be exactly the
+dumps': held here on renames in the middle of the map, far across it, at its ends, a swap, escaped and non-ASCII
+names, an index without metadata and one whose metadata takes the standard library's path, headers whose metadata
+spells a renamed entry's text inside a string, and end to end on a sharded fixture against the plain dump."""
 
 from __future__ import annotations
 
@@ -112,3 +113,40 @@ def test_the_fix_prefix_index_step_is_the_plain_dump(tmp_path, monkeypatch):
     plain = steps._index_step(local.root, analysis.checkpoint, plan)
     assert spliced is not None and plain is not None
     assert spliced.new == plain.new and spliced.parsed == plain.parsed and spliced.note == plain.note
+
+
+# ---- shard headers renamed in place ---------------------------------------------------------------------------------
+
+
+def _shard(names, metadata=None):
+    from ckpt_tools.model.tensors import Shard, TensorInfo
+    from ckpt_tools.write.header import encode_header
+
+    tensors = tuple(TensorInfo(n, "BF16", (2, 3), "s", 12 * k, 12 * k + 12) for k, n in enumerate(names))
+    view = steps._entries_of(tensors)
+    raw = encode_header(view, metadata, min_length=len(encode_header(view, metadata)) + 40)  # room to grow
+    return Shard("s", 8 + len(raw) + 12 * len(names), len(raw), metadata, tensors, True), view, raw
+
+
+HEADER_CASES = {
+    "a middle tensor": {"b.weight": "bb.weight"},
+    "the first and the last": {"a.weight": "x.a.weight", 'z"q.weight': "z.weight"},
+    "escaped and non-ASCII names": {"caf\u00e9.weight": "cafe.weight", "d\\e.weight": "d\\\\e\u00e9.weight"},
+    "every tensor": {n: "m." + n for n in ("a.weight", "b.weight", "caf\u00e9.weight", "d\\e.weight", 'z"q.weight')},
+}
+
+
+@pytest.mark.parametrize("renames", HEADER_CASES.values(), ids=HEADER_CASES.keys())
+@pytest.mark.parametrize("metadata", [None, {"format": "pt", "note": '"b.weight":{"dtype":'}])
+def test_a_header_renamed_in_place_is_its_encoding(renames, metadata):
+    from ckpt_tools.write.header import encode_header
+
+    shard, view, raw = _shard(["a.weight", "b.weight", "caf\u00e9.weight", "d\\e.weight", 'z"q.weight'], metadata)
+    renamed = {renames.get(k, k): v for k, v in view.items()}
+    got = steps._renamed_in_place(raw, shard, renames)
+    assert got is not None and got == encode_header(renamed, metadata, exact_length=len(raw))
+
+
+def test_a_header_that_outgrows_its_length_is_not_renamed_in_place():
+    shard, _view, raw = _shard(["a.weight", "b.weight"])
+    assert steps._renamed_in_place(raw, shard, {"a.weight": "a" * 200 + ".weight"}) is None

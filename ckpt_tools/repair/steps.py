@@ -24,8 +24,8 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import itemgetter
+from itertools import compress, islice
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from ..read.header import parse_header
 from ..write.header import encode_header
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
+
+_NAME = attrgetter("name")
 
 
 def sha256(data: bytes) -> str:
@@ -176,7 +178,7 @@ def read_prefix(path: Path, shard: Shard) -> bytes:
 def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) -> list[Step]:
     path = root / shard.name
     prefix = read_prefix(path, shard)
-    header, metadata = _reader_view(shard, prefix)
+    header, metadata, as_written = _reader_view_of(shard, prefix)
     drops = edit.drops
     kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
@@ -207,10 +209,12 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     size = os.stat(path).st_size
     linked = os.stat(path).st_nlink > 1
     if not drops and not linked:
-        try:
-            new_header = encode_header(entries, metadata, exact_length=shard.header_len)
-        except ValueError:
-            new_header = None
+        new_header = _renamed_in_place(prefix[8:], shard, renames) if as_written else None
+        if new_header is None:
+            try:
+                new_header = encode_header(entries, metadata, exact_length=shard.header_len)
+            except ValueError:
+                new_header = None
         if new_header is not None:
             return _in_place(shard, prefix, prefix[:8] + new_header, edit, size, note)
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
@@ -238,8 +242,45 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     ]
 
 
+def _renamed_in_place(raw: bytes, shard: Shard, renames: Mapping[str, str]) -> bytes | None:
+    """`encode_header` of `raw`'s entries with `renames` applied, padded to `raw`'s length, as `raw` with each renamed
+    key's text replaced; None when it does not fit (or a name is not found, which cannot happen for a header written
+    from the shard's view). `raw` must be exactly `encode_header` of the shard's reader view (`_reader_view_of`'s
+    third answer) and the renames collision-free (the caller's map of renamed entries is as long as the header).
+
+    WHY it is the encoding: the header is compact JSON, one `"name":{"dtype":...}` entry per tensor in the shard's
+    order, each key encoded on its own as orjson encodes the string; inside any encoded string a quote is escaped,
+    so the text `"name":{"dtype":` can only begin the entry whose key is exactly `name` (keys are unique), found in
+    header order one after the other; renaming changes those keys' text alone, and the padding fills the rest."""
+    names = list(map(_NAME, shard.tensors))
+    cuts: list[bytes] = []
+    at = 0
+    for name in compress(names, map(renames.__contains__, names)):  # header order
+        key = orjson.dumps(name)
+        found = raw.find(key + b':{"dtype":', at)
+        if found < 0:
+            return None
+        cuts += (raw[at:found], orjson.dumps(renames[name]))
+        at = found + len(key)
+    end = len(raw.rstrip(b" "))  # the JSON ends with its brace; the rest is padding
+    if at > end:
+        return None
+    cuts.append(raw[at:end])
+    text = b"".join(cuts)
+    if len(text) > len(raw):
+        return None
+    return text + b" " * (len(raw) - len(text))
+
+
 def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal.
+    """`_reader_view_of` without its last answer."""
+    header, metadata, _as_written = _reader_view_of(shard, prefix)
+    return header, metadata
+
+
+def _reader_view_of(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None, bool]:
+    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal; and
+    whether the header bytes are exactly `encode_header` of them (padded to their length).
 
     A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
@@ -252,8 +293,8 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
         # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
         # the reader reads a header written from a view as that view; the analysis read this shard without a
         # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
-        return header, metadata
-    return _parsed_view(shard, prefix)
+        return header, metadata, True
+    return (*_parsed_view(shard, prefix), False)
 
 
 def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
