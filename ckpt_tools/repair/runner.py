@@ -17,6 +17,7 @@ from ..errors import TargetError, UsageError
 from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding, all_rules
+from ._thread import InThread
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, encode_journal, journal_path, recover, run_journaled
@@ -287,7 +288,12 @@ class _Ahead:
     def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
         self.job, self.target, self.local, self.writable = job, target, local, writable
         self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
-        self.journal: bytes | None = None  # the steps' journal, encoded meanwhile too (a repair that writes)
+        self._journal: InThread[bytes] | None = None  # the steps' journal, encoded meanwhile (a repair that writes)
+
+    @property
+    def journal(self) -> bytes | None:
+        """The steps' journal, once its encoding (on a thread of its own) is done; None when none was encoded."""
+        return self._journal.result() if self._journal is not None else None
 
     def __call__(self, judging: Judging) -> None:
         from .predict import after_checkpoint
@@ -303,7 +309,10 @@ class _Ahead:
             )
         self.planned = (plan, steps, after)
         if steps and self.writable:
-            self.journal = encode_journal(self.job.name, self.local.root, steps)
+            # Mostly hashing tens of megabytes, which runs without the interpreter lock: on the core the value scan
+            # leaves, while this process reads and judges the scan's values.
+            name, root = self.job.name, self.local.root
+            self._journal = InThread(lambda: encode_journal(name, root, steps))
 
 
 def _plan_and_predict(

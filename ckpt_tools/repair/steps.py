@@ -36,6 +36,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.tensors import Index, Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
+from ._thread import InThread
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
 
@@ -414,6 +415,7 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
+    old_sha256 = InThread(lambda: sha256(raw))  # without the interpreter lock, beside the work below
     data, as_analysed = _parsed_index(ckpt.index, raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
@@ -468,7 +470,7 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     parsed = (new_map, meta if isinstance(meta, dict) else {})
     return IndexStep(
         file=ckpt.index.name,
-        old_sha256=sha256(raw),
+        old_sha256=old_sha256.result(),
         new=new,
         note=note or "rewritten",
         old=raw,
