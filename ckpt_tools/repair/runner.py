@@ -20,7 +20,7 @@ from ..rules.base import Finding, all_rules
 from ._thread import InThread
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
-from .journal import Lock, encode_journal, journal_path, recover, run_journaled
+from .journal import Lock, journal_path, journal_pieces, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
@@ -288,12 +288,13 @@ class _Ahead:
     def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
         self.job, self.target, self.local, self.writable = job, target, local, writable
         self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
-        self._journal: InThread[bytes] | None = None  # the steps' journal, encoded meanwhile (a repair that writes)
+        self._journal: InThread[list[bytes]] | None = None  # the steps' journal, encoded meanwhile (if it writes)
 
     @property
     def journal(self) -> bytes | None:
-        """The steps' journal, once its encoding (on a thread of its own) is done; None when none was encoded."""
-        return self._journal.result() if self._journal is not None else None
+        """The steps' journal (`encode_journal`), once its pieces (made on a thread of its own) are done, joined here;
+        None when none was encoded."""
+        return b"".join(self._journal.result()) if self._journal is not None else None
 
     def __call__(self, judging: Judging) -> None:
         from .predict import after_checkpoint
@@ -312,7 +313,7 @@ class _Ahead:
             # Mostly hashing tens of megabytes, which runs without the interpreter lock: on the core the value scan
             # leaves, while this process reads and judges the scan's values.
             name, root = self.job.name, self.local.root
-            self._journal = InThread(lambda: encode_journal(name, root, steps))
+            self._journal = InThread(lambda: journal_pieces(name, root, steps))
 
 
 def _plan_and_predict(

@@ -560,7 +560,8 @@ def _spliced_index(raw: bytes, keys: list[str], renames: Mapping[str, str], new_
     lines = b",".join(b"\n    " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in middle)
     if b"\\" in lines or not lines.isascii():
         return None
-    return b"".join((raw[:at_lo], b"," if lo else b"", lines, raw[at_hi:]))
+    view = memoryview(raw)  # slices of a view copy nothing: the join is the one copy of the file
+    return b"".join((view[:at_lo], b"," if lo else b"", lines, view[at_hi:]))
 
 
 def _holds(keys: list[str], key: str) -> bool:
