@@ -11,6 +11,7 @@ import pytest
 from ckpt_tools.pipeline import doctor
 from tests.corrupt import patch_tensor_bytes
 from tests.repair_helpers import (
+    INDEX,
     MISNESTED_FIXTURE,
     add_tensors,
     copy_of,
@@ -292,3 +293,54 @@ def test_every_job_runs_under_the_lock_fix_holds(tmp_path, monkeypatch):
     assert ran == ["scrub-nan", "fix-prefix", "drop-orphans"]
     with Lock(folder):  # released at the end
         pass
+
+
+def spied_runs(monkeypatch):
+    """job name -> whether `fix_all` handed it a plan made while the analysis' value scan ran."""
+    from ckpt_tools.repair import fix_all as module
+
+    real_run, given = module.run, {}
+
+    def spy(target, job, **kwargs):
+        given[job.name] = kwargs.get("ahead") is not None
+        return real_run(target, job, **kwargs)
+
+    monkeypatch.setattr(module, "run", spy)
+    return given
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_first_job_planned_while_the_scan_ran(tmp_path, monkeypatch, reads, dry_run):
+    """A header-planned job that plans on the analysis as found gets the plan made meanwhile (as `ckpt fix-prefix`
+    does); one that runs after byte patches plans on their re-read. A dry run plans every job on the analysis as
+    found."""
+    given = spied_runs(monkeypatch)
+    folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path / "one"))
+    same_as_before(tmp_path / "one", folder, reads, dry_run=dry_run)
+    assert given == {"fix-prefix": True}
+    given.clear()
+    folder = chained(tmp_path)
+    same_as_before(tmp_path, folder, reads, dry_run=dry_run)
+    assert given == {"scrub-nan": False, "fix-prefix": dry_run, "drop-orphans": False}
+
+
+def test_a_later_job_refuses_in_its_turn(tmp_path):
+    """fix-prefix's plan ahead refuses (the index, which only it writes, is read-only): scrub-nan still runs first
+    and writes, then fix-prefix refuses, as when each job planned on its own."""
+    from ckpt_tools.errors import TargetError
+    from ckpt_tools.repair.fix_all import fix_all
+
+    folder = make_sharded(copy_of(MISNESTED_FIXTURE, tmp_path))
+    patch_tensor_bytes(folder, NAN_SCALE, {0: 0x7F})
+    pristine = tmp_path / "pristine"
+    shutil.copytree(folder, pristine)
+    outcomes = []
+    for fix in (fix_all, old_fix_all):
+        (folder / INDEX).chmod(0o444)
+        with pytest.raises(TargetError) as refused:
+            fix(str(folder))
+        outcomes.append((str(refused.value), file_bytes(folder)))
+        shutil.rmtree(folder)
+        shutil.copytree(pristine, folder)
+    assert f"{INDEX} is read-only" in outcomes[0][0] and outcomes[0] == outcomes[1]
+    assert outcomes[0][1] != file_bytes(pristine)  # scrub-nan wrote first

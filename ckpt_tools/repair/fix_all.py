@@ -21,14 +21,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..pipeline import Analysis, _cyclic_gc_paused, analyze
+from ..errors import CkptError
+from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze
 from ..report.model import Report
 from ..rules.base import Finding
 from . import drop_orphans, fix_prefix, scrub_nan
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, resolve_local
 from .journal import Lock, recover
-from .runner import Job, RepairResult, refuse_pending, run
+from .runner import Job, RepairResult, _Ahead, _plans_on_headers, refuse_pending, run
 
 ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orphans.job)
 
@@ -92,11 +93,12 @@ def _fix_all(
     force: bool,
     keep: Callable[[Analysis], None],
 ) -> FixAllResult:
-    found = analyze(target, runtime=runtime, progress=progress)  # the full doctor, scale values included
+    jobs = [make() for make in ORDER]
+    first = _PlanFirst(jobs, target, local, writable=not dry_run)
+    found = analyze(target, runtime=runtime, progress=progress, meanwhile=first)  # the full doctor, values included
     keep(found)
     check_checkpoint(found.checkpoint)  # unreadable shards hide findings: "nothing to do" would be a lie
     report = found.report
-    jobs = [make() for make in ORDER]
     present = fixable_slugs(report)
     state = found  # the checkpoint as the next job finds it (a dry run changes nothing: every plan is made on it)
     recovered: str | None = None
@@ -116,6 +118,7 @@ def _fix_all(
             force=force,
             keep=_recording(made, keep),
             before=state,
+            ahead=first.ahead if state is found and first.ahead is not None and first.ahead.job is job else None,
         )
         if not results and recovered is not None:
             result = replace(result, recovered=recovered)
@@ -126,6 +129,33 @@ def _fix_all(
     handled = {job.slug for job in jobs}
     others = tuple(f for f in report.sorted_findings() if f.fix and f.slug not in handled)
     return FixAllResult(target, dry_run, report, tuple(results), others)
+
+
+class _PlanFirst:
+    """`analyze(meanwhile=...)` for `ckpt fix`: while the value scan runs, plans the first job planned from header
+    findings that the verdict so far calls for, as a job does on its own (`runner._Ahead`). WHY that is the plan the
+    job makes on the final analysis: as for one job (`runner._plans_on_headers`); the job uses it only when it plans
+    on that analysis (`state is found`): a job ahead of it in `ORDER` that only the value rules call for (scrub-nan),
+    or an interrupted repair completed first, changes the checkpoint, and the plan is left unused."""
+
+    def __init__(self, jobs: list[Job], target: str, local: LocalTarget, *, writable: bool) -> None:
+        self.jobs, self.target, self.local, self.writable = jobs, target, local, writable
+        self.ahead: _Ahead | None = None
+
+    def __call__(self, judging: Judging) -> None:
+        interim = judging.interim()
+        if interim.checkpoint.pending_repair is not None:
+            return  # completed or cleaned up first, then read again (`_recover`)
+        present = fixable_slugs(interim.report)
+        job = next((j for j in self.jobs if j.slug in present and _plans_on_headers(j)), None)
+        if job is None:
+            return
+        ahead = _Ahead(job, self.target, self.local, writable=self.writable)
+        try:
+            ahead(judging)
+        except CkptError:
+            return  # the job refuses when it runs, in its turn (a job before it may still run)
+        self.ahead = ahead
 
 
 def _recover(

@@ -154,6 +154,7 @@ def run(
     headers_only: bool = False,
     keep: Callable[[Analysis], None] | None = None,
     before: Analysis | None = None,
+    ahead: _Ahead | None = None,
 ) -> RepairResult:
     """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
     A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
@@ -164,7 +165,7 @@ def run(
     `before`: the analysis of `target` as it is now, made by a caller that holds the folder's `Lock` for the whole
     job and ran `recover` under it first (`fix_all`, which chains jobs): the job plans on it instead of locking,
     recovering and analyzing itself; the state a written job leaves is the analysis whose report is `after`, handed
-    to `keep`."""
+    to `keep`. `ahead`, with `before`: this job planned while `before`'s value scan ran (`analyze(meanwhile=ahead)`)."""
     # The cyclic collector stays paused for the whole job, as for an analysis: planning, predicting and writing
     # allocate per-tensor objects too (the planned headers, the after-state), and a full collection meanwhile would
     # re-walk every object of the analysis for nothing (a fifth of a seed-size fix-prefix's planning time).
@@ -179,6 +180,7 @@ def run(
             headers_only=headers_only,
             keep=keep or _drop,
             before=before,
+            ahead=ahead,
         )
 
 
@@ -197,12 +199,14 @@ def _run(
     headers_only: bool,
     keep: Callable[[Analysis], None],
     before: Analysis | None = None,
+    ahead: _Ahead | None = None,
 ) -> RepairResult:
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
     # The repair is planned, and its after-state judged up to the value rules, while the value scan still runs.
-    ahead = _Ahead(job, target, local, writable=not dry_run) if before is None and _plans_on_headers(job) else None
+    if before is None:
+        ahead = _Ahead(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
     if dry_run:
         if before is None:
             refuse_pending(local)
