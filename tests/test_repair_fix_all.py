@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 
@@ -344,3 +345,57 @@ def test_a_later_job_refuses_in_its_turn(tmp_path):
         shutil.copytree(pristine, folder)
     assert f"{INDEX} is read-only" in outcomes[0][0] and outcomes[0] == outcomes[1]
     assert outcomes[0][1] != file_bytes(pristine)  # scrub-nan wrote first
+
+
+def test_fix_killed_anywhere_then_fix_again_completes(tmp_path):
+    """`ckpt fix` SIGKILLed inside its first job (injected: the journal written, a patch cut short, the patches made,
+    the journal about to go) or at a random instant of the chain: the checkpoint reads as consistent (a pending
+    journal is reported, CK109), and `ckpt fix` again, under its own lock, completes whatever was interrupted and
+    ends with the bytes of a run never killed."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ckpt_tools.pipeline import analyze
+    from ckpt_tools.repair.fix_all import fix_all
+    from ckpt_tools.repair.journal import JOURNAL_NAME
+    from tests.test_repair_crash import REPO
+
+    base = chained(tmp_path / "base")
+    reference = tmp_path / "reference"
+    shutil.copytree(base, reference)
+    fix_all(str(reference))
+    done, done_view = file_bytes(reference), library_view(reference)
+    rng = random.Random("ckpt-fix-kills")
+    cases = ["journal:renamed", "step0:partial", "step0:after", "done", *(None for _ in range(3))]
+    for k, point in enumerate(cases):
+        folder = tmp_path / f"case{k}"
+        shutil.copytree(base, folder)
+        env = {**os.environ, "CKPT_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
+        env.pop("CKPT_REPAIR_CRASH_AT", None)
+        if point:
+            env["CKPT_REPAIR_CRASH_AT"] = point
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_tools.cli.main", "fix", str(folder)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        if point:
+            assert proc.wait(timeout=60) == -signal.SIGKILL, f"{point} did not fire: {proc.stderr.read()}"
+        else:
+            time.sleep(rng.uniform(0.2, 1.5))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        pending = (folder / JOURNAL_NAME).exists()
+        assert pending or point is None, point
+        report = analyze(str(folder), headers_only=True).report
+        assert ("CK109" in {f.code for f in report.findings}) == pending
+        if not pending:
+            library_view(folder)  # every shard loads: each job is whole or not started
+        fix_all(str(folder))
+        assert file_bytes(folder) == done, point
+        assert library_view(folder) == done_view and leftovers(folder) == []
+        shutil.rmtree(folder)
