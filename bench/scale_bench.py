@@ -358,7 +358,8 @@ def warm_scales(folder: Path) -> None:
 
 def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measure) -> None:
     """`ckpt fix-prefix` end to end on the mis-nested seed (its headers restored before every run: the repair
-    changes them), by default (value scan, before and after verdicts) and header-only, against its own orjson
+    changes them), by default (value scan, before and after verdicts) and header-only, and `ckpt fix` (every
+    automatic repair: here fix-prefix's alone, so it should cost what fix-prefix does), against its own orjson
     baseline."""
     folder = root / "seed-misnested"
     snapshot = [build_misnested_seed(folder)]
@@ -369,8 +370,12 @@ def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measur
         snapshot[0] = restore_misnested_seed(folder, snapshot[0])
         warm_scales(folder)
 
-    for what, extra in (("fix-prefix", []), ("fix-prefix --headers-only", ["--headers-only"])):
-        measure("seed-fix", what, [*ckpt, "fix-prefix", str(folder), *extra], base, folder, repeat, rebuild)
+    for what, command in (
+        ("fix-prefix", ["fix-prefix", str(folder)]),
+        ("fix-prefix --headers-only", ["fix-prefix", str(folder), "--headers-only"]),
+        ("fix (every automatic repair)", ["fix", str(folder)]),
+    ):
+        measure("seed-fix", what, [*ckpt, *command], base, folder, repeat, rebuild)
 
 
 # ---- measuring ----------------------------------------------------------------------------------------------------

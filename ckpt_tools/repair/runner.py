@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,13 +154,19 @@ def run(
     force: bool = False,
     headers_only: bool = False,
     keep: Callable[[Analysis], None] | None = None,
+    before: Analysis | None = None,
+    ahead: _Ahead | None = None,
 ) -> RepairResult:
     """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
     A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
     run reports the prediction (`result.worse`) and changes nothing. `headers_only` skips the value scan (the
     verdicts then list the value rules as skipped, as `ckpt doctor --headers-only` does). `keep`, when given,
-    receives every analysis the job made (the checkpoint as found and as predicted) instead of their being freed on
-    return: the CLI leaves them to process exit (`cli.app.keep_until_exit`)."""
+    receives every analysis the job made (the checkpoint as found, as predicted, and as read again after byte patches)
+    instead of their being freed on return: the CLI leaves them to process exit (`cli.app.keep_until_exit`).
+    `before`: the analysis of `target` as it is now, made by a caller that holds the folder's `Lock` for the whole
+    job and ran `recover` under it first (`fix_all`, which chains jobs): the job plans on it instead of locking,
+    recovering and analyzing itself; the state a written job leaves is the analysis whose report is `after`, handed
+    to `keep`. `ahead`, with `before`: this job planned while `before`'s value scan ran (`analyze(meanwhile=ahead)`)."""
     # The cyclic collector stays paused for the whole job, as for an analysis: planning, predicting and writing
     # allocate per-tensor objects too (the planned headers, the after-state), and a full collection meanwhile would
     # re-walk every object of the analysis for nothing (a fifth of a seed-size fix-prefix's planning time).
@@ -173,6 +180,8 @@ def run(
             force=force,
             headers_only=headers_only,
             keep=keep or _drop,
+            before=before,
+            ahead=ahead,
         )
 
 
@@ -190,15 +199,21 @@ def _run(
     force: bool,
     headers_only: bool,
     keep: Callable[[Analysis], None],
+    before: Analysis | None = None,
+    ahead: _Ahead | None = None,
 ) -> RepairResult:
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
     # The repair is planned, and its after-state judged up to the value rules, while the value scan still runs.
-    ahead = _Ahead(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
+    if before is None:
+        ahead = _Ahead(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
     if dry_run:
-        refuse_pending(local)
-        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead)
+        if before is None:
+            refuse_pending(local)
+        analysis = before or analyze(
+            target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead
+        )
         keep(analysis)
         plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep, writable=False)
         blocked = None
@@ -218,10 +233,13 @@ def _run(
             blocked=blocked,
         )
 
-    check_folder(local)
-    with Lock(local.root):
-        recovered = recover(local.root, Writer())
-        analysis = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead)
+    if before is None:
+        check_folder(local)
+    with Lock(local.root) if before is None else nullcontext():
+        recovered = recover(local.root, Writer()) if before is None else None
+        analysis = before or analyze(
+            target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead
+        )
         keep(analysis)
         plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep)
         if not steps:
@@ -238,9 +256,11 @@ def _run(
     # Renames and drops leave every byte the value rules read untouched: the prediction is the after-state. Byte
     # patches change scale values, which are read again.
     patched = any(e.patches for e in plan.edits.values())
-    after = (
-        analyze(target, runtime=runtime, progress=progress, headers_only=headers_only).report if patched else predicted
-    )
+    after = predicted
+    if patched:
+        reread = analyze(target, runtime=runtime, progress=progress, headers_only=headers_only)
+        keep(reread)
+        after = reread.report
     worse = predicted is not None and predicted.summary["error"] > analysis.report.summary["error"]
     return RepairResult(
         job=job.name,
