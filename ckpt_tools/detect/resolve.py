@@ -7,11 +7,14 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
+import copy
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, is_, itemgetter, methodcaller
+from operator import attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_, or_
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -123,6 +126,9 @@ class Detection:
     made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
     # The rows grouped into classes (every row in exactly one), sorted by first member: what a rule judges once.
     classes: tuple[RowClass, ...] = field(default=(), repr=False)
+    # What a repair's after-state may carry over instead of detecting again (`carry_detection`); None when this
+    # detection cannot be carried (another producer, no modules).
+    carry: _Carry | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -419,20 +425,101 @@ def module_components(modules: Mapping[str, Module], family: Family) -> set[str]
     name's first four segments; where `component_fixed_by(head)`, `component_of` answers the same for every name
     below the head (`module_component_lookup` relies on it too), so one name of the first module under the head
     answers for all; every other name (shorter prefixes, heads that fix nothing) is answered by `component_of`."""
+    return set(_head_components(modules, family).found)
+
+
+@dataclass(frozen=True)
+class _HeadComponents:
+    """`module_components` by four-segment head: what a repair's after-state carries over (`tensor_components`)."""
+
+    family: Family
+    counts: Mapping[str, int]  # head -> how many modules lie under it
+    fixed: Mapping[str, str]  # head that fixes its names' component -> that component
+    undecided: Mapping[str, frozenset[str]]  # module under any other head -> the components of its tensor names
+    found: frozenset[str]
+
+
+def _head_of(prefix: str) -> str:
+    return ".".join(prefix.split(".", 4)[:4])
+
+
+def _first_name(module: Module) -> str:
+    return next(iter(module.tensors.values())).name
+
+
+def _head_components(modules: Mapping[str, Module], family: Family) -> _HeadComponents:
     prefixes = list(modules)
     parts = list(map(methodcaller("split", ".", 4), prefixes))
     heads = list(map(".".join, map(_HEAD, parts)))
     first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
-    found: set[str] = set()
-    undecided: set[str] = set()  # heads whose names each decide
+    fixed: dict[str, str] = {}
+    undecided_heads: set[str] = set()  # heads whose names each decide
     for head, prefix in first.items():
         if component_fixed_by(head, family):  # four segments at least, below a root
-            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
+            fixed[head] = component_of(_first_name(modules[prefix]), family)
         else:
-            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
-    for prefix in compress(prefixes, map(undecided.__contains__, heads)):
-        found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
-    return found
+            undecided_heads.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
+    undecided = {
+        prefix: frozenset(component_of(t.name, family) for t in modules[prefix].tensors.values())
+        for prefix in compress(prefixes, map(undecided_heads.__contains__, heads))
+    }
+    found = frozenset(fixed.values()).union(*undecided.values())
+    return _HeadComponents(family, Counter(heads), fixed, undecided, found)
+
+
+_COMPONENTS = "_tensor_components"  # a Checkpoint's `__dict__` key: its `_HeadComponents`, once computed
+
+
+def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
+    """`module_components(ckpt.modules, family)`, remembered on `ckpt`; for a repair's after-state offered its
+    before-state's detection (`carry_detection`), carried from the before-state's by head (`_carried_components`)."""
+    held = vars(ckpt).get(_COMPONENTS)
+    if held is None or held.family is not family:
+        before_det = vars(ckpt).get(_CARRY_HINT)
+        held = None
+        if before_det is not None:
+            before = before_det.carry.ckpt
+            base = vars(before).get(_COMPONENTS)
+            if base is not None and base.family is family:
+                held = _carried_components(ckpt, before, base)
+        if held is None:
+            held = _head_components(ckpt.modules, family)
+        ckpt.__dict__[_COMPONENTS] = held  # a derived view of the header fields, as the cached ones are
+    return held.found
+
+
+def _carried_components(ckpt: Checkpoint, before: Checkpoint, base: _HeadComponents) -> _HeadComponents | None:
+    """`_head_components(ckpt.modules, ...)` from `base`, the same of `before.modules`, when few modules differ.
+
+    WHY this is exact: the result is, per head with a module under it, the fixed head's one component (a function of
+    the head and the family: `component_fixed_by`) or the components of the tensor names of each module under an
+    undecided head. A module of `ckpt` that is `before`'s very object has the same tensors; each other one (gone,
+    new, or another object under the same name) leaves its head's count and answers, and each new one joins them,
+    answered as `_head_components` answers it."""
+    new = ckpt.modules
+    changed, leaving = _changes_since(before, ckpt)
+    if len(changed) + len(leaving) > _CARRY_AT_MOST * len(new):
+        return None
+    family = base.family
+    counts, fixed, undecided = dict(base.counts), dict(base.fixed), dict(base.undecided)
+    for prefix in leaving:
+        head = _head_of(prefix)
+        counts[head] -= 1
+        undecided.pop(prefix, None)
+        if not counts[head]:
+            del counts[head]
+            fixed.pop(head, None)
+    for prefix in changed:
+        head = _head_of(prefix)
+        counts[head] = counts.get(head, 0) + 1
+        if head in fixed:
+            continue
+        if component_fixed_by(head, family):
+            fixed[head] = component_of(_first_name(new[prefix]), family)
+        else:
+            undecided[prefix] = frozenset(component_of(t.name, family) for t in new[prefix].tensors.values())
+    found = frozenset(fixed.values()).union(*undecided.values())
+    return _HeadComponents(family, counts, fixed, undecided, found)
 
 
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
@@ -644,10 +731,15 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
-    resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
-    classes, found_components = _row_classes(ckpt, family, resolver)
-    rows = list(chain.from_iterable(map(RowClass.rows, classes)))
-    rows.sort(key=itemgetter(0))
+    carry: _Carry | None
+    carried = _carried(ckpt, rt, producer)
+    if carried is not None:
+        classes, found_components, rows, carry = carried
+    else:
+        resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
+        classes, found_components, carry = _row_classes(ckpt, family, resolver)
+        rows = list(chain.from_iterable(map(RowClass.rows, classes)))
+        rows.sort(key=itemgetter(0))
 
     # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
     # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
@@ -680,14 +772,18 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         components=tuple(comps),
         made_by=formats.made_by(view.data),
         classes=tuple(classes),
+        carry=carry,
     )
 
 
 _new_row = tuple.__new__  # tuple.__new__(ModuleRow, fields): a row made in C, with no Python frame per module
 
 
-def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str]]:
-    """The rows of every linear module, as classes sorted by first member, and the components of all modules.
+def _row_classes(
+    ckpt: Checkpoint, family: Family, resolver: _Resolver
+) -> tuple[list[RowClass], set[str], _Carry | None]:
+    """The rows of every linear module, as classes sorted by first member, the components of all modules, and what
+    a repair's after-state may carry over (`_Carry`, for the producers whose schemes read module names alone).
 
     Expert projections are judged per (experts prefix, projection, layout), on the members `Checkpoint.experts`
     files under them. WHY every member gets the same row but its name:
@@ -699,28 +795,71 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
     Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
     `experts.1`) is judged on its own, as before."""
     modules = ckpt.modules
-    of = ckpt.layouts.of
     resolver.find_forced(modules)
-    forced = resolver.forced
-    by_layout: dict[int, tuple[bool | None, Scheme]] = {}
-    embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
-    found: set[str] = set()
-    out: list[RowClass] = []
+    judge = _ModuleJudge(ckpt, family, resolver)
+    out, found, claimed = _expert_classes(ckpt, family, resolver, judge)
+    expert_classes, expert_found = tuple(out), frozenset(found)
+    keep = resolver.producer in _CARRIED_PRODUCERS
+    unclaimed: dict[str, tuple[str, RowClass | None]] = {}
+    for name in filterfalse(claimed.__contains__, modules):
+        component, row_class = judge.module(name, modules[name])
+        found.add(component)
+        if row_class is not None:
+            out.append(row_class)
+        if keep:
+            unclaimed[name] = (component, row_class)
+    out.sort(key=lambda c: c.names[0])
+    carry = _Carry(ckpt, resolver.rt, resolver, expert_classes, expert_found, unclaimed) if keep else None
+    return out, found, carry
 
-    def tensors_say(lid: int, module: Module) -> tuple[bool | None, Scheme]:
+
+class _ModuleJudge:
+    """The per-layout and per-name facts `_row_classes` reads of a module, each computed once."""
+
+    def __init__(self, ckpt: Checkpoint, family: Family, resolver: _Resolver) -> None:
+        self.modules, self.of, self.family, self.resolver = ckpt.modules, ckpt.layouts.of, family, resolver
+        self.by_layout: dict[int, tuple[bool | None, Scheme]] = {}
+        self.embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
+
+    def tensors_say(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
         # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
-        said = by_layout.get(lid)
+        said = self.by_layout.get(lid)
         if said is None:
-            said = by_layout[lid] = (_linear_weight(module), disk_scheme(module))
+            said = self.by_layout[lid] = (_linear_weight(module), disk_scheme(module))
         return said
 
-    def linear(fit: bool | None, last: str) -> bool:
+    def linear(self, fit: bool | None, last: str) -> bool:
         if fit is None:
-            ok = embed_ok.get(last)
+            ok = self.embed_ok.get(last)
             if ok is None:
-                ok = embed_ok[last] = _not_embedding(last)
+                ok = self.embed_ok[last] = _not_embedding(last)
             return ok
         return fit
+
+    def module(self, name: str, module: Module) -> tuple[str, RowClass | None]:
+        """(the component of a module judged on its own, its one-member class or None when it is no linear layer)."""
+        family = self.family
+        where = module.expert
+        component = component_of(name + "." if name else "", family)
+        lid = self.of[name]
+        fit, disk = self.tensors_say(lid, module)
+        if not self.linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
+            return component, None
+        judged = self.resolver.declared(module)
+        row_component = component if name else component_of(".", family)
+        return component, RowClass(lid, row_component, judged[0], disk, judged[1], judged[2], (name,))
+
+
+def _expert_classes(
+    ckpt: Checkpoint, family: Family, resolver: _Resolver, judge: _ModuleJudge
+) -> tuple[list[RowClass], set[str], set[str]]:
+    """The classes of the expert projections `ckpt.experts` files, their components, and the module names they
+    claim (`_row_classes`)."""
+    modules = ckpt.modules
+    of = ckpt.layouts.of
+    forced = resolver.forced
+    found: set[str] = set()
+    out: list[RowClass] = []
 
     def emit(lid: int, component: str, disk: Scheme, names: list[str], judged: tuple) -> None:
         out.append(RowClass(lid, component, judged[0], disk, judged[1], judged[2], tuple(names)))
@@ -748,8 +887,8 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
                 each = {n: component_of(n + ".", family) for n in names}
                 found.update(each.values())
             for lid, lid_names in by_lid.items():
-                fit, disk = tensors_say(lid, modules[lid_names[0]])
-                if not linear(fit, proj):
+                fit, disk = judge.tensors_say(lid, modules[lid_names[0]])
+                if not judge.linear(fit, proj):
                     continue
                 judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)
                 by_component = {shared: lid_names} if fixed else {}
@@ -764,19 +903,134 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
                         same = [n for n in same if n not in hit]
                     if same:
                         emit(lid, component, disk, sorted(same), judged)
+    return out, found, claimed
 
-    for name in filterfalse(claimed.__contains__, modules):
-        module = modules[name]
-        where = module.expert
-        component = component_of(name + "." if name else "", family)
+
+# ---- carrying a detection into a repair's after-state --------------------------------------------------------------
+
+# The producers whose declared schemes (`_Resolver._declared`) read a module's name and the config alone, never the
+# checkpoint's modules (the formats' resolvers read a module's disk scheme by name).
+_CARRIED_PRODUCERS = frozenset({"modelopt", "compressed-tensors"})
+# A repair that changes more modules than this share detects its after-state afresh (carrying would cost as much).
+_CARRY_AT_MOST = 0.25
+_CARRY_HINT = "_detection_to_carry"  # a Checkpoint's `__dict__` key: the detection `carry_detection` offers it
+
+
+@dataclass(frozen=True)
+class _Carry:
+    """A detection's per-module results, kept for a repair's after-state (`carry_detection`)."""
+
+    ckpt: Checkpoint  # the checkpoint detected
+    runtime: Runtime
+    resolver: _Resolver
+    expert_classes: tuple[RowClass, ...]  # the classes of the expert projections `ckpt.experts` files
+    expert_found: frozenset[str]  # their components
+    # every other module -> (its component, its one-member class or None when it is no linear layer)
+    unclaimed: Mapping[str, tuple[str, RowClass | None]]
+
+
+def _module_changes(old: Mapping[str, Module], new: Mapping[str, Module]) -> tuple[list[str], list[str]]:
+    """(the names of `new` whose module is not `old`'s very object under that name, the names of `old` whose module
+    is not `new`'s very object under that name: gone, or replaced).
+
+    When both have as many entries, only the positions where the two differ in name or object are looked at, in C
+    over the two orders (a repair keeps every untouched module in place). WHY that is all of them: at any other
+    position both hold the same name and the same object, so that name is unchanged in both."""
+    if len(old) == len(new):
+        at = list(compress(range(len(new)), map(or_, map(ne, new, old), map(is_not, new.values(), old.values()))))
+        if len(at) <= _CARRY_AT_MOST * len(new):
+            new_names, old_names = list(new), list(old)
+            changed = [name for name in map(new_names.__getitem__, at) if old.get(name) is not new[name]]
+            leaving = [name for name in map(old_names.__getitem__, at) if new.get(name) is not old[name]]
+            return changed, leaving
+    changed = [name for name in new if old.get(name) is not new[name]]
+    leaving = [name for name in old if new.get(name) is not old[name]]
+    return changed, leaving
+
+
+_CHANGES = "_module_changes_since"  # a Checkpoint's `__dict__` key: (the checkpoint, `_module_changes` from it)
+
+
+def _changes_since(before: Checkpoint, after: Checkpoint) -> tuple[list[str], list[str]]:
+    """`_module_changes(before.modules, after.modules)`, made once per pair (detection and the components share it)."""
+    held = vars(after).get(_CHANGES)
+    if held is None or held[0] is not before:
+        held = (before, *_module_changes(before.modules, after.modules))
+        after.__dict__[_CHANGES] = held
+    return held[1], held[2]
+
+
+def carry_detection(after: Checkpoint, before: Detection) -> None:
+    """Offer `before` (the detection of the checkpoint a repair starts from) to `detect(after)`: it then judges only
+    the modules the repair changed and carries the rest over (`_carried`, which checks when that is exact and
+    otherwise detects `after` afresh)."""
+    if before.carry is not None:
+        after.__dict__[_CARRY_HINT] = before
+
+
+def _carried(
+    ckpt: Checkpoint, rt: Runtime, producer: str
+) -> tuple[list[RowClass], set[str], list[ModuleRow], _Carry] | None:
+    """`_row_classes(ckpt, ...)`'s classes and components, the sorted rows and the new carry, from the detection
+    `carry_detection` offered `ckpt`, or None (detect afresh) when they may differ.
+
+    WHY this is exact when it answers: the offered detection judged a checkpoint `before` with the same config
+    objects (so the same family, quantization view, producer and resolver settings) and runtime; `ckpt`'s modules
+    differ from `before`'s only in `drop` (modules gone, or whose `Module` object is another), none of which has
+    `.experts.` in its name; its expert groups are `before`'s very object and its layout table is equal to
+    `before`'s (so an unchanged module has the same layout id). Then:
+    - every expert class is the same: the expert loop reads the expert groups, the layout ids and modules of their
+      members (none in `drop`, so the same objects), the family, and the resolver's answers, which for these
+      producers are a function of the name and the config alone (`_CARRIED_PRODUCERS`; the forced-unquantized
+      patterns are matched per name; `declared_at`'s cache holds such answers: an expert key always comes with
+      its own experts prefix, a module name with none);
+    - a module judged on its own is judged from its name, its `Module` and layout id and those same answers, so
+      each one not in `drop` keeps its component and class; the modules of `ckpt` in `drop` are judged afresh,
+      with their forced-unquantized patterns matched first, as `_row_classes` does for every module;
+    - the rows are the classes' rows sorted by name (names are unique): `before`'s rows without those of `drop`
+      (single-member classes, as no name in `drop` is an expert's) and the new classes' rows."""
+    before_det = vars(ckpt).get(_CARRY_HINT)
+    if before_det is None:
+        return None
+    carry = before_det.carry
+    before = carry.ckpt
+    if (
+        carry.runtime is not rt
+        or carry.resolver.producer != producer
+        or ckpt.config is not before.config
+        or ckpt.hf_quant_config is not before.hf_quant_config
+        or ckpt.experts is not before.experts
+        or ckpt.layouts.layouts != before.layouts.layouts
+    ):
+        return None
+    new = ckpt.modules
+    changed, leaving = _changes_since(before, ckpt)
+    drop = {*changed, *leaving}
+    if len(drop) > _CARRY_AT_MOST * len(new) or any(".experts." in name for name in drop):
+        return None
+    resolver = copy.copy(carry.resolver)  # its answers are the after-state's too; new ones go to copies
+    resolver.ckpt, resolver.cache, resolver.forced = ckpt, dict(resolver.cache), dict(resolver.forced)
+    resolver.find_forced(changed)
+    judge = _ModuleJudge(ckpt, resolver.family, resolver)
+    out = list(carry.expert_classes)
+    found = set(carry.expert_found)
+    unclaimed = {name: kept for name, kept in carry.unclaimed.items() if name not in drop}
+    fresh: list[RowClass] = []
+    for name in changed:
+        component, row_class = unclaimed[name] = judge.module(name, new[name])
+        if row_class is not None:
+            fresh.append(row_class)
+    for component, row_class in unclaimed.values():
         found.add(component)
-        lid = of[name]
-        fit, disk = tensors_say(lid, module)
-        if not linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
-            continue
-        emit(lid, component if name else component_of(".", family), disk, [name], resolver.declared(module))
+        if row_class is not None:
+            out.append(row_class)
     out.sort(key=lambda c: c.names[0])
-    return out, found
+    rows = list(before_det.rows)
+    if drop:
+        rows = list(compress(rows, map(not_, map(drop.__contains__, map(itemgetter(0), rows)))))
+    rows += chain.from_iterable(map(RowClass.rows, fresh))
+    rows.sort(key=itemgetter(0))
+    return out, found, rows, _Carry(ckpt, rt, resolver, carry.expert_classes, carry.expert_found, unclaimed)
 
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, filterfalse, repeat
+from itertools import compress, count, filterfalse, repeat
 from operator import attrgetter, is_not, itemgetter
 from types import MappingProxyType
 from typing import Any, cast
@@ -165,8 +165,9 @@ def carry_tensor_index(before: Checkpoint, after: Checkpoint) -> bool:
 
     WHY this is exact: without a repeated name the map is every loaded shard's (name, tensor) pairs, shard after
     shard in load order (`_tensor_index`'s fast path); the shards before the first changed one are the same objects
-    in the same order, so the copy's entries up to there are `after`'s, and the rest are entered in `after`'s order
-    after them; a repeated name shows as a shorter map, as in `_tensor_index`."""
+    in the same order, and so are that shard's tensors before its first changed one, so the copy's entries up to
+    there are `after`'s, and the rest are entered in `after`'s order after them; a repeated name shows as a shorter
+    map, as in `_tensor_index`."""
     if "_tensor_index" not in vars(before) or "_tensor_index" in vars(after) or before.duplicate_tensors:
         return False
     old, new = before.loaded_shards, after.loaded_shards
@@ -176,10 +177,16 @@ def carry_tensor_index(before: Checkpoint, after: Checkpoint) -> bool:
         return False
     first = next((r for r, (a, b) in enumerate(zip(old, new, strict=True)) if a is not b), len(old))
     out: dict[str, TensorInfo] = before.tensors.copy()  # type: ignore[attr-defined]  # a read-only dict view
-    for shard in old[first:]:
+    if first < len(old):
+        # Within the first changed shard, the entries before its first changed tensor are the same objects too.
+        at = next(compress(count(), map(is_not, old[first].tensors, new[first].tensors)), len(old[first].tensors))
+        for name in map(_NAME, old[first].tensors[at:]):
+            del out[name]
+        out.update(zip(map(_NAME, new[first].tensors[at:]), new[first].tensors[at:], strict=True))
+    for shard in old[first + 1 :]:
         for name in map(_NAME, shard.tensors):
             del out[name]
-    for shard in new[first:]:
+    for shard in new[first + 1 :]:
         out.update(zip(map(_NAME, shard.tensors), shard.tensors, strict=True))
     if len(out) != sum(len(shard.tensors) for shard in new):
         return False
@@ -210,22 +217,40 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
     create modules, move a module's first tensor, change layouts and move or dissolve experts."""
     if "_grouped" not in vars(before) or before.duplicate_tensors or after.duplicate_tensors:
         return False
-    old_infos, new_infos = list(before.tensors.values()), list(after.tensors.values())
-    n = len(old_infos)
-    if len(new_infos) != n:
+    n = len(before.tensors)
+    if len(after.tensors) != n:
         return False
     # A tensor not renamed is the very same object; a renamed one must differ from its old self by name alone.
-    changed = list(compress(range(n), map(is_not, old_infos, new_infos)))
+    # (load position, old tensor, new tensor) of each changed one: the two maps are the loaded shards' tensors in load
+    # order (no name is in two), so where two shards in the same place hold as many tensors, only those that are not
+    # the same object need be looked at.
+    changed: list[int] = []
+    olds: list[TensorInfo] = []
+    news: list[TensorInfo] = []
+    old_shards, new_shards = before.loaded_shards, after.loaded_shards
+    if len(old_shards) == len(new_shards) and all(
+        len(a.tensors) == len(b.tensors) for a, b in zip(old_shards, new_shards, strict=True)
+    ):
+        offset = 0
+        for a, b in zip(old_shards, new_shards, strict=True):
+            if a is not b:
+                here = list(compress(range(len(a.tensors)), map(is_not, a.tensors, b.tensors)))
+                changed += [offset + i for i in here]
+                olds += map(a.tensors.__getitem__, here)
+                news += map(b.tensors.__getitem__, here)
+            offset += len(a.tensors)
+    else:
+        old_infos, new_infos = list(before.tensors.values()), list(after.tensors.values())
+        changed = list(compress(range(n), map(is_not, old_infos, new_infos)))
+        olds, news = [old_infos[i] for i in changed], [new_infos[i] for i in changed]
     if len(changed) > n * _CARRY_AT_MOST:
         return False
-    if any(new_infos[i] != old_infos[i]._replace(name=new_infos[i].name) for i in changed):
+    if any(new != old._replace(name=new.name) for old, new in zip(olds, news, strict=True)):
         return False
-    renamed_from = {old_infos[i].name for i in changed}
-    touched = {name.rpartition(".")[0] for name in renamed_from} | {
-        new_infos[i].name.rpartition(".")[0] for i in changed
-    }
+    renamed_from = {old.name for old in olds}
+    touched = {name.rpartition(".")[0] for name in renamed_from} | {new.name.rpartition(".")[0] for new in news}
     old_modules, old_layouts = before.modules, before.layouts
-    moved = _moved_whole(before, [old_infos[i] for i in changed], [new_infos[i] for i in changed])
+    moved = _moved_whole(before, olds, news)
     if moved is not None:
         after.__dict__["_grouped"] = moved  # a cached view, set as it would be
         return True
@@ -247,7 +272,7 @@ def carry_grouping(before: Checkpoint, after: Checkpoint) -> bool:
         return offsets[r] + index[t.name]
 
     # The regrouped modules: their tensors in load order, into buckets by `tensor_buckets`.
-    placed = [(i, new_infos[i]) for i in changed]
+    placed = list(zip(changed, news, strict=True))
     for name in touched & old_modules.keys():
         placed += [(position(t), t) for t in old_modules[name].tensors.values() if t.name not in renamed_from]
     placed.sort(key=itemgetter(0))
@@ -353,14 +378,26 @@ def _moved_whole(
     if list(layouts.of) != names:  # the layout map is in module order (as `group_checkpoint` builds it)
         return None
     values = list(old_modules.values())
-    for i in compress(range(len(names)), map(to.__contains__, names)):
+    at = list(compress(range(len(names)), map(to.__contains__, names)))
+    for i in at:
         old = values[i]
         new_name = to[names[i]]
         # The old module's tensors are in load order, as are its renamed ones: suffix by suffix, the same order.
         values[i] = Module(new_name, MappingProxyType(dict(zip(old.tensors, renamed_tensors[new_name], strict=True))))
         names[i] = new_name
-    modules = dict(zip(names, values, strict=True))
-    of = dict(zip(names, layouts.of.values(), strict=True))
+    first = at[0] if at else len(names)
+    if first >= len(names) // 2:
+        # The maps up to the first moved module are the old ones: copied (in C) and entered again from there only.
+        modules = old_modules.copy()  # type: ignore[attr-defined]  # a read-only dict view
+        of = layouts.of.copy()  # type: ignore[attr-defined]
+        for name in list(modules)[first:]:
+            del modules[name]
+            del of[name]
+        modules.update(zip(names[first:], values[first:], strict=True))
+        of.update(zip(names[first:], list(layouts.of.values())[first:], strict=True))
+    else:
+        modules = dict(zip(names, values, strict=True))
+        of = dict(zip(names, layouts.of.values(), strict=True))
     hit = {layouts.of[prefix] for prefix in to}
     members = tuple(
         tuple(map(to.get, names_of, names_of)) if lid in hit else names_of

@@ -92,6 +92,13 @@ def journal_path(root: Path) -> Path:
 
 
 def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
+    """The journal of `steps`: `journal_pieces` joined."""
+    return b"".join(journal_pieces(job, root, steps))
+
+
+def journal_pieces(job: str, root: Path, steps: tuple[Step, ...]) -> list[bytes]:
+    """The journal's bytes as pieces to join (their checksum made, nothing copied): what a thread of its own can
+    make without allocating the joined journal in its own memory arena."""
     # The blob is the steps' byte fields one after the other: kept as parts, hashed part by part and joined once
     # (the index alone, old and new, is tens of megabytes on a large checkpoint).
     parts: list[bytes] = []
@@ -131,7 +138,7 @@ def encode_journal(job: str, root: Path, steps: tuple[Step, ...]) -> bytes:
             "steps": encoded,
         }
     )
-    return b"".join([MAGIC, struct.pack("<Q", len(manifest)), manifest, *parts])
+    return [MAGIC, struct.pack("<Q", len(manifest)), manifest, *parts]
 
 
 _SPLICE_AT_LEAST = 1 << 16  # bytes a splice must save to be worth it: small steps keep their new bytes whole

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from ..detect.resolve import Detection, carry_detection
 from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ..model.tensors import Index, Shard
 from ..pipeline import _with_views
@@ -24,8 +25,9 @@ from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 
-def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> Checkpoint:
-    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied."""
+def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det: Detection | None = None) -> Checkpoint:
+    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied. `det`, `ckpt`'s detection, is offered
+    to the after-state's (`detect.resolve.carry_detection`: the modules no step changed keep their rows)."""
     renames, drops, patches = edit_maps(ckpt, plan)
     shards = []
     files = dict(ckpt.files)
@@ -69,6 +71,11 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
         # index-tensor-mismatch's proof that every tensor is where the index says, when the rename keeps it true
         renamed_from = index_step.renamed_from if index_step is not None else None
         carry_where_indexed(ckpt, after, renames, plan.index_renames, renamed_from)
+    if index_step is not None and index_step.renamed_from is ckpt.index and "indexed_files" in vars(ckpt):
+        # WHY the same files: the new weight map is the analysed one with keys renamed, each beside its old file.
+        after.__dict__["indexed_files"] = ckpt.indexed_files  # a cached view, as computed
+    if det is not None:
+        carry_detection(after, det)
     return after
 
 

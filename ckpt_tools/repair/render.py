@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..report.model import Report
-from .fix_all import FixAllResult
 from .runner import RepairResult
 from .steps import RewriteStep, Step
+
+if TYPE_CHECKING:  # `ckpt fix` only: the other repairs' output imports neither `fix_all` nor the scrub's reader
+    from .fix_all import FixAllResult
 
 SHOWN_LINES = 20
 KIND_LABEL = {"header": "header in place", "patch": "bytes in place", "index": "index replaced"}

@@ -18,9 +18,10 @@ from ..errors import TargetError, UsageError
 from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding, all_rules
+from ._thread import InThread
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
-from .journal import Lock, encode_journal, journal_path, recover, run_journaled
+from .journal import Lock, journal_path, journal_pieces, recover, run_journaled
 from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
@@ -285,7 +286,7 @@ def predict(
     (`keep` receives the after-state's analysis)."""
     from .predict import after_checkpoint
 
-    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps))  # collector paused there
+    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps, analysis.detection))  # paused there
     if keep is not None:
         keep(after)
     return after.report
@@ -307,7 +308,13 @@ class _Ahead:
     def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
         self.job, self.target, self.local, self.writable = job, target, local, writable
         self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
-        self.journal: bytes | None = None  # the steps' journal, encoded meanwhile too (a repair that writes)
+        self._journal: InThread[list[bytes]] | None = None  # the steps' journal, encoded meanwhile (if it writes)
+
+    @property
+    def journal(self) -> bytes | None:
+        """The steps' journal (`encode_journal`), once its pieces (made on a thread of its own) are done, joined here;
+        None when none was encoded."""
+        return b"".join(self._journal.result()) if self._journal is not None else None
 
     def __call__(self, judging: Judging) -> None:
         from .predict import after_checkpoint
@@ -317,11 +324,16 @@ class _Ahead:
         after = None
         if steps:
             after = Judging.start(
-                after_checkpoint(interim.checkpoint, plan, steps), **interim.settings, values_later=True
+                after_checkpoint(interim.checkpoint, plan, steps, interim.detection),
+                **interim.settings,
+                values_later=True,
             )
         self.planned = (plan, steps, after)
         if steps and self.writable:
-            self.journal = encode_journal(self.job.name, self.local.root, steps)
+            # Mostly hashing tens of megabytes, which runs without the interpreter lock: on the core the value scan
+            # leaves, while this process reads and judges the scan's values.
+            name, root = self.job.name, self.local.root
+            self._journal = InThread(lambda: journal_pieces(name, root, steps))
 
 
 def _plan_and_predict(

@@ -24,7 +24,8 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import compress, islice
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,11 @@ from ..model.checkpoint import Checkpoint
 from ..model.tensors import Index, Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
+from ._thread import InThread
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
+
+_NAME = attrgetter("name")
 
 
 def sha256(data: bytes) -> str:
@@ -175,7 +179,7 @@ def read_prefix(path: Path, shard: Shard) -> bytes:
 def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) -> list[Step]:
     path = root / shard.name
     prefix = read_prefix(path, shard)
-    header, metadata = _reader_view(shard, prefix)
+    header, metadata, as_written = _reader_view_of(shard, prefix)
     drops = edit.drops
     kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
@@ -206,10 +210,12 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     size = os.stat(path).st_size
     linked = os.stat(path).st_nlink > 1
     if not drops and not linked:
-        try:
-            new_header = encode_header(entries, metadata, exact_length=shard.header_len)
-        except ValueError:
-            new_header = None
+        new_header = _renamed_in_place(prefix[8:], shard, renames) if as_written else None
+        if new_header is None:
+            try:
+                new_header = encode_header(entries, metadata, exact_length=shard.header_len)
+            except ValueError:
+                new_header = None
         if new_header is not None:
             return _in_place(shard, prefix, prefix[:8] + new_header, edit, size, note)
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
@@ -237,8 +243,45 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     ]
 
 
+def _renamed_in_place(raw: bytes, shard: Shard, renames: Mapping[str, str]) -> bytes | None:
+    """`encode_header` of `raw`'s entries with `renames` applied, padded to `raw`'s length, as `raw` with each renamed
+    key's text replaced; None when it does not fit (or a name is not found, which cannot happen for a header written
+    from the shard's view). `raw` must be exactly `encode_header` of the shard's reader view (`_reader_view_of`'s
+    third answer) and the renames collision-free (the caller's map of renamed entries is as long as the header).
+
+    WHY it is the encoding: the header is compact JSON, one `"name":{"dtype":...}` entry per tensor in the shard's
+    order, each key encoded on its own as orjson encodes the string; inside any encoded string a quote is escaped,
+    so the text `"name":{"dtype":` can only begin the entry whose key is exactly `name` (keys are unique), found in
+    header order one after the other; renaming changes those keys' text alone, and the padding fills the rest."""
+    names = list(map(_NAME, shard.tensors))
+    cuts: list[bytes] = []
+    at = 0
+    for name in compress(names, map(renames.__contains__, names)):  # header order
+        key = orjson.dumps(name)
+        found = raw.find(key + b':{"dtype":', at)
+        if found < 0:
+            return None
+        cuts += (raw[at:found], orjson.dumps(renames[name]))
+        at = found + len(key)
+    end = len(raw.rstrip(b" "))  # the JSON ends with its brace; the rest is padding
+    if at > end:
+        return None
+    cuts.append(raw[at:end])
+    text = b"".join(cuts)
+    if len(text) > len(raw):
+        return None
+    return text + b" " * (len(raw) - len(text))
+
+
 def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal.
+    """`_reader_view_of` without its last answer."""
+    header, metadata, _as_written = _reader_view_of(shard, prefix)
+    return header, metadata
+
+
+def _reader_view_of(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None, bool]:
+    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal; and
+    whether the header bytes are exactly `encode_header` of them (padded to their length).
 
     A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
@@ -251,8 +294,8 @@ def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str,
         # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
         # the reader reads a header written from a view as that view; the analysis read this shard without a
         # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
-        return header, metadata
-    return _parsed_view(shard, prefix)
+        return header, metadata, True
+    return (*_parsed_view(shard, prefix), False)
 
 
 def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
@@ -372,6 +415,7 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
+    old_sha256 = InThread(lambda: sha256(raw))  # without the interpreter lock, beside the work below
     data, as_analysed = _parsed_index(ckpt.index, raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
@@ -410,7 +454,8 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         ):
             if type(meta.get(key)) is int:
                 meta[key] -= amount
-    new = _dump_like(data, raw)
+    spliced = _spliced_index(raw, keys, renames, new_map) if as_analysed and in_order and not drops else None
+    new = spliced if spliced is not None else _dump_like(data, raw)
     if new == raw:
         return None
     # Counted over the plan's (few) keys: each names at most one entry of the map.
@@ -425,7 +470,7 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     parsed = (new_map, meta if isinstance(meta, dict) else {})
     return IndexStep(
         file=ckpt.index.name,
-        old_sha256=sha256(raw),
+        old_sha256=old_sha256.result(),
         new=new,
         note=note or "rewritten",
         old=raw,
@@ -472,6 +517,75 @@ def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mappin
     return out
 
 
+def _spliced_index(raw: bytes, keys: list[str], renames: Mapping[str, str], new_map: dict[str, Any]) -> bytes | None:
+    """`_dump_like` of the index with its sorted weight map `new_map` in place of the one `raw` holds, as `raw` with
+    the entries that differ cut out and the new ones written in (the rest of a many-megabyte file is copied, not
+    encoded again), or None where that cannot be shown to be the same bytes (the caller dumps the whole).
+
+    `raw` must be exactly the dump of the analysis's index, whose sorted keys are `keys`, and `new_map` those keys
+    with the renamed ones cut out and their new names merged in (`_sorted_renamed`), collision-free. WHY the splice is
+    the dump: in HF's layout (indent 2, `": "`, `","`) with no backslash in the file (so no escaped character
+    anywhere, and no newline inside a string), each weight-map entry is one line `\n    "key": value`, entries are
+    joined by commas, and such a line can only start an entry of a depth-2 object, so the first one after the
+    top-level `"weight_map"` key that names a key is that key's entry. Every removed key and every place a new one
+    goes lie within old entries [lo, hi); the new map agrees with the old one before lo and from hi on (sorted
+    merge), so only the entries between are written, between the old text up to entry lo and from entry hi (or the
+    map's braces at either end): each as its line,
+    encoded by orjson as the dump encodes it (a string value, and no backslash: no escape, which both encoders would
+    otherwise have to spell alike)."""
+    if b"\\" in raw or _layout(raw) != (2, ": ", ","):
+        return None
+    olds = [k for k in renames if _holds(keys, k)]  # the renamed keys of the old map
+    removed = [bisect_left(keys, k) for k in olds]
+    placed = [bisect_left(keys, renames[k]) for k in olds]  # where each new name goes among the old keys
+    if not removed:
+        return None
+    n = len(keys)
+    lo = min(min(removed), min(placed))
+    hi = max(max(removed) + 1, max(placed))
+    opening = b'\n  "weight_map": {'
+    start = raw.find(opening)
+    if start < 0:
+        return None
+    # The text before entry lo (up to the end of entry lo - 1, or the map's opening brace) and from entry hi on (its
+    # separating comma, or the map's closing brace: the weight map is the file's last key, so its `\n  }` is the
+    # last one).
+    at_lo = raw.find(b"\n    " + orjson.dumps(keys[lo]) + b": ", start) - 1 if lo else start + len(opening)
+    at_hi = raw.find(b"\n    " + orjson.dumps(keys[hi]) + b": ", at_lo) - 1 if hi < n else raw.rfind(b"\n  }")
+    if at_lo < start or at_hi < at_lo:
+        return None
+    middle = list(islice(new_map.items(), lo, len(new_map) - (n - hi)))
+    if not middle or not all(type(v) is str for _k, v in middle):
+        return None
+    lines = b",".join(b"\n    " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in middle)
+    if b"\\" in lines or not lines.isascii():
+        return None
+    view = memoryview(raw)  # slices of a view copy nothing: the join is the one copy of the file
+    return b"".join((view[:at_lo], b"," if lo else b"", lines, view[at_hi:]))
+
+
+def _holds(keys: list[str], key: str) -> bool:
+    """`key` is one of the sorted `keys`."""
+    at = bisect_left(keys, key)
+    return at < len(keys) and keys[at] == key
+
+
+def _layout(raw: bytes) -> tuple[int | None, str, str]:
+    """(indent, key separator, item separator) of a JSON file, read off its raw bytes as `_dump_like` writes it."""
+    indent = None
+    first_newline = raw.find(b"\n")
+    end = len(raw)
+    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
+        end -= 1
+    if 0 <= first_newline < end:
+        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
+        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
+    colon = raw.find(b'":')
+    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
+    item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
+    return indent, key_sep, item_sep
+
+
 _LEADING_SPACES = re.compile(rb" *")
 
 
@@ -511,17 +625,7 @@ def _dump_like(data: Any, raw: bytes) -> bytes:
     """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`).
     The layout is read off the raw bytes, never a decoded copy of a many-megabyte index: `raw` parsed as JSON, so it
     is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
-    indent = None
-    first_newline = raw.find(b"\n")
-    end = len(raw)
-    while end and raw[end - 1] in b" \t\r\n":  # JSON's whitespace, the only kind after the value
-        end -= 1
-    if 0 <= first_newline < end:
-        spaces = _LEADING_SPACES.match(raw, first_newline + 1)
-        indent = (spaces.end() - spaces.start() if spaces else 0) or 2
-    colon = raw.find(b'":')
-    key_sep = ": " if raw[colon + 2 : colon + 3] == b" " else ":"
-    item_sep = "," if indent is not None else ", " if key_sep == ": " else ","
+    indent, key_sep, item_sep = _layout(raw)
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
     if (
         indent == 2

@@ -4,7 +4,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..detect.resolve import component_of, module_components
+from ..detect.resolve import component_of, tensor_components
 from ..knowledge.architectures import is_explicit
 from ..knowledge.layouts import ComponentExpectation, component_expectations
 from .base import Context, Finding, Rule, register
@@ -53,8 +53,8 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
         if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
             return True
         # Absent (the case that costs): the components of every name, once per four-segment head where the head fixes
-        # them (`module_components`, exactly `component_of` of each name; the modules hold every tensor name).
-        if entry.expect_component in module_components(modules, ctx.det.family):
+        # them (`tensor_components`, exactly `component_of` of each name; the modules hold every tensor name).
+        if entry.expect_component in tensor_components(ctx.ckpt, ctx.det.family):
             return True
     return bool(entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names))
 
