@@ -29,7 +29,7 @@ from . import drop_orphans, fix_prefix, scrub_nan
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, resolve_local
 from .journal import Lock, recover
-from .runner import Job, RepairResult, _Ahead, _plans_on_headers, refuse_pending, run
+from .runner import Job, RepairResult, _Ahead, _drop, _plans_on_headers, refuse_pending, run
 
 ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orphans.job)
 
@@ -206,10 +206,6 @@ def _recording(made: list[Analysis], keep: Callable[[Analysis], None]) -> Callab
         keep(analysis)
 
     return kept
-
-
-def _drop(analysis: Analysis) -> None:
-    return None
 
 
 def fixable_slugs(report: Report, keep: Iterable[str] = ()) -> set[str]:
