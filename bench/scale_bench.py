@@ -362,14 +362,9 @@ def fix_prefix_rows(root: Path, ckpt: list[str], repeat: int, rows: list, measur
     automatic repair: here fix-prefix's alone, so it should cost what fix-prefix does), against its own orjson
     baseline."""
     folder = root / "seed-misnested"
-    snapshot = [build_misnested_seed(folder)]
+    rebuild = functools.partial(_restored, folder, [build_misnested_seed(folder)])
     base = best([sys.executable, "-c", BASELINE, str(folder)], repeat)
     rows.append(("seed-fix", "baseline: read + orjson.loads", header_mb(folder), tensor_count(folder), base, base))
-
-    def rebuild() -> None:
-        snapshot[0] = restore_misnested_seed(folder, snapshot[0])
-        warm_scales(folder)
-
     for what, command in (
         ("fix-prefix", ["fix-prefix", str(folder)]),
         ("fix-prefix --headers-only", ["fix-prefix", str(folder), "--headers-only"]),
@@ -631,12 +626,13 @@ def filed_targets(root: Path, filed: str, repeat: int) -> None:
     for what, synthetic, then, target in FILED:
         before = None
         argv = [*ckpt, "--help"]
-        if synthetic is not None:
-            folder = ensure(root, "seed")
+        if synthetic == "seed":
+            folder = ensure(root, synthetic)
             before = functools.partial(warm_scales, folder)
-            if synthetic == "seed-misnested":
-                folder = root / synthetic
-                before = functools.partial(_restored, folder, [build_misnested_seed(folder)])
+            argv = [*ckpt, what, str(folder)]
+        elif synthetic == "seed-misnested":
+            folder = root / synthetic
+            before = functools.partial(_restored, folder, [build_misnested_seed(folder)])
             argv = [*ckpt, what, str(folder)]
         ours, theirs = best_pair(argv, repeat, None, filed, before)
         results.append((what, synthetic, then, target, theirs, ours))
@@ -660,7 +656,8 @@ def filed_targets(root: Path, filed: str, repeat: int) -> None:
 
 
 def _restored(folder: Path, snapshot: list[dict[str, bytes]]) -> None:
-    """Before a `fix-prefix` run: the mis-nested seed as built, its scale bytes in the page cache."""
+    """Before a repair's run: the mis-nested seed as built (`snapshot[0]`, renewed if it had to be rebuilt), its scale
+    bytes in the page cache."""
     snapshot[0] = restore_misnested_seed(folder, snapshot[0])
     warm_scales(folder)
 
