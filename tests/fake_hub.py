@@ -21,7 +21,8 @@ a branch name to another folder holding that branch's files; `fail` makes the fi
 status; `mangle` makes the first n range replies for a file misbehave as a broken server or proxy does:
 `content-range` (206 with the bytes and Content-Range of a range one byte later), `truncate` (the connection closes
 halfway through the declared body), `short` (a well-formed 206 with half the bytes asked for), `oversize` (the bytes
-asked for followed by 1 MiB more than declared: the client must stop reading). Revisions are
+asked for followed by 1 MiB more than declared: the client must stop reading); `info` is merged over the model-info
+answer (a server that lies about the commit sha or the file list). Revisions are
 `main`, the branches, and each branch's commit sha (sha1 over paths and blob ids). Every request is logged *before*
 the reply is written, so a test reading `log` after a client call never races it. Build the repos before serving
 them: a folder's commit sha is computed once, so files changed while the server runs would keep the old sha.
@@ -312,6 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "lastModified": "2025-01-01T00:00:00.000Z",
                 "createdAt": "2025-01-01T00:00:00.000Z",
                 "siblings": siblings,
+                **(settings.get("info") or {}),
             },
             head,
         )

@@ -114,11 +114,10 @@ def test_first_read_sizes():
 
 # ---- range cache --------------------------------------------------------------------------------------------------
 def test_range_cache_round_trip_and_containment(tmp_path):
-    path = tmp_path / "c" / "abc.ranges"
-    cache = RangeCache(path)
+    cache = RangeCache(tmp_path / "c", "abc.ranges")
     cache.put("model.safetensors", 100, b"0123456789")
     cache.put("dir/\u00fcnicode.json", 0, b"{}")
-    again = RangeCache(path)
+    again = RangeCache(tmp_path / "c", "abc.ranges")
     assert again.get("model.safetensors", 100, 10) == b"0123456789"
     assert again.get("model.safetensors", 103, 4) == b"3456"
     assert again.get("model.safetensors", 99, 4) is None  # not wholly inside a cached range
@@ -129,30 +128,29 @@ def test_range_cache_round_trip_and_containment(tmp_path):
 
 def test_range_cache_drops_torn_tail_and_heals(tmp_path):
     path = tmp_path / "abc.ranges"
-    cache = RangeCache(path)
+    cache = RangeCache(tmp_path, path.name)
     cache.put("a", 0, b"x" * 100)
     cache.put("b", 0, b"y" * 100)
     good = path.stat().st_size
     path.write_bytes(path.read_bytes()[: good - 5])  # a crash in the middle of the second record
-    torn = RangeCache(path)
+    torn = RangeCache(tmp_path, path.name)
     assert torn.get("a", 0, 100) == b"x" * 100 and torn.get("b", 0, 1) is None
     torn.put("b", 0, b"z" * 100)
-    healed = RangeCache(path)
+    healed = RangeCache(tmp_path, path.name)
     assert healed.get("b", 0, 100) == b"z" * 100
 
 
 def test_range_cache_rejects_a_flipped_byte(tmp_path):
     path = tmp_path / "abc.ranges"
-    RangeCache(path).put("a", 0, b"payload!")
+    RangeCache(tmp_path, path.name).put("a", 0, b"payload!")
     raw = bytearray(path.read_bytes())
     raw[raw.index(b"payload!")] ^= 1
     path.write_bytes(bytes(raw))
-    assert RangeCache(path).get("a", 0, 8) is None
+    assert RangeCache(tmp_path, path.name).get("a", 0, 8) is None
 
 
 def test_range_cache_concurrent_appends(tmp_path):
-    path = tmp_path / "abc.ranges"
-    cache = RangeCache(path)
+    cache = RangeCache(tmp_path, "abc.ranges")
 
     def writer(k: int) -> None:
         for i in range(50):
@@ -163,14 +161,48 @@ def test_range_cache_concurrent_appends(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    reread = RangeCache(path)
+    reread = RangeCache(tmp_path, "abc.ranges")
     assert all(reread.get(f"f{k}", i * 1000, 1000) == bytes([k]) * 1000 for k in range(8) for i in range(50))
 
 
 def test_range_cache_without_a_writable_folder(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    cache = RangeCache(blocker / "abc.ranges")
+    cache = RangeCache(blocker, "abc.ranges")
     cache.put("a", 0, b"kept in memory")
     assert cache.get("a", 0, 4) == b"kept" and cache.path is None
     assert RangeCache(None).get("a", 0, 1) is None
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x.ranges", "/abs/x.ranges", "a/b.ranges", "x\0.ranges"])
+def test_range_cache_file_is_a_plain_name(tmp_path, name):
+    with pytest.raises(ValueError, match="plain file name"):
+        RangeCache(tmp_path, name)
+
+
+def test_range_cache_never_follows_a_link_at_its_name(tmp_path):
+    """A link planted at the cache file's name: nothing is read through it, truncated or appended to."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not a cache record")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "abc.ranges").symlink_to(victim)
+    cache = RangeCache(tmp_path / "cache", "abc.ranges")
+    cache.put("a", 0, b"kept in memory")
+    assert cache.get("a", 0, 4) == b"kept" and cache.path is None
+    assert victim.read_bytes() == b"not a cache record"
+
+
+@pytest.mark.parametrize(
+    "sha",
+    ["/tmp/victim", "../" * 8 + "x", "0" * 39, "0" * 41, "A" * 40, "g" * 40, "0" * 40 + "\n", 40, None, ["0" * 40]],
+)
+def test_a_commit_sha_must_be_40_lowercase_hex_digits(sha):
+    from ckpt_tools.read.hub import checked_commit
+
+    with pytest.raises(TargetError, match="not 40 hex digits") as err:
+        checked_commit(sha, "acme/x", "http://127.0.0.1:1")
+    assert "\n" not in str(err.value)
+    assert (
+        checked_commit("0123456789abcdef0123456789abcdef01234567", "acme/x", "")
+        == "0123456789abcdef0123456789abcdef01234567"
+    )

@@ -34,6 +34,20 @@ BACKOFF = 0.5  # seconds before the first retry, doubled for the next
 CHUNK = 64 * 1024
 SKIP_LIMIT = 64 * 1024 * 1024  # a server without Range support is read from the start only this far
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def checked_commit(sha: object, label: str, endpoint: str) -> str:
+    """The commit sha a server answered, if it is one (40 lowercase hex digits, as git and the Hub write it). It
+    names the cache file and pins every later URL, so anything else (a path, `..`, a URL) is refused."""
+    if isinstance(sha, str) and _COMMIT_SHA.fullmatch(sha):
+        return sha
+    shown = repr(sha) if len(repr(sha)) <= 60 else repr(sha)[:57] + "..."
+    raise TargetError(
+        f"{label}: {endpoint} answered {shown} as the commit sha, which is not 40 hex digits; refusing to use it "
+        f"(check HF_ENDPOINT: a server that lies about commits is not a Hugging Face Hub)"
+    )
 
 
 class HubSource:
@@ -75,7 +89,7 @@ class HubSource:
             ) from None
         if not info.sha:
             raise TargetError(f"{target.label}: the Hub did not say which commit {target.revision or 'main'} is")
-        self.sha: str = info.sha
+        self.sha: str = checked_commit(info.sha, target.label, self.endpoint)
         # Only the repo root, as LocalSource sees a folder: files in subfolders are not part of the checkpoint.
         self._sizes: dict[str, int] = {}
         for sibling in info.siblings or ():
@@ -87,7 +101,7 @@ class HubSource:
             self._sizes[sibling.rfilename] = size
         self.gated = info.gated
         self.private = info.private
-        self._cache = RangeCache(self._cache_file(cache_dir))
+        self._cache = RangeCache(self._cache_folder(cache_dir), f"{self.sha}.ranges")
         self._timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
         self._ignores_range = False  # learnt from a 200 answer to a range request
 
@@ -134,10 +148,12 @@ class HubSource:
             "endpoint": self.endpoint,
         }
 
-    def _cache_file(self, cache_dir: Path | bool | None) -> Path | None:
+    def _cache_folder(self, cache_dir: Path | bool | None) -> Path | None:
+        """Where this repo's cache files live: named by the repo id (validated) and the endpoint's host, never by
+        anything the server says. The file in it is named by the commit sha, checked to be 40 hex digits."""
         if cache_dir is False or cache_dir is None:
             return None
-        host = (urlparse(self.endpoint).netloc or "hub").replace(":", "_")
+        host = _UNSAFE_IN_NAME.sub("_", urlparse(self.endpoint).netloc).strip(".") or "hub"
         namespace = "models--" + self.target.repo_id.replace("/", "--")
         if cache_dir is True:
             from huggingface_hub import cached_assets_path
@@ -148,7 +164,7 @@ class HubSource:
                 return None  # an unwritable cache only costs requests
         else:
             folder = Path(cache_dir) / namespace / host
-        return folder / f"{self.sha}.ranges"
+        return folder
 
     def _fetch(self, name: str, start: int, length: int) -> bytes:
         """Bytes [start, start + length) of `name` at the pinned commit, in one range request (plus retries)."""

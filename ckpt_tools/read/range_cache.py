@@ -5,12 +5,18 @@ cache is one append-only file per commit: each record is a length-prefixed (file
 checksum, written with one `write` call under a lock, so concurrent threads, and concurrent processes appending to
 the same file, cannot tear a record. Loading stops at the first torn or corrupt record (a crash mid-write), so a
 damaged file costs requests, never wrong bytes.
+
+The file is always opened relative to the cache folder's descriptor, by a plain name, without following a symlink
+and only if it is a regular file: whatever is planted at that name (a link to a file elsewhere, a FIFO, a device),
+the cache never reads, truncates or appends anywhere but its own file, and falls back to memory instead.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import struct
 import threading
 from pathlib import Path
@@ -24,33 +30,77 @@ def _digest(head: bytes, name: bytes, data: bytes) -> bytes:
     return hashlib.blake2b(head + name + data, digest_size=_DIGEST).digest()
 
 
-class RangeCache:
-    """Byte ranges of files at one commit, in memory and (when `path` is given) on disk."""
+def is_plain_name(name: str) -> bool:
+    """A single path component: no separator, not `.` or `..`, no NUL."""
+    return bool(name) and name not in (".", "..") and "/" not in name and os.sep not in name and "\0" not in name
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+
+class RangeCache:
+    """Byte ranges of files at one commit, in memory and (when `folder` is given) in the file `name` inside it."""
+
+    def __init__(self, folder: Path | None, name: str = "") -> None:
+        if folder is not None and not is_plain_name(name):
+            raise ValueError(f"a range cache file is named by a plain file name, not {name!r}")
+        self.folder = folder
+        self.name = name
         self._lock = threading.Lock()
         self._ranges: dict[str, list[tuple[int, bytes]]] = {}
-        if path is not None:
-            self._load(path)
+        if folder is not None:
+            self._load()
 
-    def _load(self, path: Path) -> None:
+    @property
+    def path(self) -> Path | None:
+        """The cache file, or None once the cache lives in memory only."""
+        return None if self.folder is None else self.folder / self.name
+
+    def _open(self, flags: int, *, create: bool = False) -> int:
+        """The cache file, opened relative to the folder's descriptor without following a link. Anything but a
+        regular file at the name raises OSError (O_NONBLOCK: opening a FIFO never waits)."""
+        assert self.folder is not None
+        if create:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        folder_fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            raw = path.read_bytes()
-        except OSError:
+            st = _lstat(self.name, folder_fd)
+            if st is not None and not stat.S_ISREG(st.st_mode):  # never open a device: that alone can act on it
+                raise OSError(errno.EINVAL, "not a regular file", self.name)
+            flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+            fd = os.open(self.name, flags, 0o644, dir_fd=folder_fd)
+        finally:
+            os.close(folder_fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", self.name)
+        return fd
+
+    def _load(self) -> None:
+        try:
+            try:
+                fd = self._open(os.O_RDWR)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    raise
+                fd = self._open(os.O_RDONLY)  # a read-only cache still saves requests
+        except FileNotFoundError:
             return
-        pos = 0
-        while pos < len(raw):
-            record = self._record(raw, pos)
-            if record is None:
-                # Torn or corrupt from here on: cut it off, so that what this run appends can be read back.
-                try:
-                    os.truncate(path, pos)
-                except OSError:
-                    self.path = None
-                return
-            name, start, data, pos = record
-            self._ranges.setdefault(name, []).append((start, data))
+        except OSError:
+            self.folder = None  # a link, FIFO, device or unreadable file at our name: memory only
+            return
+        try:
+            raw = _read_all(fd)
+            pos = 0
+            while pos < len(raw):
+                record = self._record(raw, pos)
+                if record is None:
+                    # Torn or corrupt from here on: cut it off, so that what this run appends can be read back.
+                    os.ftruncate(fd, pos)
+                    return
+                name, start, data, pos = record
+                self._ranges.setdefault(name, []).append((start, data))
+        except OSError:
+            self.folder = None
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _record(raw: bytes, pos: int) -> tuple[str, int, bytes, int] | None:
@@ -82,14 +132,27 @@ class RangeCache:
         record = head + encoded + data + _digest(head, encoded, data)
         with self._lock:
             self._ranges.setdefault(name, []).append((start, data))
-            if self.path is None:
+            if self.folder is None:
                 return
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = self._open(os.O_WRONLY | os.O_APPEND, create=True)
                 try:
                     os.write(fd, record)
                 finally:
                     os.close(fd)
             except OSError:
-                self.path = None  # read-only or full cache: keep working from memory
+                self.folder = None  # read-only, full, or something planted at our name: keep working from memory
+
+
+def _lstat(name: str, folder_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
