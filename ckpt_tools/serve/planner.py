@@ -344,11 +344,9 @@ def _family(b: _Builder, facts: CheckpointFacts, fam: ServingFamily | None, rt: 
         )
     limits = fam.mm_limits
     if facts.has_vision and not facts.vision_loadable:
-        b.warnings.append(
-            "the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
-            "at load and older releases serve '!!!!' for images; run `ckpt fix-prefix` first. No "
-            "--limit-mm-per-prompt emitted."
-        )
+        # The defect itself is misnested-prefix's finding (CK201), which refuses the command; this says only why
+        # a command printed anyway (--fail-on none) has no image limits.
+        b.notes.append("--limit-mm-per-prompt omitted: the vision tower is not loadable (misnested-prefix)")
     elif facts.vision_loadable and limits:
         b.add(
             "--limit-mm-per-prompt",
@@ -473,11 +471,5 @@ def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: Hardware | None) -> N
         b.notes.append(
             "W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
             "tensor cores (Hopper) it falls back to Marlin weight-only"
-        )
-    if hw is not None and not hw.native_fp4:
-        kernel = hw.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
-        b.warnings.append(
-            f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
-            f"(activations stay 16-bit, input scales are unused)"
         )
     b.notes.append("no --linear-backend / --moe-backend: auto-selection picks the native path for this checkpoint")
