@@ -165,9 +165,7 @@ def text_model_type(config: Mapping[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def kernels_for(
-    det: Detection, profiles: Sequence[Hardware], model_type: str | None = None
-) -> list[KernelUse]:
+def kernels_for(det: Detection, profiles: Sequence[Hardware], model_type: str | None = None) -> list[KernelUse]:
     """Per profile, per (declared scheme, layer kind): the kernel vLLM builds for a model whose text config has
     `model_type`, in a stable order; [] for a checkpoint vLLM refuses."""
     if not loads(det):
@@ -240,9 +238,7 @@ def use_dict(u: KernelUse) -> dict[str, Any]:
     }
 
 
-def kernel_facts(
-    det: Detection, chosen: Sequence[Hardware] = (), model_type: str | None = None
-) -> dict[str, Any]:
+def kernel_facts(det: Detection, chosen: Sequence[Hardware] = (), model_type: str | None = None) -> dict[str, Any]:
     """The report's `checkpoint.kernels`: which release's selection is applied (`vllm_version`, None when the table
     does not model the runtime), and per GPU (the chosen ones, else the runtime's) the kernel of every quantized
     (scheme, layer kind) class. `hardware` is empty for an unquantized checkpoint, one vLLM refuses, or a runtime

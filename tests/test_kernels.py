@@ -127,7 +127,7 @@ def test_the_kernel_facts_are_in_the_header_and_json_per_runtime() -> None:
     assert "kernels       not modelled for aeon-v0.27.1" in aeon_text and "0.33.0 on" not in aeon_text
     assert "h100" not in aeon_text and "h200" not in aeon_text
     assert doctor(GENUINE / "llmc-llama-nvfp4", hardware="h100").to_dict()["checkpoint"]["nvfp4_kernels"] == {
-        "h100": "Humming / Marlin weight-only (no FP4 tensor cores)"
+        "h100": "Humming / Marlin weight-only"
     }
 
 
@@ -137,7 +137,9 @@ def test_deepgemm_is_named_by_model_type_on_blackwell() -> None:
     block = Scheme("fp8", "A8", "block")
     for hw in ("b200", "gb10"):
         assert select(block, "linear", hardware(hw), None, "fp8", None, "llama").family == "DeepGEMM"
-        assert select(block, "linear", hardware(hw), None, "fp8", None, "qwen3_5_moe_text").family == "CUTLASS block FP8"
+        assert (
+            select(block, "linear", hardware(hw), None, "fp8", None, "qwen3_5_moe_text").family == "CUTLASS block FP8"
+        )
     h100 = select(block, "linear", hardware("h100"), None, "fp8", None, "qwen3_5_text")
     assert h100.family == "FlashInfer block-scale FP8 (SM90) / DeepGEMM"
     assert select(block, "moe", hardware("gb10"), None, "fp8", None, "qwen3_moe").family == "DeepGEMM"
@@ -156,7 +158,7 @@ def test_inspect_names_the_kernels_once() -> None:
     layer = next(r for r in moe.layers if r.layer == "model.layers.1")
     assert dict(layer.kernel) == {
         "gb10": "linear: FlashInfer-CUTLASS / CUTLASS (native FP4); experts: FlashInfer-CUTLASS (native FP4)",
-        "h100": "linear: Humming / Marlin weight-only (no FP4 tensor cores) (slow fallback); "
+        "h100": "linear: Humming / Marlin weight-only (slow fallback); "
         "experts: Humming / Marlin weight-only (slow fallback)",
     }
     assert next(r for r in moe.layers if r.layer == "lm_head").kernel == {}  # unquantized
@@ -204,7 +206,9 @@ def test_fp8_moe_fallback_warns_and_no_kernel_errors_on_an_asked_for_gpu() -> No
     a100 = _old_gpu("8.0")
     ctx = Context(ckpt=result.checkpoint, det=result.detection, hardware=(a100,), target="x")
     (finding,) = KernelSelection().check(ctx)
-    assert finding.severity == "warning" and "the 24 W8A8 FP8 (channel) expert module(s) on Marlin FP8" in finding.message
+    assert (
+        finding.severity == "warning" and "the 24 W8A8 FP8 (channel) expert module(s) on Marlin FP8" in finding.message
+    )
     ctx = Context(ckpt=result.checkpoint, det=result.detection, hardware=(_old_gpu("7.0"),), target="x")
     (finding,) = KernelSelection().check(ctx)
     experts = [k for k in finding.details["kernels"]["v100"] if k["layer"] == "moe"]

@@ -27,10 +27,7 @@ def test_dry_run_prints_the_predicted_after_state(tmp_path, capsys):
     code, out, _ = run_cli(["fix-prefix", folder, "--dry-run"], capsys)
     assert code == 0
     assert "doctor now:   1 error(s), 1 warning(s)" in out
-    assert (
-        "doctor after: 0 error(s), 1 warning(s), 0 info   CK502 fused-scale-mismatch   (predicted"
-        in out
-    )
+    assert "doctor after: 0 error(s), 1 warning(s), 0 info   CK502 fused-scale-mismatch   (predicted" in out
 
 
 def test_after_check_keeps_value_findings(tmp_path, capsys):
