@@ -51,7 +51,9 @@ def test_a_length_past_the_context_has_one_verdict_in_plan_serve_flags_and_check
 def test_a_refused_checkpoint_is_one_finding_with_the_runtimes_that_load_it() -> None:
     findings = check_serve(AWQ, f"vllm serve {AWQ}").findings
     refusals = [f for f in findings if "ModelOpt currently only supports" in f.message]
-    assert [f.code for f in refusals] == ["CK310"] and refusals[0].fix == "--runtime aeon-v0.26.0"
+    assert [f.code for f in refusals] == ["CK310"] and refusals[
+        0
+    ].fix == f"ckpt serve-flags --runtime aeon-v0.26.0 {AWQ}"
     assert [f.code for f in serve_flags(AWQ).findings if f.severity == "error"] == ["CK310"]
 
 

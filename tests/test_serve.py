@@ -129,7 +129,9 @@ def test_awq_rejected_upstream_loads_on_image():
     result = check_serve(AWQ, ["vllm serve m --quantization modelopt_fp4"])
     # One defect, one finding (issue 28 item 3): doctor's unsupported-quant-algo, with the runtimes that load it.
     (rejected,) = [f for f in result.findings if f.severity == "error"]
-    assert rejected.slug == "unsupported-quant-algo" and rejected.fix == "--runtime aeon-v0.26.0"
+    assert (
+        rejected.slug == "unsupported-quant-algo" and rejected.fix == f"ckpt serve-flags --runtime aeon-v0.26.0 {AWQ}"
+    )
     assert rejected.details["alternatives"] == "aeon-v0.26.0, aeon-v0.27.1"
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import shlex
+
 from collections.abc import Iterable
 
 from ..detect.resolve import detect
@@ -33,7 +35,7 @@ class UnsupportedQuantAlgo(Rule):
 
     Fix
     Re-export with a scheme the runtime loads, or choose a runtime profile that loads it (the finding's fix names the
-    first; `details.alternatives` lists them all). check-serve and serve-flags report this same finding for a
+    first, as a `ckpt serve-flags --runtime` command; `details.alternatives` lists them all). check-serve and serve-flags report this same finding for a
     command on that runtime (it folds the former CS111 checkpoint-rejected).
     """
 
@@ -56,7 +58,8 @@ class UnsupportedQuantAlgo(Rule):
                 message,
                 files=[ctx.det.config.file] if source else [],
                 count=1,
-                fix=f"--runtime {alternatives[0]}" if alternatives else None,
+                # serve-flags for a runtime that loads it (Hub targets too: nothing is rewritten)
+                fix=f"ckpt serve-flags --runtime {alternatives[0]} {shlex.quote(ctx.target)}" if alternatives else None,
                 details={
                     "runtime": det.runtime.id,
                     "quant_algo": det.quant_algo,
