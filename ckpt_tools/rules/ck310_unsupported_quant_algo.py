@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shlex
-
 from collections.abc import Iterable
 
 from ..detect.resolve import detect
