@@ -20,7 +20,7 @@ from .knowledge.hardware import Hardware
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
-from .report.text import checkpoint_lines, hub_lines, human_size
+from .report.text import HEADER_INDENT, checkpoint_lines, hub_lines, human_size, terminal_width, wrap
 
 if TYPE_CHECKING:
     from .pipeline import Analysis
@@ -98,11 +98,12 @@ class Inspection:
         return out
 
     def render_text(self) -> str:
-        """What `ckpt inspect` prints."""
+        """What `ckpt inspect` prints (header lines wrapped to the terminal, `report.text.terminal_width`)."""
+        width = terminal_width()
+        header = checkpoint_lines(dict(self.checkpoint)) + hub_lines(dict(self.hub) if self.hub is not None else None)
         out = [
             f"ckpt inspect {self.target}",
-            *checkpoint_lines(dict(self.checkpoint)),
-            *hub_lines(dict(self.hub) if self.hub is not None else None),
+            *(part for line in header for part in wrap(line, width, HEADER_INDENT)),
             "",
             "dtype census:",
         ]
@@ -110,12 +111,8 @@ class Inspection:
             f"  {r.component:<8} {r.dtype:<12} {r.tensors:>8,} tensors  {human_size(r.bytes):>10}" for r in self.census
         ]
         out += ["", *memory_lines(self.memory), "", "schemes per layer (declared by the config -> on disk):"]
-        for r in self.layers:
-            out.append(f"  {r.layer:<48} {r.summary}")
-            if len(r.kernel) == 1:
-                out[-1] += f"  [kernel: {next(iter(r.kernel.values()))}]"
-            elif r.kernel:
-                out.append(" " * 51 + "kernel: " + "; ".join(f"{hw} {k}" for hw, k in r.kernel.items()))
+        # The kernels are the header's (one line per GPU family), said once: a layer's kernel is its schemes'.
+        out += [f"  {r.layer:<48} {r.summary}" for r in self.layers]
         if self.tensors is not None:
             out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
             out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]
@@ -143,22 +140,28 @@ def _module_dicts(rows: Sequence[ModuleRow]) -> list[dict[str, Any]]:
 
 
 def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequence[str] = ()) -> Inspection:
-    """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing; the kernel
-    column names `hardware` (profile ids), else the runtime's default GPU, else every profile."""
-    from .kernels import default_profiles
+    """The census of an analysed checkpoint; `pattern` (a glob over tensor names) adds a tensor listing; kernel facts
+    (the header's `kernels` lines, the per-layer `kernel` field) name `hardware` (profile ids), else the GPUs the
+    runtime runs on, else every profile."""
+    from .kernels import kernel_facts, kernel_profiles, nvfp4_kernels, text_model_type
     from .knowledge.hardware import hardware as profile
     from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
-    profiles = tuple(profile(h) for h in hardware) if hardware else default_profiles(det.runtime)
+    chosen = tuple(profile(h) for h in hardware)
+    model_type = text_model_type(ckpt.config)
+    checkpoint = dict(report.checkpoint)
+    if chosen:
+        checkpoint["nvfp4_kernels"] = nvfp4_kernels(det, chosen, model_type)
+        checkpoint["kernels"] = kernel_facts(det, chosen, model_type)
     hub = report.extra.get("hub")
     return Inspection(
         target=report.target,
-        checkpoint=MappingProxyType(dict(report.checkpoint)),
+        checkpoint=MappingProxyType(checkpoint),
         hub=hub,
         census=census(ckpt, det),
         modules=tuple(det.rows),
-        layers=layer_table(det, profiles),
+        layers=layer_table(det, kernel_profiles(det.runtime, chosen), model_type),
         memory=memory_figures(analysis),
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
@@ -229,7 +232,9 @@ def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 
-def layer_table(det: Detection, profiles: Sequence[Hardware] = ()) -> tuple[LayerRow, ...]:
+def layer_table(
+    det: Detection, profiles: Sequence[Hardware] = (), model_type: str | None = None
+) -> tuple[LayerRow, ...]:
     """Module rows grouped by layer prefix, with scheme counts, in natural order (layer 10 after layer 9), and the
     kernel families vLLM picks per profile for each layer.
 
@@ -263,7 +268,7 @@ def layer_table(det: Detection, profiles: Sequence[Hardware] = ()) -> tuple[Laye
             layer,
             MappingProxyType(dict(c)),
             ", ".join(f"{n}x {lbl}" for lbl, n in sorted(c.items())),
-            MappingProxyType(row_kernels(det, members[layer], profiles)),
+            MappingProxyType(row_kernels(det, members[layer], profiles, model_type)),
         )
         for layer, c in sorted(groups.items(), key=lambda kv: natural(kv[0]))
     )

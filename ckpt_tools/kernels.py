@@ -1,8 +1,10 @@
 """Which kernel family vLLM auto-selects for each quantized module on each hardware profile (rules/kernels.toml).
 
-One job: apply the selection table to a scheme, a layer kind (linear / fused MoE) and a GPU's compute capability.
-The kernel-selection rule (CK405), inspect's per-layer `kernel` field and the JSON report all ask `kernels_for`, so
-they cannot disagree. Schema: rules/README.md ("kernels.toml").
+One job: apply the selection table to a scheme, a layer kind (linear / fused MoE), a GPU's compute capability and
+the model (where vLLM decides by model type), for the runtime profiles whose release the table restates. The report
+header's `kernels` lines, the JSON `checkpoint.kernels`, inspect's per-layer `kernel` field and the
+kernel-selection rule (CK405) all ask `kernels_for`, so they cannot disagree. Schema: rules/README.md
+("kernels.toml").
 """
 
 from __future__ import annotations
@@ -46,11 +48,25 @@ def table_version() -> str:
     return kernel_table().vllm_version
 
 
+def modelled(runtime: Runtime) -> bool:
+    """Whether rules/kernels.toml restates this runtime's kernel selection (an image built from another vLLM release
+    gets no kernel facts rather than another release's)."""
+    return runtime.id in kernel_table().runtimes
+
+
 def default_profiles(runtime: Runtime) -> tuple[Hardware, ...]:
-    """The profiles kernels are named for when no `--hardware` is given: the runtime's default GPU (an image built
-    for one), else every profile."""
-    default = runtime.serve.default_hardware
-    return (hardware(default),) if default else hardware_profiles()
+    """The profiles kernels are named for when no `--hardware` is given: the GPUs the runtime runs on (an image
+    built for some), else every profile."""
+    ids = runtime.hardware_ids
+    return tuple(hardware(h) for h in ids) if ids else hardware_profiles()
+
+
+def kernel_profiles(runtime: Runtime, chosen: Sequence[Hardware] = ()) -> tuple[Hardware, ...]:
+    """The profiles kernel facts are given for: the chosen ones (`--hardware`), else `default_profiles`; none when
+    the table does not model the runtime."""
+    if not modelled(runtime):
+        return ()
+    return tuple(chosen) if chosen else default_profiles(runtime)
 
 
 def capability(hw: Hardware) -> int:
@@ -71,10 +87,11 @@ def select(
     group_size: int | None = None,
     method: str | None = None,
     input_type: str | None = None,
+    text_model_type: str | None = None,
 ) -> Kernel | None:
     """The kernel family for one scheme and layer kind on one GPU, under the `--quantization` method vLLM resolved
-    (`input_type`: the config group's activation type, `int` / `float`, where it gives one); None when the table does
-    not model the scheme."""
+    (`input_type`: the config group's activation type, `int` / `float`, where it gives one; `text_model_type`: the
+    text config's model_type, which some picks depend on); None when the table does not model the scheme."""
     if not scheme.quantized:
         return None
     for sel in selections():
@@ -82,7 +99,7 @@ def select(
             continue
         cc = capability(hw)
         for pick in sel.picks:
-            if pick.matches(cc, group_size):
+            if pick.matches(cc, group_size, text_model_type):
                 family = pick.kernel if pick.kernel is not None else str(getattr(hw, sel.hardware_key or ""))
                 return Kernel(family, pick.fallback, sel.id, sel.source, sel.no_kernel)
         return Kernel(None, None, sel.id, sel.source, sel.no_kernel)
@@ -140,9 +157,17 @@ def loads(det: Detection) -> bool:
     return det.vllm_quantization is not None and not det.rejection
 
 
-def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]:
-    """Per profile, per (declared scheme, layer kind): the kernel vLLM builds, in a stable order; [] for a
-    checkpoint vLLM refuses."""
+def text_model_type(config: Mapping[str, Any] | None) -> str | None:
+    """The model_type of vLLM's `hf_text_config`: the config's `text_config`, else the config itself."""
+    cfg = config or {}
+    text = cfg.get("text_config")
+    value = (text if isinstance(text, dict) else cfg).get("model_type")
+    return value if isinstance(value, str) else None
+
+
+def kernels_for(det: Detection, profiles: Sequence[Hardware], model_type: str | None = None) -> list[KernelUse]:
+    """Per profile, per (declared scheme, layer kind): the kernel vLLM builds for a model whose text config has
+    `model_type`, in a stable order; [] for a checkpoint vLLM refuses."""
     if not loads(det):
         return []
     # Keyed by label, not by Scheme: a hostile config's detail may be unhashable. A row class shares the declared
@@ -156,7 +181,7 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     out = []
     for hw in profiles:
         for (label, layer, gs, it), (scheme, n) in sorted(classes.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            k = select(scheme, layer, hw, gs, det.vllm_quantization, it)
+            k = select(scheme, layer, hw, gs, det.vllm_quantization, it, model_type)
             if k is not None:
                 if k.family is None and gs is not None:
                     k = replace(k, no_kernel=k.no_kernel.replace("group_size = N", f"group_size = {gs}"))
@@ -164,7 +189,9 @@ def kernels_for(det: Detection, profiles: Sequence[Hardware]) -> list[KernelUse]
     return out
 
 
-def row_kernels(det: Detection, classes: Sequence[RowClass], profiles: Sequence[Hardware]) -> dict[str, str]:
+def row_kernels(
+    det: Detection, classes: Sequence[RowClass], profiles: Sequence[Hardware], model_type: str | None = None
+) -> dict[str, str]:
     """Hardware id -> the kernel labels of these row classes (one layer of inspect's table, in the order of their
     first rows), joined; {} when none of them is quantized with a modelled scheme or vLLM refuses the checkpoint."""
     out: dict[str, str] = {}
@@ -180,7 +207,13 @@ def row_kernels(det: Detection, classes: Sequence[RowClass], profiles: Sequence[
             key = (hw.id, c.declared.label, kind, c.group)
             if key not in picked:
                 picked[key] = select(
-                    c.declared, kind, hw, _group_size(det, c.group), det.vllm_quantization, _input_type(det, c.group)
+                    c.declared,
+                    kind,
+                    hw,
+                    _group_size(det, c.group),
+                    det.vllm_quantization,
+                    _input_type(det, c.group),
+                    model_type,
                 )
             k = picked[key]
             if k is not None and k.label not in by_kind.get(kind, []):
@@ -191,4 +224,48 @@ def row_kernels(det: Detection, classes: Sequence[RowClass], profiles: Sequence[
             out[hw.id] = "; ".join(
                 f"{'experts' if kind == 'moe' else 'linear'}: {', '.join(by_kind[kind])}" for kind in sorted(by_kind)
             )
+    return out
+
+
+def use_dict(u: KernelUse) -> dict[str, Any]:
+    return {
+        "scheme": u.scheme,
+        "layer": u.layer,
+        "modules": u.modules,
+        "kernel": u.kernel.family,
+        "fallback": u.kernel.fallback,
+        "source": u.kernel.source,
+    }
+
+
+def kernel_facts(det: Detection, chosen: Sequence[Hardware] = (), model_type: str | None = None) -> dict[str, Any]:
+    """The report's `checkpoint.kernels`: which release's selection is applied (`vllm_version`, None when the table
+    does not model the runtime), and per GPU (the chosen ones, else the runtime's) the kernel of every quantized
+    (scheme, layer kind) class. `hardware` is empty for an unquantized checkpoint, one vLLM refuses, or a runtime
+    the table does not model."""
+    profiles = kernel_profiles(det.runtime, chosen)
+    by_hw: dict[str, list[dict[str, Any]]] = {}
+    for u in kernels_for(det, profiles, model_type) if profiles else []:
+        by_hw.setdefault(u.hardware, []).append(use_dict(u))
+    return {
+        "runtime": det.runtime.id,
+        "vllm_version": table_version() if modelled(det.runtime) else None,
+        "table_version": table_version(),
+        "hardware": by_hw,
+    }
+
+
+def nvfp4_kernels(det: Detection, chosen: Sequence[Hardware] = (), model_type: str | None = None) -> dict[str, str]:
+    """Hardware id -> the kernel family vLLM auto-selects for the NVFP4 linears of the activation mode it builds (W4A4
+    where the config declares input activations, else W4A16), for the chosen GPUs or the runtime's; {} without
+    NVFP4 layers or for a runtime the table does not model."""
+    mode = det.activation_mode
+    if mode is None or not loads(det):
+        return {}
+    scheme = Scheme("nvfp4", "A4" if mode == "W4A4" else "A16")
+    out = {}
+    for hw in kernel_profiles(det.runtime, chosen):
+        k = select(scheme, "linear", hw, None, det.vllm_quantization, None, model_type)
+        if k is not None and k.family is not None:
+            out[hw.id] = k.family
     return out

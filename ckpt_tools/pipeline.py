@@ -293,7 +293,7 @@ class Judging:
             "suppressions": tuple(suppressions),
             "extra": dict(extra or {}),
         }
-        summary = checkpoint_summary(ckpt, det, profiles)
+        summary = checkpoint_summary(ckpt, det, profiles if hardware_ids else ())
         return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, extra or {}, settings, summary)
 
     def interim(self) -> Analysis:
@@ -435,7 +435,11 @@ def doctor(
     ).report
 
 
-def checkpoint_summary(ckpt: Checkpoint, det: Detection, profiles: Sequence[Hardware] = ()) -> dict:
+def checkpoint_summary(ckpt: Checkpoint, det: Detection, chosen: Sequence[Hardware] = ()) -> dict:
+    """The report's `checkpoint` object; kernel facts name the `chosen` GPUs (`--hardware`), else the runtime's."""
+    from .kernels import kernel_facts, nvfp4_kernels, text_model_type
+
+    model_type = text_model_type(ckpt.config)
     return {
         "producer": det.producer,
         "quant_algo": det.quant_algo,
@@ -456,16 +460,9 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection, profiles: Sequence[Hard
         "made_by": det.made_by,
         "schemes": _scheme_counts(det),
         "disk_activation_mode": det.disk_activation_mode,
-        "nvfp4_kernels": nvfp4_kernels(det.activation_mode, profiles),
+        "nvfp4_kernels": nvfp4_kernels(det, chosen, model_type),
+        "kernels": kernel_facts(det, chosen, model_type),
     }
-
-
-def nvfp4_kernels(mode: str | None, profiles: Sequence[Hardware]) -> dict[str, str]:
-    """Hardware id -> the NVFP4 kernel family vLLM auto-selects for the activation mode it builds (rules/hardware.toml).
-    Without FP4 tensor cores (Hopper) a W4A4 config also runs weight-only (Marlin), so the input scales are unused."""
-    if mode is None:
-        return {}
-    return {h.id: h.nvfp4_w4a4 if mode == "W4A4" else h.nvfp4_w4a16 for h in profiles}
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:

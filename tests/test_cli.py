@@ -32,8 +32,9 @@ def test_clean_checkpoint_exits_0() -> None:
     proc = ckpt("doctor", str(GENUINE / "modelopt-qwen35moe-nvfp4"))
     assert proc.returncode == 0, proc.stdout
     assert "modelopt NVFP4" in proc.stdout and "--quantization modelopt_fp4" in proc.stdout
-    # Only the kernel line (CK405, info): nothing to fix.
-    assert "0 error(s), 0 warning(s), 1 info" in proc.stdout and "CK405 kernel-selection" in proc.stdout
+    # The kernels are header facts (issue 28 item 4), not a finding: nothing to fix, nothing to note.
+    assert "0 error(s), 0 warning(s), 0 info" in proc.stdout and "CK405" not in proc.stdout
+    assert "  kernels       vLLM 0.33.0 on gb10, rtx5090: " in proc.stdout
 
 
 def test_demo_defect_exits_1_with_fix_command() -> None:
@@ -316,13 +317,13 @@ def test_only_the_console_entry_keeps_the_analysis_until_exit(entry: str, kept: 
     """`ckpt` (console) leaves its analysis to process exit; `main()` in a caller's process frees it (a test run
     or an embedding program runs many commands in one process). Output and exit status are the same."""
     target = str(GENUINE / "llmc-qwen35moe-nvfp4")
-    args = ["doctor", target, "--headers-only", "-f", "json", "--fail-on", "info"]
+    args = ["doctor", target, "--headers-only", "-f", "json", "--fail-on", "warning", "--hardware", "h100"]
     proc = subprocess.run(
         [sys.executable, "-c", CONSOLE_PROBE.format(entry=entry), *args], capture_output=True, text=True, timeout=120
     )
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # W4A4 NVFP4 on Hopper: CK405's slow-fallback warning
     assert proc.stderr.strip().splitlines()[-1] == f"KEPT {kept}"
-    assert json.loads(proc.stdout)["summary"]["info"] == 1
+    assert json.loads(proc.stdout)["summary"]["warning"] == 1
 
 
 SERVE_PROBE = """

@@ -46,8 +46,8 @@ def test_doctor_takes_paths_and_matches_the_cli(tmp_path: Path) -> None:
     assert isinstance(report, ckpt_tools.Report)
     assert report.target == str(folder)
     assert report.exit_code("error") == 1 and report.summary["error"] == 1
-    kernels, finding = report.findings  # by code: the kernel line (info), then the defect
-    assert kernels.slug == "kernel-selection" and kernels.severity == "info"
+    (finding,) = report.findings  # the defect alone: the kernels are header facts, not findings
+    assert report.checkpoint["kernels"]["vllm_version"] == "0.33.0"
     assert finding.slug == "nan-fp8-scale" and finding.tensors == ("model.layers.1.mlp.gate_proj.weight_scale",)
     cli = CliRunner().invoke(app, ["doctor", str(folder), "--format", "json"])
     assert json.loads(cli.stdout) == json.loads(report.render("json")) == report.to_dict()
@@ -58,7 +58,7 @@ def test_doctor_options(tmp_path: Path) -> None:
     folder = copy_fixture("modelopt-llama-nvfp4", tmp_path)
     patch_tensor_bytes(folder, "model.layers.1.mlp.gate_proj.weight_scale", {5: 0xFF})
     quick = ckpt_tools.doctor(str(folder), headers_only=True)
-    assert [f.code for f in quick.findings] == ["CK405"] and "nan-fp8-scale" in {s["slug"] for s in quick.skipped}
+    assert [f.code for f in quick.findings] == [] and "nan-fp8-scale" in {s["slug"] for s in quick.skipped}
     awq = GENUINE / "modelopt-llama-nvfp4-awq"
     assert "ERROR" in ckpt_tools.doctor(awq, runtime="vllm-0.33", hardware=["gb10"]).render("text")
     with pytest.raises(UsageError, match="unknown hardware profile 'nope'"):
@@ -140,8 +140,8 @@ def test_the_github_actions_example_runs_and_uploads_what_it_wrote(
     assert result.exit_code == 0, result.output
     log = json.loads((tmp_path / upload["with"]["sarif_file"]).read_text())
     assert list(SARIF.iter_errors(log)) == []
-    alert, _kernels = log["runs"][0]["results"]  # CK401's warning, then CK405's kernel line (a note)
-    assert (alert["ruleId"], _kernels["ruleId"], _kernels["level"]) == ("CK401", "CK405", "note")
+    (alert,) = log["runs"][0]["results"]  # CK401's warning alone: the kernels are not findings
+    assert alert["ruleId"] == "CK401"
     assert alert["locations"][0]["physicalLocation"]["artifactLocation"] == {
         "uri": "models/llama-nvfp4/model.safetensors",
         "uriBaseId": "%SRCROOT%",

@@ -53,8 +53,8 @@ def test_sarif_and_json_for_a_hub_repo(hub: HubServer, tmp_path: Path) -> None:
     done = run(hub, tmp_path, "-m", "ckpt_tools.cli.main", "doctor", "acme/llama-nvfp4", "--deep", "-f", "sarif")
     log = json.loads(done.stdout)
     assert list(SARIF.iter_errors(log)) == []
-    result, kernels = log["runs"][0]["results"]  # by severity: the defect, then the kernel line (a note)
-    assert (result["ruleId"], kernels["ruleId"], kernels["level"]) == ("CK501", "CK405", "note")
+    (result,) = log["runs"][0]["results"]  # the defect alone: the kernels are header facts, not findings
+    assert result["ruleId"] == "CK501"
     location = result["locations"][0]
     assert location["physicalLocation"]["artifactLocation"] == {
         "uri": f"{hub.url}/acme/llama-nvfp4/blob/{commit}/model.safetensors"
@@ -73,4 +73,4 @@ def test_the_python_api_takes_a_repo_id(hub: HubServer, tmp_path: Path) -> None:
     done = run(hub, tmp_path, "-c", script)
     assert done.returncode == 0, done.stderr
     value_rules = [r.slug for r in all_rules() if r.needs_values]  # nan-fp8-scale and the catalogue's value rules
-    assert done.stdout.split("\n")[0] == f"0 {value_rules} 1 ['kernel-selection', 'nan-fp8-scale']"
+    assert done.stdout.split("\n")[0] == f"0 {value_rules} 1 ['nan-fp8-scale']"

@@ -276,7 +276,8 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
     assert too_long.returncode == 1
     doc = json.loads(too_long.stdout)
     SCHEMA.validate(doc)
-    assert doc["fits"] is False and "above the model's context" in doc["reason"]
+    # check-serve's max-model-len-exceeded, word for word (issue 28 item 3)
+    assert doc["fits"] is False and "exceeds the checkpoint's max_position_embeddings=4096" in doc["reason"]
     assert doc["requested"] == {"max_model_len": 8192}
 
     starved = run(str(GENUINE / LLAMA), "--hardware", "rtx5090", "--gpu-memory-utilization", "0.1")

@@ -188,4 +188,5 @@ def test_a_length_above_the_context_is_not_a_memory_finding(dense: Path) -> None
     _, findings = check_serve_json(GENUINE / "base-llama-bf16", "gb10", "--max-model-len", "8192", served="x")
     assert not memory_findings(findings)
     flags = ckpt("serve-flags", str(GENUINE / "base-llama-bf16"), "--hardware", "gb10", "--max-model-len", "8192")
-    assert flags.returncode == 0 and "--max-model-len 8192" in flags.stdout
+    assert flags.returncode == 1 and "error: CS120 max-model-len-exceeded" in flags.stderr  # the context, not memory
+    assert "memory-does-not-fit" not in flags.stderr and "does not fit" not in flags.stderr

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from ._load import Table, build_file
+from ._load import REQUIRED, Table, build_file
 
 if TYPE_CHECKING:
     from ..detect.schemes import Scheme
@@ -25,9 +25,12 @@ class Pick:
     min_capability: int | None = None
     max_capability: int | None = None
     group_sizes: frozenset[int] | None = None
+    text_model_types: frozenset[str] | None = None  # the text config's model_type, where vLLM decides by model
     fallback: str | None = None
 
-    def matches(self, cc: int, group_size: int | None) -> bool:
+    def matches(self, cc: int, group_size: int | None, text_model_type: str | None = None) -> bool:
+        if self.text_model_types is not None and text_model_type not in self.text_model_types:
+            return False
         if self.capabilities and cc not in self.capabilities:
             return False
         if self.min_capability is not None and cc < self.min_capability:
@@ -77,6 +80,7 @@ class ForcedBackends:
 @dataclass(frozen=True)
 class KernelTable:
     vllm_version: str  # the release whose selection the table restates
+    runtimes: frozenset[str]  # the runtime profiles that run that release's selection
     selections: tuple[Selection, ...]
     forced_backends: ForcedBackends
 
@@ -88,6 +92,7 @@ def _pick(t: Table) -> Pick:
         min_capability=t.opt_integer("min_capability"),
         max_capability=t.opt_integer("max_capability"),
         group_sizes=frozenset(t.ints("group_sizes")) if t.has("group_sizes") else None,
+        text_model_types=frozenset(t.strs("text_model_types")) if t.has("text_model_types") else None,
         fallback=t.opt_string("fallback"),
     )
 
@@ -123,6 +128,7 @@ def _forced(t: Table) -> ForcedBackends:
 def parse(root: Table) -> KernelTable:
     return KernelTable(
         root.string("vllm_version"),
+        frozenset(root.strs("runtimes", REQUIRED)),
         root.each("selection", _selection, required=True),
         _forced(root.table("forced_backends")),
     )

@@ -119,6 +119,7 @@ class Answers:
     kv_cache_tokens: int  # vLLM's "KV cache size: N tokens" log line at the planned length
     max_concurrency: float  # vLLM's "Maximum concurrency for L tokens per request: Cx" at the planned length
     reason: str  # why it does not fit ("" when it does)
+    refused: bool = False  # vLLM refuses the asked length whatever the memory: `reason` says why
 
 
 def largest_length(p: Pages, available: int, seqs: int, ceiling: int) -> int:
@@ -143,7 +144,11 @@ def answer(
     max_model_len: int | None,
     max_num_seqs: int | None,
     seq_counts: tuple[int, ...],
+    refused: str | None = None,
 ) -> Answers:
+    """The answers for `max_model_len` / `max_num_seqs` (None: the largest that fit). `refused`: why vLLM refuses
+    the asked length at its config check (ckpt_tools/plan/limits.py), which is then the answer's reason; the memory
+    figures stay what the budget holds at that length (check-serve's memory check reads them)."""
     available = kv_budget - p.null_block_bytes
     longest = largest_length(p, available, 1, context)
     planned = max_model_len or longest
@@ -159,7 +164,9 @@ def answer(
     concurrency = num_blocks / blocks if blocks else 0.0
     tokens = int(concurrency * planned)
     reason = ""
-    if kv_budget <= 0:
+    if refused:  # vLLM stops at its config check, before it sizes any memory
+        reason = refused
+    elif kv_budget <= 0:
         reason = "the weights and the reserve leave no memory for the KV cache"
     elif longest == 0:
         reason = "not even one token of one sequence fits the KV budget"
@@ -178,4 +185,5 @@ def answer(
         kv_cache_tokens=tokens,
         max_concurrency=concurrency,
         reason=reason,
+        refused=bool(refused),
     )

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import UsageError
 from ..knowledge.memory import KvDtype, memory
 from . import facts
+from .limits import tensor_parallel_refusal
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
 ATTENTION_KINDS = (FULL, SLIDING, MLA)
@@ -103,8 +104,6 @@ def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: KvD
     heads = _int(cfg, "num_attention_heads", "n_head")
     if not heads:
         raise UsageError("the config gives no num_attention_heads: cannot size the KV cache")
-    if heads % tp:
-        raise UsageError(f"--tensor-parallel-size {tp} does not divide the {heads} attention heads")
     if kind == MLA:
         head_size = int(cfg["kv_lora_rank"]) + (_int(cfg, "qk_rope_head_dim") or 0)
         kv_heads, head_size_v = 1, 0  # one latent vector per token, replicated on every rank (max_tp_shards 1)
@@ -158,8 +157,6 @@ def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCach
             "linear_key_head_dim / linear_value_head_dim / linear_conv_kernel_dim: cannot size the state"
         )
     conv_dim = dk * nk * 2 + dv * nv
-    if conv_dim % tp or nv % tp:
-        raise UsageError(f"--tensor-parallel-size {tp} does not divide the linear-attention heads ({nv} value heads)")
     rule = memory().gated_delta_net
     conv_dtype = dtype if rule.conv_dtype == "model" else rule.conv_dtype
     ssm = cfg.get(rule.ssm_dtype_config_key)
@@ -210,6 +207,9 @@ def cache_model(
     kv = facts.kv_dtype(kv_name)
     model_bytes = int(facts.dtype_bytes(dtype) or 2)
     kinds, notes = layer_kinds(cfg)
+    refusal = tensor_parallel_refusal(cfg, tp)  # the check check-serve runs on a command (tensor-parallel-indivisible)
+    if refusal:
+        raise UsageError(refusal)
     layers = tuple(
         _gdn_layer(i, cfg, tp, dtype) if kind == GDN else _attention_layer(i, kind, cfg, tp, kv, model_bytes)
         for i, kind in enumerate(kinds)

@@ -23,6 +23,7 @@ from ..model.checkpoint import Checkpoint
 from . import facts
 from .budget import Answers, Pages, answer, pages
 from .layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
+from .limits import context_refusal
 from .weights import Weights, checkpoint_weights, combine
 
 SEQ_COUNTS = (1, 8, 32)  # the sequence counts every plan answers for (plus --max-num-seqs)
@@ -322,6 +323,14 @@ def plan_checkpoint(
     reserve = _reserve(cfg, tp)
     context = model_context(ckpt, settings.max_model_len)
     budget = int(device.bytes * util) - w.per_device_bytes - reserve.bytes
+    refused = None
+    if settings.max_model_len is not None:
+        # The verdict check-serve gives the same command (max-model-len-exceeded): vLLM refuses it at start-up.
+        from ..serve.facts import derived_max_model_len
+
+        derived, key = derived_max_model_len(cfg)
+        env = load_runtime(settings.runtime).behaviour.long_max_model_len_env
+        refused = context_refusal(settings.max_model_len, derived, key, env=env)
     ans = answer(
         p,
         budget,
@@ -329,6 +338,7 @@ def plan_checkpoint(
         max_model_len=settings.max_model_len,
         max_num_seqs=settings.max_num_seqs,
         seq_counts=SEQ_COUNTS,
+        refused=refused,
     )
     notes += _estimate_notes(w, cache, p, device, reserve, settings)
     return MemoryPlan(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from ..knowledge.runtimes import default_runtime_id
+from ..report.text import terminal_width, wrap
 from .layers import FULL, GDN, MLA, SLIDING
 from .planner import MemoryPlan
+
+VALUE_COLUMN = 15  # where a wrapped `  fits         NO: ...` line continues: two spaces and a label padded to 13
 
 
 def size(n: int) -> str:
@@ -59,7 +62,7 @@ def answer_lines(plan: MemoryPlan) -> list[str]:
         if a.max_model_len:
             head += f"; largest that fits one sequence: --max-model-len {a.max_model_len:,}"
     out = [head]
-    if a.planned_len:
+    if a.planned_len and not a.refused:  # no sequence count at a length vLLM does not start with
         out.append(
             f"sequences    {a.max_num_seqs:,} at {a.planned_len:,} tokens each "
             f"(KV cache size {a.kv_cache_tokens:,} tokens, concurrency {a.max_concurrency:.2f}x)"
@@ -80,11 +83,16 @@ def text(plan: MemoryPlan, *, explain: bool = False) -> str:
     head = f"ckpt plan {plan.target} on {where}, tensor parallel {plan.tp}, {s.runtime or default_runtime_id()}" + (
         f", drafter {plan.drafter}" if plan.drafter else ""
     )
-    out = [head, *("  " + ln for ln in summary_lines(plan)), *("  " + ln for ln in answer_lines(plan))]
+    width = terminal_width()
+
+    def block(lines: list[str], prefix: str, indent: int) -> list[str]:
+        return [part for ln in lines for part in wrap(prefix + ln, width, indent)]
+
+    out = [head, *block(summary_lines(plan) + answer_lines(plan), "  ", VALUE_COLUMN)]
     if explain:
-        out += ["", "arithmetic:", *("  " + ln for ln in arithmetic(plan))]
+        out += ["", "arithmetic:", *block(arithmetic(plan), "  ", 4)]
     if plan.notes:
-        out += ["", "notes:", *(f"  - {n}" for n in plan.notes)]
+        out += ["", "notes:", *block(list(plan.notes), "  - ", 4)]
     return "\n".join(out) + "\n"
 
 

@@ -1,6 +1,11 @@
-"""Human-readable report: a checkpoint header, findings grouped by severity, a one-line summary."""
+"""Human-readable report: a checkpoint header, findings grouped by severity, a one-line summary. Lines longer than
+the terminal are wrapped (`terminal_width`); JSON, Markdown and SARIF are never wrapped."""
 
 from __future__ import annotations
+
+import os
+import sys
+import textwrap
 
 from .model import Report
 
@@ -34,6 +39,65 @@ def activation_text(ck: dict) -> str:
     return mode
 
 
+def terminal_width() -> int | None:
+    """The width text output wraps to: `COLUMNS` when set, else the terminal's width when stdout is one; None (no
+    wrapping) when stdout is a pipe or a file, so `ckpt doctor ... | grep` still sees one finding per line."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def wrap(line: str, width: int | None, indent: int | None = None) -> list[str]:
+    """`line` cut at spaces to `width` columns; continuation lines start at `indent` columns (default: the line's
+    own indentation). Words longer than the width (tensor names, paths) are never split."""
+    if width is None or len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" ")) if indent is None else indent
+    return textwrap.wrap(
+        line,
+        width=max(width, lead + 20),
+        subsequent_indent=" " * lead,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]
+
+
+HEADER_INDENT = 16  # where the header's values start ("  quantization  ...")
+
+
+def _uses_text(uses: list[dict]) -> str:
+    parts = []
+    for u in uses:
+        kind = "expert" if u["layer"] == "moe" else "linear"
+        kernel = u["kernel"] or "no kernel"
+        parts.append(f"{u['modules']} {u['scheme']} {kind} -> {kernel}" + (" (slow fallback)" if u["fallback"] else ""))
+    return "; ".join(parts)
+
+
+def kernel_lines(ck: dict) -> list[str]:
+    """The kernel each quantized class of modules gets, one line per GPU family (GPUs that get the same kernels
+    share a line), under the runtime's release; or why there are none to give."""
+    facts = ck.get("kernels") or {}
+    by_hw = facts.get("hardware") or {}
+    if facts and facts.get("vllm_version") is None and ck.get("vllm_quantization"):
+        return [
+            f"  kernels       not modelled for {facts['runtime']}: rules/kernels.toml restates vLLM "
+            f"{facts['table_version']}'s selection only"
+        ]
+    if not by_hw:
+        return []
+    groups: dict[str, list[str]] = {}
+    for hw, uses in by_hw.items():
+        groups.setdefault(_uses_text(uses), []).append(hw)
+    lines = [f"{', '.join(hws)}: {text}" for text, hws in groups.items()]
+    head = f"  kernels       vLLM {facts['vllm_version']} on "
+    return [head + lines[0], *(" " * (len(head) - 3) + "on " + line for line in lines[1:])]
+
+
 def checkpoint_lines(ck: dict) -> list[str]:
     quant = "not quantized" if ck["producer"] == "none" else f"{ck['producer']} {ck.get('quant_algo') or ''}".strip()
     if ck.get("made_by"):
@@ -51,7 +115,7 @@ def checkpoint_lines(ck: dict) -> list[str]:
     ]
     if ck.get("runtime"):
         lines.append(f"  runtime       {ck['runtime']}")
-    return lines
+    return lines + kernel_lines(ck)
 
 
 def hub_lines(hub: dict | None) -> list[str]:
@@ -64,32 +128,38 @@ def hub_lines(hub: dict | None) -> list[str]:
     ]
 
 
-def render(report: Report, *, color: bool = False) -> str:
+def render(report: Report, *, color: bool = False, width: int | None = -1) -> str:
+    """The text report; `width`: the column to wrap long lines at (-1: `terminal_width()`, None: never)."""
+    if width == -1:
+        width = terminal_width()
     data = report.to_dict()
     out = [_paint(f"ckpt {report.command} {report.target}", "bold", color)]
-    out.extend(checkpoint_lines(data["checkpoint"]))
-    out.extend(hub_lines(data.get("hub")))
+    for line in checkpoint_lines(data["checkpoint"]) + hub_lines(data.get("hub")):
+        out.extend(wrap(line, width, HEADER_INDENT))
     out.append("")
     findings = report.sorted_findings()
     for f in findings:
         out.append(f"{_paint(f.severity.upper().ljust(7), f.severity, color)} {f.code} {f.slug}")
-        out.append(f"        {f.message}")
+        out.extend(wrap(f"        {f.message}", width))
         if f.tensors:
             shown = ", ".join(f.tensors[:SHOWN_TENSORS])
             more = f.count - min(len(f.tensors), SHOWN_TENSORS)
-            out.append(_paint(f"        tensors: {shown}" + (f" (+{more} more)" if more > 0 else ""), "dim", color))
+            line = f"        tensors: {shown}" + (f" (+{more} more)" if more > 0 else "")
+            out.extend(_paint(part, "dim", color) for part in wrap(line, width, 17))
         if f.files:
             files = ", ".join(f.files[:5]) + (f" (+{len(f.files) - 5} more)" if len(f.files) > 5 else "")
-            out.append(_paint(f"        files: {files}", "dim", color))
+            out.extend(_paint(part, "dim", color) for part in wrap(f"        files: {files}", width, 15))
         if f.fix:
-            out.append(f"        fix: {f.fix}")
+            out.extend(wrap(f"        fix: {f.fix}", width, 13))
         out.append("")
     by_reason: dict[str, list[str]] = {}  # one line per reason: a pointer checkout skips most rules for one cause
     for s in report.skipped:
         by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")
     for reason, rules in by_reason.items():
-        out.append(_paint(f"skipped {', '.join(rules)}: {reason}", "dim", color))
-    out.extend(_paint(f"suppressed {s['code']} {s['slug']}: {s['reason']}", "dim", color) for s in report.suppressed)
+        out.extend(_paint(part, "dim", color) for part in wrap(f"skipped {', '.join(rules)}: {reason}", width, 2))
+    for s in report.suppressed:
+        line = f"suppressed {s['code']} {s['slug']}: {s['reason']}"
+        out.extend(_paint(part, "dim", color) for part in wrap(line, width, 2))
     summary = data["summary"]
     if not findings:
         out.append(_paint("No findings.", "bold", color))

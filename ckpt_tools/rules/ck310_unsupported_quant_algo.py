@@ -1,8 +1,17 @@
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
+from ..detect.resolve import detect
+from ..knowledge.runtimes import runtime_ids
+from ..model.checkpoint import Checkpoint
 from .base import Context, Finding, Rule, files_of, register
+
+
+def accepting_runtimes(ckpt: Checkpoint, current: str) -> tuple[str, ...]:
+    """The runtime profiles (other than `current`) whose detection loads the checkpoint."""
+    return tuple(rid for rid in runtime_ids() if rid != current and detect(ckpt, rid).rejection is None)
 
 
 @register
@@ -24,7 +33,9 @@ class UnsupportedQuantAlgo(Rule):
     Exporting with ModelOpt `NVFP4_AWQ_LITE_CFG` and serving with upstream vLLM.
 
     Fix
-    Re-export with a scheme the runtime loads, or choose a runtime profile that supports it (`--runtime`).
+    Re-export with a scheme the runtime loads, or choose a runtime profile that loads it (the finding's fix names the
+    first, as a `ckpt serve-flags --runtime` command; `details.alternatives` lists them all). check-serve and serve-flags report this same finding for a
+    command on that runtime (it folds the former CS111 checkpoint-rejected).
     """
 
     code = "CK310"
@@ -41,11 +52,18 @@ class UnsupportedQuantAlgo(Rule):
             message = f"{det.runtime.name} refuses this checkpoint: {det.rejection}"
             if hint:
                 message += f" Fix: {hint}."
+            alternatives = accepting_runtimes(ctx.ckpt, det.runtime.id)
             yield self.finding(
                 message,
                 files=[ctx.det.config.file] if source else [],
                 count=1,
-                details={"runtime": det.runtime.id, "quant_algo": det.quant_algo},
+                # serve-flags for a runtime that loads it (Hub targets too: nothing is rewritten)
+                fix=f"ckpt serve-flags --runtime {alternatives[0]} {shlex.quote(ctx.target)}" if alternatives else None,
+                details={
+                    "runtime": det.runtime.id,
+                    "quant_algo": det.quant_algo,
+                    "alternatives": ", ".join(alternatives),
+                },
             )
             return
         if det.runtime.quantization.modelopt.loads_pre_quant_scale:

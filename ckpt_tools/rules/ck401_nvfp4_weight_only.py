@@ -105,7 +105,7 @@ class Nvfp4WeightOnly(Rule):
             where = f" on {', '.join(native)}" if native and fallback else ""
             marlin = (
                 f" On {', '.join(h.id for h in fallback)} (no FP4 tensor cores) vLLM falls back to "
-                f"{fallback[0].nvfp4_w4a4.replace(' (no FP4 tensor cores)', '')}, which does not use input "
+                f"{fallback[0].nvfp4_w4a4}, which does not use input "
                 f"scales."
                 if fallback
                 else ""

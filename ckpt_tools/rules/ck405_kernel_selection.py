@@ -3,46 +3,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import chain
 
-from ..kernels import KernelUse, default_profiles, kernels_for, table_version
+from ..kernels import KernelUse, kernel_profiles, kernels_for, table_version, text_model_type, use_dict
 from ..knowledge.hardware import profiles as hardware_profiles
 from .base import Context, Finding, Rule, module_files, register
 
 
-def _line(uses: list[KernelUse]) -> str:
-    parts = [
-        f"{u.modules} {u.scheme} {'expert' if u.layer == 'moe' else 'linear'} module(s) -> {u.kernel.label}"
-        for u in uses
-    ]
-    return ", ".join(parts)
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:] + "."
+def _what(u: KernelUse) -> str:
+    return f"{u.modules} {u.scheme} {'expert' if u.layer == 'moe' else 'linear'} module(s)"
 
 
 @register
 class KernelSelection(Rule):
-    """Which kernel family vLLM 0.33 picks for the checkpoint's quantized layers on each GPU, and where that is a slow
-    fallback.
+    """A chosen GPU runs the checkpoint's quantized layers on a slow fallback kernel, or has no kernel for them.
 
     What it catches
     For every quantization scheme and layer kind (linear, fused MoE experts) of the checkpoint, the kernel family
-    vLLM 0.33 auto-selects on each hardware profile (`--hardware`, else the runtime's default GPU, else every
-    profile in rules/hardware.toml),
-    from rules/kernels.toml: NVFP4 (CUTLASS / FlashInfer on capability 10.0 and up, Marlin / Humming weight-only
-    below), FP8 block (DeepGEMM, FlashInfer on SM90), per-tensor and per-channel FP8 (FlashInfer / CUTLASS), FP8 MoE
-    experts (FlashInfer TRTLLM / FlashInfer-CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin weight-only), MXFP4
-    (gpt-oss MoE backends, FlashInfer / Marlin linears), MXFP8, W8A8 int8, GPTQ / AWQ / compressed-tensors W4A16
-    (Machete on SM90, Marlin, Humming when the group size does not fit Marlin). A family is a slow fallback when it
-    drops what the checkpoint was made for: a W4A4 or W8A8 checkpoint on a weight-only kernel, or a generic kernel
-    because the group size does not fit the fast one.
-    - info: the kernel per profile (always, for a checkpoint vLLM loads).
-    - warning: `--hardware` was given and a chosen profile runs a slow fallback.
-    - error: vLLM has no kernel for a layer on a chosen profile (`--hardware`) or on every profile: e.g. GPTQ / AWQ
-      (`auto_gptq` / `auto_awq`, Marlin-only in vLLM 0.33) with a group size Marlin does not run.
-    Weight-only NVFP4 by design is nvfp4-weight-only's (CK401) and is listed here without a warning; a checkpoint
-    vLLM refuses (unsupported-quant-algo and the like) or cannot read (a shard that is an LFS pointer or missing) gets
-    no kernel line.
+    vLLM 0.33 auto-selects on each GPU, from rules/kernels.toml (the same facts the report header's `kernels` lines
+    and `ckpt inspect` give, per runtime: a runtime profile built from another vLLM release is not judged). A family
+    is a slow fallback when it drops what the checkpoint was made for: a W4A4 or W8A8 checkpoint on a weight-only
+    kernel, or a generic kernel because the group size does not fit the fast one.
+    - warning: `--hardware` was given and a chosen GPU runs a slow fallback (W4A4 NVFP4 or MXFP8 on Hopper, FP8
+      experts below SM89).
+    - error: vLLM has no kernel for a layer on a chosen GPU (`--hardware`), or on every GPU the runtime runs on:
+      e.g. GPTQ / AWQ (`auto_gptq` / `auto_awq`, Marlin-only in vLLM 0.33) with a group size Marlin does not run.
+    Nothing otherwise: which kernel each GPU picks is a fact of the header, not a finding. Weight-only NVFP4 by
+    design is nvfp4-weight-only's (CK401), never a fallback here; a checkpoint vLLM refuses (unsupported-quant-algo
+    and the like) or cannot read (a shard that is an LFS pointer or missing) is not judged.
 
     Why it matters
     vLLM picks kernels by GPU capability (vllm/model_executor/kernels/linear/__init__.py and
@@ -55,67 +41,49 @@ class KernelSelection(Rule):
     group size Marlin cannot run, and expecting the speed quoted for Blackwell or Marlin.
 
     Fix
-    Serve on a GPU whose native kernel the table names, or re-quantize for the target: FP8 (block or per-tensor) on
+    Serve on a GPU whose native kernel the header names, or re-quantize for the target: FP8 (block or per-tensor) on
     Hopper, NVFP4 on Blackwell, GPTQ / AWQ with group size 32, 64 or 128.
     """
 
     code = "CK405"
     slug = "kernel-selection"
-    severity = "info"
-    title = "Kernel family per GPU"
+    severity = "warning"
+    title = "Slow fallback or no kernel on the chosen GPU"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         det = ctx.det
         if ctx.ckpt.unavailable_tensors:
             return  # a shard cannot be read (an LFS pointer, a missing file): nothing loads, that finding says why
         explicit = {h.id for h in ctx.hardware} != {h.id for h in hardware_profiles()}
-        uses = kernels_for(det, ctx.hardware if explicit else default_profiles(det.runtime))
-        if not uses:
-            return
-        by_hw: dict[str, list[KernelUse]] = {}
-        for u in uses:
-            by_hw.setdefault(u.hardware, []).append(u)
-        slow = [u for u in uses if u.kernel.fallback]
+        profiles = kernel_profiles(det.runtime, ctx.hardware if explicit else ())
+        uses = kernels_for(det, profiles, text_model_type(ctx.ckpt.config)) if profiles else []
         missing = [u for u in uses if u.kernel.family is None]
-        severity = "info"
-        everywhere = {u.hardware for u in missing} == {u.hardware for u in uses}
+        everywhere = bool(missing) and {u.hardware for u in missing} == {u.hardware for u in uses}
+        slow = [u for u in uses if u.kernel.fallback] if explicit else []
         if missing and (explicit or everywhere):  # a chosen GPU, or every GPU: vLLM fails to load the layer
-            severity = "error"
-        elif explicit and slow:
-            severity = "warning"
-        # GPUs that get the same kernels share one entry (`h200, h100: ...`), in profile order.
-        same: dict[str, list[str]] = {}
-        for hw, us in by_hw.items():
-            same.setdefault(_line(us), []).append(hw)
-        text = "; ".join(f"{', '.join(hws)}: {line}" for line, hws in same.items())
-        notes = []
-        if missing:
             u = missing[0]
-            where = "every GPU listed" if everywhere and len(by_hw) > 1 else u.hardware
-            notes.append(f"on {where} vLLM has no kernel for the {u.scheme} layers ('{u.kernel.no_kernel}')")
-        if slow:
+            where = ", ".join(dict.fromkeys(m.hardware for m in missing))
+            what = " and ".join(_what(m) for m in missing if m.hardware == u.hardware)
+            message = (
+                f"vLLM {table_version()} has no kernel for the {what} on {where}: it stops at load with "
+                f"'{u.kernel.no_kernel}'."
+            )
+            severity, shown = "error", missing
+        elif slow:
             u = slow[0]
-            where = ", ".join(sorted({s.hardware for s in slow}))
-            notes.append(f"slow fallback on {where}: {u.kernel.fallback}")
+            where = ", ".join(dict.fromkeys(s.hardware for s in slow))
+            what = " and ".join(f"the {_what(s)} on {s.kernel.family}" for s in slow if s.hardware == u.hardware)
+            message = f"On {where} vLLM {table_version()} runs {what}, a slow fallback: {u.kernel.fallback}."
+            severity, shown = "warning", slow
+        else:
+            return
+        by_hw: dict[str, list[dict]] = {}
+        for u in shown:
+            by_hw.setdefault(u.hardware, []).append(use_dict(u))
         yield self.finding(
-            f"Kernels vLLM {table_version()} picks: {text}." + (" " + _sentence("; ".join(notes)) if notes else ""),
+            message,
             files=module_files(ctx.ckpt, chain.from_iterable(c.names for c in det.classes if c.declared.quantized)),
-            count=sum(u.modules for u in uses if u.hardware == uses[0].hardware),
+            count=sum(u.modules for u in shown if u.hardware == shown[0].hardware),
             severity=severity,
-            details={
-                "kernels": {
-                    hw: [
-                        {
-                            "scheme": u.scheme,
-                            "layer": u.layer,
-                            "modules": u.modules,
-                            "kernel": u.kernel.family,
-                            "fallback": u.kernel.fallback,
-                            "source": u.kernel.source,
-                        }
-                        for u in us
-                    ]
-                    for hw, us in by_hw.items()
-                }
-            },
+            details={"kernels": by_hw},
         )

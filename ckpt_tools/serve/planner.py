@@ -12,7 +12,7 @@ from typing import Any
 from ..detect.formats import format_for
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware
-from ..knowledge.runtimes import Runtime, runtime_ids
+from ..knowledge.runtimes import Runtime
 from ..knowledge.serving import ServingFamily, serving
 from ..pipeline import Analysis
 from ..rules.base import SEVERITY_RANK, Finding
@@ -145,10 +145,11 @@ def spec_json(config: Mapping[str, Any]) -> str:
 
 
 def accepting_runtimes(analysis: Analysis, current: str) -> tuple[str, ...]:
-    """Runtime profiles (other than `current`) whose detection loads the checkpoint."""
-    from ..detect.resolve import detect
+    """Runtime profiles (other than `current`) whose detection loads the checkpoint (unsupported-quant-algo's own
+    list, so the plan and the finding name the same ones)."""
+    from ..rules.ck310_unsupported_quant_algo import accepting_runtimes as accepting
 
-    return tuple(rid for rid in runtime_ids() if rid != current and detect(analysis.checkpoint, rid).rejection is None)
+    return accepting(analysis.checkpoint, current)
 
 
 class _Builder:
@@ -178,7 +179,7 @@ def plan(
     facts = checkpoint_facts(analysis)
     b = _Builder(rt)
     # Refusals (the image not built for the GPU, a runtime or architecture that rejects the checkpoint) are findings
-    # of the verdict (`serve_verdict`: check-serve's CS180 / checkpoint-rejected, doctor's CK312), not warnings here.
+    # of the verdict (`serve_verdict`: check-serve's CS180, doctor's CK310 / CK312), not warnings here.
     blocked = None
     refused_arch = next(
         (
@@ -282,12 +283,9 @@ def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: Runtime, options: Pl
     if asked is not None:
         if asked <= 0:
             raise UsageError("--max-model-len must be a positive number of tokens")
-        if derived is not None and asked > derived:
-            # vLLM raises unless this variable is set; with it, it starts and warns. The risk (RoPE positions past the
-            # trained context) is check-serve's max-model-len-exceeded warning on this command: see serve_verdict.
-            env = rt.behaviour.long_max_model_len_env
-            if env:
-                b.env[env] = "1"
+        # Asked for more than the context, the command is emitted as asked and never opts into
+        # VLLM_ALLOW_LONG_MAX_MODEL_LEN for the user: vLLM refuses it, and max-model-len-exceeded (the verdict
+        # `ckpt plan` and check-serve give the same length) says so and how to override it knowingly.
         b.add("--max-model-len", str(asked), "context length asked for with --max-model-len", src)
     elif derived is not None:
         b.add(
@@ -344,11 +342,9 @@ def _family(b: _Builder, facts: CheckpointFacts, fam: ServingFamily | None, rt: 
         )
     limits = fam.mm_limits
     if facts.has_vision and not facts.vision_loadable:
-        b.warnings.append(
-            "the vision tower sits under a prefix vLLM does not load (misnested-prefix): vLLM 0.33 fails "
-            "at load and older releases serve '!!!!' for images; run `ckpt fix-prefix` first. No "
-            "--limit-mm-per-prompt emitted."
-        )
+        # The defect itself is misnested-prefix's finding (CK201), which refuses the command; this says only why
+        # a command printed anyway (--fail-on none) has no image limits.
+        b.notes.append("--limit-mm-per-prompt omitted: the vision tower is not loadable (misnested-prefix)")
     elif facts.vision_loadable and limits:
         b.add(
             "--limit-mm-per-prompt",
@@ -473,11 +469,5 @@ def _kernel_notes(b: _Builder, facts: CheckpointFacts, hw: Hardware | None) -> N
         b.notes.append(
             "W4A4 NVFP4 (the config declares input activations): vLLM builds W4A4; on GPUs without FP4 "
             "tensor cores (Hopper) it falls back to Marlin weight-only"
-        )
-    if hw is not None and not hw.native_fp4:
-        kernel = hw.nvfp4_w4a4.replace(" (no FP4 tensor cores)", "")
-        b.warnings.append(
-            f"{hw.id} has no FP4 tensor cores: vLLM falls back to {kernel} for NVFP4 "
-            f"(activations stay 16-bit, input scales are unused)"
         )
     b.notes.append("no --linear-backend / --moe-backend: auto-selection picks the native path for this checkpoint")

@@ -15,7 +15,7 @@ class QuantizationMismatch(ServeCheck):
     A --quantization value vLLM rejects for this checkpoint (modelopt on compressed-tensors, any value on an
     unquantized checkpoint), or one it silently overrides (the ModelOpt and AutoRound overrides: a warning, since
     the flag then misstates what runs). Values the format's own override accepts (rules/formats.toml
-    `override_from`) pass. Not judged when the runtime refuses the checkpoint (checkpoint-rejected).
+    `override_from`) pass. Not judged when the runtime refuses the checkpoint (unsupported-quant-algo).
 
     Why it matters
     'Quantization method specified in the model config (X) does not match the quantization method specified in the

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...plan.limits import context_refusal
 from ...rules.base import Finding
 from .base import ServeCheck, ServeContext, flag_text, parse_int, register
 
@@ -13,7 +14,9 @@ class MaxModelLenExceeded(ServeCheck):
     What it catches
     --max-model-len larger than the length vLLM derives from config.json (max_position_embeddings and friends, RoPE
     factor). With the runtime's long-context variable set (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) vLLM starts, and the
-    finding is a warning.
+    finding is a warning. One verdict with `ckpt plan --max-model-len` (which answers "fits NO" with the same words)
+    and `ckpt serve-flags --max-model-len` (whose command never sets the variable for you, so it is refused the
+    same way): ckpt_tools/plan/limits.py.
 
     Why it matters
     vLLM raises 'User-specified max_model_len ... is greater than the derived max_model_len' unless
@@ -43,17 +46,12 @@ class MaxModelLenExceeded(ServeCheck):
             asked = parse_int(f.value, "human_int_or_auto")
         except ValueError:
             return
-        if asked <= derived:
-            return
         env = ctx.rt.behaviour.long_max_model_len_env
-        allowed = env and ctx.cmd.env.get(env) not in (None, "", "0")
-        yield self.finding(
-            f"--max-model-len {f.value} exceeds the checkpoint's {ctx.facts.max_len_key}={derived}"
-            + (
-                f"; {env} lets it start, but RoPE positions past {derived} may give NaN"
-                if allowed
-                else f": vLLM raises 'User-specified max_model_len ({asked}) is greater than the derived max_model_len'"
-            ),
-            fix=flag_text("--max-model-len", str(derived)),
-            severity="warning" if allowed else None,
+        allowed = bool(env) and ctx.cmd.env.get(env or "") not in (None, "", "0")
+        message = context_refusal(
+            asked, derived, ctx.facts.max_len_key, env=env, allowed=allowed, spelled=f.value.strip()
         )
+        if message:
+            yield self.finding(
+                message, fix=flag_text("--max-model-len", str(derived)), severity="warning" if allowed else None
+            )

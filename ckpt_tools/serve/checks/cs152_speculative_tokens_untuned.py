@@ -14,7 +14,8 @@ class SpeculativeTokensUntuned(ServeCheck):
 
     What it catches
     A num_speculative_tokens that differs from the measured optimum of a known pairing of this architecture and
-    speculative method (rules/serving.toml [[pairing]]).
+    speculative method (rules/serving.toml [[pairing]]). MTP on a checkpoint without mtp.* layers is not judged
+    here: its drafter is missing, whatever the count (speculative-config-invalid).
 
     Why it matters
     Acceptance and long-context fidelity fall as n climbs past the optimum; extra draft tokens waste compute.
@@ -39,6 +40,8 @@ class SpeculativeTokensUntuned(ServeCheck):
         if spec is None:
             return
         canonical = canonical_method(ctx, spec)
+        if canonical == "mtp" and not ctx.facts.has_mtp:
+            return  # no drafter layers at all: speculative-config-invalid's finding, not a tuning matter
         pair = serving().pairing(ctx.facts.architecture, canonical) if canonical else None
         n = spec.get("num_speculative_tokens")
         if pair and isinstance(n, int) and n != pair.num_speculative_tokens:

@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 from ...knowledge.serving import serving
 from ...rules.base import Finding
-from ._speculative import speculative_config
+from ._speculative import canonical_method, speculative_config
 from .base import ServeCheck, ServeContext, register
 
 
@@ -14,8 +14,9 @@ class SpeculativeConfigInvalid(ServeCheck):
 
     What it catches
     A config that is not a JSON object, a method the runtime does not know, no method for a mounted drafter path
-    vLLM cannot auto-detect (the path names no dflash / dspark / eagle), or no num_speculative_tokens (except for
-    ngram and suffix decoding).
+    vLLM cannot auto-detect (the path names no dflash / dspark / eagle), MTP (or a model-specific MTP name) on a
+    checkpoint without mtp.* layers to draft with, or no num_speculative_tokens (except for ngram and suffix
+    decoding).
 
     Why it matters
     vLLM rejects the config, or falls back to draft_model and loads the drafter as a plain model.
@@ -53,5 +54,12 @@ class SpeculativeConfigInvalid(ServeCheck):
             )
         elif method is not None and method not in ctx.rt.choices("speculative_method"):
             yield self.finding(f"speculative method {method!r} is not known to {ctx.rt.name}", fix=fix)
+        if canonical_method(ctx, spec) == "mtp" and not ctx.facts.has_mtp:
+            yield self.finding(
+                f"speculative method {method!r} drafts with the checkpoint's own mtp.* layers, and this checkpoint "
+                f"has none (no mtp.* tensor): the drafter has no weights. Serve a checkpoint exported with its MTP "
+                f"layers, or use a separate drafter (a method with a `model`)",
+                fix="remove --speculative-config",
+            )
         if "num_speculative_tokens" not in spec and method not in ("ngram", "suffix"):
             yield self.finding("no num_speculative_tokens in --speculative-config", fix=fix)
