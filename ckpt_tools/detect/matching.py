@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib
 import re
 import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
+from typing import Any
 
 from ..knowledge.architectures import Family
 
-try:  # the parser behind `re.compile`: Python 3.11+ names it re._parser
-    from re import _parser as _sre_parse
+try:  # the parser behind `re.compile`: Python 3.11+ names it re._parser, 3.10 sre_parse
+    _sre_parse: Any = importlib.import_module("re._parser")
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    _sre_parse = importlib.import_module("sre_parse")
 
 # Seconds one checkpoint-supplied regex may spend, summed over every name it is matched against in one analysis.
 # vLLM matches these with Python's `re` (a backtracking engine) too, once per module at load: a pattern that needs
