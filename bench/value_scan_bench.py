@@ -76,11 +76,15 @@ def nbytes(dtype: str, shape: list[int]) -> int:
 
 
 SCALE_BLOCK = bytes(0x30 + b % 0x4E for b in os.urandom(1 << 22))  # positive normal E4M3 codes, 0x30..0x7D
+# A badly broken checkpoint (issue 27 item 11): every scale byte random, so NaN (0x7F / 0xFF), negative and zero
+# codes everywhere, in every block-scale tensor.
+BROKEN_BLOCK = os.urandom(1 << 22)
 GLOBAL = struct.pack("<f", 3.5e-4)
 
 
-def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int]:
-    """Write the checkpoint; (tensors, scale bytes)."""
+def build(root: Path, layers: int, shards: int, *, real: bool, broken: bool = False) -> tuple[int, int]:
+    """Write the checkpoint; (tensors, scale bytes). `broken`: random bytes in the block scales."""
+    block = BROKEN_BLOCK if broken else SCALE_BLOCK
     root.mkdir(parents=True, exist_ok=True)
     tensors = [t for layer in range(layers) for e in range(EXPERTS) for t in expert_tensors(layer, e)]
     per = -(-len(tensors) // shards)
@@ -108,7 +112,7 @@ def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int
                         fh.write(GLOBAL)
                         continue
                     while n:
-                        piece = SCALE_BLOCK[: min(n, len(SCALE_BLOCK))]
+                        piece = block[: min(n, len(block))]
                         fh.write(piece)
                         n -= len(piece)
             fh.truncate(start + offset)  # the weights (and, when not real, everything) stay holes

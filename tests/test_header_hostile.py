@@ -92,6 +92,11 @@ CASES = {
     "f64-edge-serde-rounds-up": (entry('"x":1.7976931348623158e308'), False),
     "f64-max": (entry('"x":1.7976931348623157e308'), True),
     "lone-surrogate-name": ('{"\\ud800":{%s}}' % E, False),
+    # Found by the fuzzer: orjson refuses to encode the int below i64's minimum, which is no lone surrogate.
+    "surrogate-pair-and-below-i64-in-repeated-field": (
+        '{"a":{"dtype":"F32","x":"\\ud83d\\ude00","shape":[1],"x":-9223372036854775809,"data_offsets":[0,4]}}',
+        True,
+    ),
     "surrogate-pair-name": ('{"\\ud83d\\ude00":{%s}}' % E, True),
     # The whole-list fast path compares value types: a bool or float equal to an int seen earlier is still refused.
     "bool-dim-after-equal-int": (

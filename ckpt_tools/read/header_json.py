@@ -243,5 +243,16 @@ def parse_exact(raw: bytes, text: str) -> Any:
                 raise HeaderJsonError(
                     f"nested {MAX_DEPTH} levels deep or more (the reader's limit)", too_deep=True
                 ) from None
-            raise HeaderJsonError("a string holds a lone UTF-16 surrogate escape") from None
+            if _lone_surrogate([value, [obj.pairs for obj in repeated]]):
+                raise HeaderJsonError("a string holds a lone UTF-16 surrogate escape") from None
     return value
+
+
+def _lone_surrogate(tree: Any) -> bool:
+    """Whether a string of `tree` holds a lone surrogate, when orjson refused `tree` for another reason: an integer
+    past 64 bits (below i64's minimum, which serde_json reads as a float) is no surrogate."""
+    try:
+        json.dumps(tree, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
