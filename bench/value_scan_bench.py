@@ -2,6 +2,7 @@
 cache speed of the streaming value scan against a plain chunked read of the same byte ranges.
 
     python bench/value_scan_bench.py [--dir bench/out/value-scan] [--real-layers 7] [--skip-sparse] [--keep]
+    python bench/value_scan_bench.py --skip-sparse --skip-real --broken-layers 2    # (c) only
 
 (a) sparse: 163 shards, 61 layers x 256 experts x 3 projections (187k tensors), NVFP4 with F8_E4M3 block scales:
     ~43 GB of scales and ~344 GB of packed weights, all holes (real headers, `truncate` for the data). A default
@@ -291,12 +292,51 @@ def real_section(base: Path, layers: int) -> list[str]:
     return out
 
 
+def broken_section(base: Path, layers: int) -> list[str]:
+    """(c) issue 27 item 11: the same layout twice, clean scales and random bytes in every block scale (NaN, negative
+    and zero codes everywhere); from a cold cache, best of 2, alternating: a plain chunked read of the broken
+    checkpoint's planned ranges, then `ckpt doctor` (a child process, peak RSS from its rusage) on each."""
+    shards = max(1, round(SHARDS * layers / LAYERS))
+    roots = {kind: base / f"{kind}-{layers}" for kind in ("clean", "broken")}
+    for kind, root in roots.items():
+        if not (root / "config.json").exists():
+            build(root, layers, shards, real=True, broken=kind == "broken")
+    _source, _shards, wanted, plans = plans_for(roots["broken"])
+    scale_bytes = sum(t.nbytes for t in wanted)
+    best: dict[str, tuple[float, int]] = {}
+
+    def keep(label: str, wall: float, rss: int) -> None:
+        if label not in best or wall < best[label][0]:
+            best[label] = (wall, rss)
+
+    for _ in range(2):
+        drop_cache(roots["broken"])
+        t0 = time.perf_counter()
+        plain_read(roots["broken"], plans)
+        keep("plain chunked read of the broken checkpoint's scale ranges", time.perf_counter() - t0, 0)
+        for kind, root in roots.items():
+            drop_cache(root)
+            wall, rss, _ = child([sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(root), "--format", "json"])
+            keep(f"`ckpt doctor`, {kind} scales", wall, rss)
+    base_wall = best["plain chunked read of the broken checkpoint's scale ranges"][0]
+    out = [
+        f"(c) {shards} shards, {scale_bytes / 1e9:.2f} GB of scales, clean vs random bytes in every block scale, "
+        "cold cache, best of 2",
+        "| run | wall | vs plain read | peak RSS |",
+        "|---|---|---|---|",
+    ]
+    for label, (wall, rss) in best.items():
+        out.append(f"| {label} | {wall:.2f} s | {wall / base_wall:.2f}x | {mib(rss) if rss else ''} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=str(ROOT / "bench" / "out" / "value-scan"))
     ap.add_argument("--real-layers", type=int, default=7)
     ap.add_argument("--skip-sparse", action="store_true")
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--broken-layers", type=int, default=0, help="(c): clean vs broken scales, this many layers")
     ap.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
     args = ap.parse_args()
     base = Path(args.dir)
@@ -309,6 +349,8 @@ def main() -> None:
             lines += ["", *sparse_section(base)]
         if not args.skip_real:
             lines += ["", *real_section(base, args.real_layers)]
+        if args.broken_layers:
+            lines += ["", *broken_section(base, args.broken_layers)]
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
