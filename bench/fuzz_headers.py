@@ -3,7 +3,8 @@
 Each case is a structure-aware header (dtypes, shapes, offsets, metadata) put through a few mutations: repeated
 fields, names and `__metadata__`, escaped key spellings, entries written as arrays or enum maps, numbers at the u64 /
 i64 / f64 limits, `-0`, nesting around the reader's 128-level limit and far past it, unicode and lone surrogates,
-overflowing shapes, trailing bytes, wrong length fields and raw byte flips. A case agrees when both sides accept
+overflowing shapes, `shape` / `data_offsets` nested up to 1,030 levels, dimension lists of up to 80,000 big
+integers with or without a zero, trailing bytes, wrong length fields and raw byte flips. A case agrees when both sides accept
 (with the same tensor names) or both reject; any exception in ckpt_tools is a failure.
 
     python bench/fuzz_headers.py --cases 100000 --seed 1      # the long run (about 3-6 minutes on one core)
@@ -508,6 +509,38 @@ def m_nesting(rng, top, case):
         top.append(("__metadata__" if rng.random() < 0.2 else "deep", _deep(depth - 1, "x")))
 
 
+def m_deep_field(rng, top, case):
+    """`shape` or `data_offsets` itself nested: inside serde's 128 levels, at orjson's encoding limit (254) and past
+    orjson's parsing limit (1,024); issue 27 item 7 (orjson.dumps raised TypeError on these)."""
+    hit = _tensor(top, rng)
+    field = rng.choice(["shape", "data_offsets"])
+    at = _field(hit[1], field) if hit else None
+    if at is not None:
+        depth = rng.choice([2, 3, 126, 127, 128, 200, 253, 254, 255, 300, 1000, 1020, 1030])
+        node: Any = Num(rng.choice(["0", "1", "4"])) if rng.random() < 0.5 else []
+        for _ in range(depth):
+            node = [node]
+        hit[1].pairs[at] = (field, node if rng.random() < 0.5 else [Num("0"), node])
+
+
+def m_big_dims(rng, top, case):
+    """Long dimension lists of big integers, with or without a zero (first, last or inside): issue 27 item 6
+    (math.prod of 80,000 u64-max values before the overflow test took 37 s)."""
+    hit = _tensor(top, rng)
+    at = _field(hit[1], "shape") if hit else None
+    if at is not None:
+        n = rng.choice([3, 65, 100, 1000, 20_000, 80_000])
+        big = rng.choice(["18446744073709551615", "4294967296", "9223372036854775807", "65536"])
+        dims = [big] * n
+        where = rng.choice([None, 0, 1, n // 2, n])
+        if where is not None:
+            dims.insert(where, "0")
+        hit[1].pairs[at] = ("shape", [Num(t) for t in dims])
+        data_at = _field(hit[1], "data_offsets")
+        if data_at is not None and rng.random() < 0.7:
+            hit[1].pairs[data_at] = ("data_offsets", [Num("0"), Num("0")])
+
+
 def m_missing_field(rng, top, case):
     hit = _tensor(top, rng)
     if hit and hit[1].pairs:
@@ -558,6 +591,8 @@ MUTATIONS = [
     m_extra_field,
     m_extra_field,
     m_nesting,
+    m_deep_field,
+    m_big_dims,
     m_missing_field,
     m_rename,
     m_data_len,

@@ -2,6 +2,7 @@
 cache speed of the streaming value scan against a plain chunked read of the same byte ranges.
 
     python bench/value_scan_bench.py [--dir bench/out/value-scan] [--real-layers 7] [--skip-sparse] [--keep]
+    python bench/value_scan_bench.py --skip-sparse --skip-real --broken-layers 2    # (c) only
 
 (a) sparse: 163 shards, 61 layers x 256 experts x 3 projections (187k tensors), NVFP4 with F8_E4M3 block scales:
     ~43 GB of scales and ~344 GB of packed weights, all holes (real headers, `truncate` for the data). A default
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -76,11 +78,15 @@ def nbytes(dtype: str, shape: list[int]) -> int:
 
 
 SCALE_BLOCK = bytes(0x30 + b % 0x4E for b in os.urandom(1 << 22))  # positive normal E4M3 codes, 0x30..0x7D
+# A badly broken checkpoint (issue 27 item 11): every scale byte random, so NaN (0x7F / 0xFF), negative and zero
+# codes everywhere, in every block-scale tensor.
+BROKEN_BLOCK = os.urandom(1 << 22)
 GLOBAL = struct.pack("<f", 3.5e-4)
 
 
-def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int]:
-    """Write the checkpoint; (tensors, scale bytes)."""
+def build(root: Path, layers: int, shards: int, *, real: bool, broken: bool = False) -> tuple[int, int]:
+    """Write the checkpoint; (tensors, scale bytes). `broken`: random bytes in the block scales."""
+    block = BROKEN_BLOCK if broken else SCALE_BLOCK
     root.mkdir(parents=True, exist_ok=True)
     tensors = [t for layer in range(layers) for e in range(EXPERTS) for t in expert_tensors(layer, e)]
     per = -(-len(tensors) // shards)
@@ -108,7 +114,7 @@ def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int
                         fh.write(GLOBAL)
                         continue
                     while n:
-                        piece = SCALE_BLOCK[: min(n, len(SCALE_BLOCK))]
+                        piece = block[: min(n, len(block))]
                         fh.write(piece)
                         n -= len(piece)
             fh.truncate(start + offset)  # the weights (and, when not real, everything) stay holes
@@ -122,6 +128,13 @@ def build(root: Path, layers: int, shards: int, *, real: bool) -> tuple[int, int
 
 def child(argv: list[str]) -> tuple[float, int, int]:
     """(wall seconds, peak RSS in bytes, exit code) of one child process, from its own rusage."""
+    wall, usage, code = _child_usage(argv)
+    return wall, usage.ru_maxrss * 1024, code
+
+
+def _child_usage(argv: list[str]) -> tuple[float, Any, int]:
+    """(wall seconds, rusage, exit code) of one child process; the rusage includes its own reaped children (the
+    forked value scan)."""
     env = {**os.environ, "CKPT_NO_PROGRESS": "1", "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -131,7 +144,7 @@ def child(argv: list[str]) -> tuple[float, int, int]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {err[-2000:]}")
-    return wall, usage.ru_maxrss * 1024, proc.returncode
+    return wall, usage, proc.returncode
 
 
 def drop_cache(root: Path) -> str:
@@ -287,12 +300,63 @@ def real_section(base: Path, layers: int) -> list[str]:
     return out
 
 
+def broken_section(base: Path, layers: int) -> list[str]:
+    """(c) issue 27 item 11: the same layout twice, clean scales and random bytes in every block scale (NaN, negative
+    and zero codes everywhere). Best of 3, alternating: a plain chunked read of the broken checkpoint's planned
+    ranges, then `ckpt doctor` (a child process: wall, CPU seconds and peak RSS from its rusage) on each, from a cold
+    cache; then the two doctors again on a warm cache, where only CPU is measured (a shared machine's disk and load
+    move the cold walls by 2x between runs; the CPU seconds and the warm rows hold still)."""
+    shards = max(1, round(SHARDS * layers / LAYERS))
+    roots = {kind: base / f"{kind}-{layers}" for kind in ("clean", "broken")}
+    for kind, root in roots.items():
+        if not (root / "config.json").exists():
+            build(root, layers, shards, real=True, broken=kind == "broken")
+    _source, _shards, wanted, plans = plans_for(roots["broken"])
+    scale_bytes = sum(t.nbytes for t in wanted)
+    plain = "plain chunked read of the broken checkpoint's scale ranges"
+    best: dict[str, tuple[float, float, int]] = {}
+
+    def keep(label: str, wall: float, cpu: float, rss: int) -> None:
+        if label not in best or wall < best[label][0]:
+            best[label] = (wall, cpu, rss)
+
+    def doctor(kind: str, cache: str) -> None:
+        argv = [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", str(roots[kind]), "--format", "json"]
+        wall, usage, _ = _child_usage(argv)
+        keep(f"`ckpt doctor`, {kind} scales, {cache} cache", wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+
+    for _ in range(3):
+        drop_cache(roots["broken"])
+        t0, c0 = time.perf_counter(), time.process_time()
+        plain_read(roots["broken"], plans)
+        keep(plain, time.perf_counter() - t0, time.process_time() - c0, 0)
+        for kind in roots:
+            drop_cache(roots[kind])
+            doctor(kind, "cold")
+    for _ in range(3):
+        for kind in roots:
+            doctor(kind, "warm")
+    base_wall = best[plain][0]
+    out = [
+        f"(c) {shards} shards, {scale_bytes / 1e9:.2f} GB of scales, clean vs random bytes in every block scale, "
+        "best of 3",
+        "| run | wall | vs plain read | CPU s | peak RSS |",
+        "|---|---|---|---|---|",
+    ]
+    for label, (wall, cpu, rss) in best.items():
+        out.append(
+            f"| {label} | {wall:.2f} s | {wall / base_wall:.2f}x | {cpu:.2f} | {mib(rss * 1024) if rss else ''} |"
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=str(ROOT / "bench" / "out" / "value-scan"))
     ap.add_argument("--real-layers", type=int, default=7)
     ap.add_argument("--skip-sparse", action="store_true")
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--broken-layers", type=int, default=0, help="(c): clean vs broken scales, this many layers")
     ap.add_argument("--keep", action="store_true", help="keep the generated checkpoints")
     args = ap.parse_args()
     base = Path(args.dir)
@@ -305,6 +369,8 @@ def main() -> None:
             lines += ["", *sparse_section(base)]
         if not args.skip_real:
             lines += ["", *real_section(base, args.real_layers)]
+        if args.broken_layers:
+            lines += ["", *broken_section(base, args.broken_layers)]
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

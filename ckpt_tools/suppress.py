@@ -79,6 +79,8 @@ def _parse(raw: bytes, label: str) -> Mapping[str, Any]:
         return tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{label}: not valid TOML ({exc})") from None
+    except RecursionError:  # the TOML parser recurses once per nested array or inline table
+        raise UsageError(f"{label}: not valid TOML (arrays or tables nested too deeply to parse)") from None
 
 
 def _entries(data: Mapping[str, Any], label: str, *, top_level: bool) -> list[Any]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,11 @@ CASES = {
     "f64-edge-serde-rounds-up": (entry('"x":1.7976931348623158e308'), False),
     "f64-max": (entry('"x":1.7976931348623157e308'), True),
     "lone-surrogate-name": ('{"\\ud800":{%s}}' % E, False),
+    # Found by the fuzzer: orjson refuses to encode the int below i64's minimum, which is no lone surrogate.
+    "surrogate-pair-and-below-i64-in-repeated-field": (
+        '{"a":{"dtype":"F32","x":"\\ud83d\\ude00","shape":[1],"x":-9223372036854775809,"data_offsets":[0,4]}}',
+        True,
+    ),
     "surrogate-pair-name": ('{"\\ud83d\\ude00":{%s}}' % E, True),
     # The whole-list fast path compares value types: a bool or float equal to an int seen earlier is still refused.
     "bool-dim-after-equal-int": (
@@ -110,6 +117,21 @@ CASES = {
     "offsets-out-of-header-order": (
         '{"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}',
         True,
+    ),
+    # Nested past orjson's encoding limit (254 levels), inside and past serde's own (128).
+    "shape-nested-254": (
+        '{"a":{"dtype":"F32","shape":%s,"data_offsets":[0,4]}}' % ("[" * 254 + "1" + "]" * 254),
+        False,
+    ),
+    "shape-nested-1020": ('{"a":{"dtype":"F32","shape":%s,"data_offsets":[0,4]}}' % ("[" * 1020 + "]" * 1020), False),
+    "offsets-nested-254": (
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,%s]}}' % ("[" * 253 + "4" + "]" * 253),
+        False,
+    ),
+    "offsets-nested-1020": ('{"a":{"dtype":"F32","shape":[1],"data_offsets":%s}}' % ("[" * 1020 + "]" * 1020), False),
+    "u64-max-dims-then-zero": (
+        '{"a":{"dtype":"U8","shape":[%s,0],"data_offsets":[0,0]},"b":{%s}}' % (",".join([str(2**64 - 1)] * 80), E),
+        False,
     ),
     "span-mismatch-in-order": (
         '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[3],"data_offsets":[2,4]}}',
@@ -196,7 +218,23 @@ def test_80000_dimension_shapes_through_doctor(tmp_path: Path) -> None:
     assert ck104_kinds(report) == [] and report["checkpoint"]["tensors"] == 1
 
 
+def test_huge_dimensions_before_a_zero_in_linear_time(tmp_path: Path) -> None:
+    """20,000 dimensions of 2**64 - 1 then a 0: 3.4 s before (the element count grew to a 1.3-million-bit integer
+    before the overflow test; 80,000 dimensions 37 s), now the first partial product past 64 bits stops it, as the
+    reader's `checked_mul` does."""
+    dims = ",".join([str(2**64 - 1)] * 20_000)
+    write_shard(tmp_path, '{"a":{"dtype":"U8","shape":[%s,0],"data_offsets":[0,0]},"b":{%s}}' % (dims, E))
+    assert not reader_accepts(tmp_path / "model.safetensors")
+    started = time.perf_counter()
+    problems = read_shard(LocalSource(tmp_path), "model.safetensors").problems
+    assert time.perf_counter() - started < 1.0
+    assert [p.kind for p in problems] == ["shape-overflow"]
+
+
 HOSTILE = [
+    "shape-nested-254",
+    "offsets-nested-1020",
+    "u64-max-dims-then-zero",
     "dup-dtype-field",
     "depth-1030",
     "depth-5000",
@@ -240,6 +278,8 @@ def test_api_returns_a_report_or_raises_ckpt_error(tmp_path: Path, case: str) ->
 )
 def test_no_command_fails_internally_on_a_hostile_header(tmp_path: Path, capsys, command: list[str]) -> None:
     for case in (
+        "shape-nested-254",
+        "offsets-nested-254",
         "depth-1010-with-dup-name",
         "15000-dims-of-2",
         "dup-metadata",
@@ -298,3 +338,26 @@ def test_repair_steps_refuse_what_the_reader_rejects(tmp_path: Path) -> None:
     plan = Plan(job="fix-prefix", summary="rename", edits={"model.safetensors": ShardEdit(renames={"a": "c"})})
     with pytest.raises(CkptError, match="repeats its `dtype` field"):
         compile_plan(plan, ckpt, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        str(2**64 - 1),
+        str(2**64),
+        str(-(2**63)),
+        str(-(2**63) - 1),
+        "1" + "0" * 299,
+        "-" + "9" * 299,
+        "1" + "0" * 300,
+        "0000000000000000000",
+    ],
+)
+def test_long_integer_tokens_read_as_serde_json_reads_them(token: str) -> None:
+    """`_serde_int` reads 19-300 character integers with `int` (80,000 twenty-digit dimensions on the exact path
+    took the digit-by-digit emulation 1.4 s under load): the same type, and the same value where it is an int."""
+    from ckpt_tools.read.header_json import _serde_int, serde_number
+
+    ours, serde = _serde_int(token), serde_number(token)
+    assert type(ours) is type(serde)
+    assert ours == serde if type(serde) is int else math.isfinite(ours) and math.isfinite(serde)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import struct
+import subprocess
 
 import pytest
 
 from ckpt_tools.repair.journal import JOURNAL_NAME, Lock
+from tests.case_ops import op_killed_repair
 from tests.corrupt import patch_tensor_bytes
 from tests.repair_helpers import (
     INDEX,
@@ -190,3 +194,32 @@ def test_interrupted_repair_that_cannot_be_written_is_explained(tmp_path, capsys
     code, out, err = run_cli(["repair", folder, "--resume"], capsys)
     assert code == 0 and "completed the interrupted `fix-prefix` repair" in out, err
     assert not (folder / JOURNAL_NAME).exists() and file_bytes(folder) != before
+
+
+@contextlib.contextmanager
+def chattr(folder, flag: str):
+    """`chattr +flag folder` for the block (removed after, so the test can clean up); skips where the filesystem,
+    the tool or the privileges do not allow it."""
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr")
+    if subprocess.run(["chattr", f"+{flag}", str(folder)], capture_output=True).returncode:
+        pytest.skip(f"chattr +{flag} is not supported here (filesystem or privileges)")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", f"-{flag}", str(folder)], check=True)
+
+
+# An immutable folder was already refused (as read-only) before anything was written; it stays so.
+@pytest.mark.parametrize(("flag", "message"), [("a", "is append-only (`chattr +a`)"), ("i", "")])
+@pytest.mark.parametrize("args", [["fix-prefix"], ["repair", "--rollback"]])
+def test_sealed_folder_leaves_nothing_behind(tmp_path, capsys, flag, message, args):
+    """An append-only folder lets the journal's temporary file be created but never renamed or removed: before, the
+    refused repair left `..ckpt-repair.journal.ckpt-tmp` there for good."""
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    if args[0] == "repair":  # a killed repair's journal, for the rollback to replace with its own
+        op_killed_repair(folder, ["fix-prefix"], "journal:renamed")
+    names = sorted(p.name for p in folder.iterdir())
+    with chattr(folder, flag):
+        refused(capsys, folder, args, message)
+        assert sorted(p.name for p in folder.iterdir()) == names

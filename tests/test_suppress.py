@@ -140,6 +140,8 @@ def test_findings_without_tensors_need_a_rule_entry(fixture_copy) -> None:
         ('ignore = "CK401"', "must be a list of tables"),
         ('ignore = ["CK401"]', "must be a table"),
         ('ignore = [', "not valid TOML"),
+        ("ignore = " + "[" * 900 + "]" * 900, "nested too deeply"),
+        ("x = " + "{a = " * 900 + "1" + "}" * 900, "nested too deeply"),
     ],
 )
 def test_malformed_configuration_is_a_usage_error(fixture_copy, text: str, message: str) -> None:
@@ -173,3 +175,12 @@ def test_cli_missing_reason_exits_2_with_one_line(fixture_copy) -> None:
     out = _ckpt("doctor", str(folder))
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("ckpt: .ckpt.toml (checkpoint): ignore entry")
+
+
+def test_cli_deeply_nested_ckpt_toml_exits_2_with_one_line(fixture_copy) -> None:
+    """A RecursionError traceback before: the TOML parser recurses once per level."""
+    folder = fixture_copy("llmc-llama-nvfp4a16")
+    (folder / ".ckpt.toml").write_text("ignore = " + "[" * 900 + "]" * 900 + "\n")
+    out = _ckpt("doctor", str(folder))
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("ckpt: .ckpt.toml (checkpoint): not valid TOML")

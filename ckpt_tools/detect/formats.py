@@ -8,12 +8,12 @@ accepts the config, the scheme it builds for one linear layer, and who wrote the
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..knowledge.formats import NO_DEFAULT as _MISSING
 from ..knowledge.formats import Format, format_for, made_by_table
+from .matching import RegexBudget
 from .schemes import UNQUANTIZED, Scheme
 
 
@@ -104,7 +104,7 @@ def _int_scheme(bits: Any, detail: str) -> Scheme:
 
 
 def declared_scheme(
-    method: str, cfg: Mapping[str, Any], name: str, vname: str, disk_quantized: bool
+    method: str, cfg: Mapping[str, Any], name: str, vname: str, disk_quantized: bool, budget: RegexBudget
 ) -> tuple[Scheme, str | None]:
     """(scheme, the config entry that keeps it unquantized) for one linear `name` (vLLM-side `vname`)."""
     is_head = name == "lm_head" or name.endswith(".lm_head")
@@ -118,7 +118,7 @@ def declared_scheme(
             return UNQUANTIZED, "(lm_head: `lm_head` is false)"
         dynamic = cfg.get("dynamic")
         for pattern in dynamic if isinstance(dynamic, dict) else {}:
-            if isinstance(pattern, str) and pattern.startswith("-:") and _re_match(pattern[2:], vname):
+            if isinstance(pattern, str) and pattern.startswith("-:") and budget.match(pattern[2:], vname):
                 return UNQUANTIZED, pattern
         listed = cfg.get("modules_in_block_to_quantize")
         if listed:
@@ -174,7 +174,7 @@ def declared_scheme(
         return Scheme("fp8", "A8", "channel"), None
     if method == "quark":
         for entry in _strings(cfg.get("exclude")):
-            if entry in (vname, name) or (entry.startswith("re:") and _re_match(entry[3:], vname)):
+            if entry in (vname, name) or (entry.startswith("re:") and budget.match(entry[3:], vname)):
                 return UNQUANTIZED, entry
         layer_cfg = _quark_layer_config(cfg, name)
         return _quark_scheme(layer_cfg), None
@@ -214,13 +214,6 @@ def _quark_scheme(layer: Mapping[str, Any]) -> Scheme:
 def _strings(value: Any) -> list[str]:
     """The string entries of a config list (anything else in a hand-edited config holds none)."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _re_match(pattern: str, name: str) -> bool:
-    try:
-        return re.match(pattern, name) is not None
-    except re.error:
-        return False
 
 
 def _flatten(items: Any) -> list[Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_, or_
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ..knowledge import formats as format_table
@@ -26,7 +27,7 @@ from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
 from . import formats
-from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
+from .matching import CtMatcher, RegexBudget, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
 
 # Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
@@ -129,6 +130,8 @@ class Detection:
     # What a repair's after-state may carry over instead of detecting again (`carry_detection`); None when this
     # detection cannot be carried (another producer, no modules).
     carry: _Carry | None = field(default=None, repr=False, compare=False)
+    # Config regexes given up under their time budget (`matching.RegexBudget`): pattern -> why. CK304 reports them.
+    slow_patterns: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -573,7 +576,10 @@ class _Resolver:
         entries = view.get("ignore") or view.get("exclude_modules") or []
         self.ignore = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else []
         self.groups = _ct_groups(view) if producer == "compressed-tensors" else []
-        self.ignore_matcher = CtMatcher(self.ignore, family) if producer == "compressed-tensors" else None
+        self.regex_budget = RegexBudget()  # shared by a carried copy: a pattern given up stays given up
+        self.ignore_matcher = (
+            CtMatcher(self.ignore, family, self.regex_budget) if producer == "compressed-tensors" else None
+        )
         self.mo_patterns = modelopt_patterns(self.ignore, family) if producer == "modelopt" else []
         self.always_unquantized = rt.quantization.modelopt.always_unquantized
         self.cache: dict[str, tuple[Scheme, str | None, str | None]] = {}
@@ -643,7 +649,7 @@ class _Resolver:
             module = self.ckpt.modules.get(name)
             disk_q = module is not None and disk_scheme(module).quantized
             scheme, covered = formats.declared_scheme(
-                self.producer, self.view.data or {}, name, self.family.to_vllm(name), disk_q
+                self.producer, self.view.data or {}, name, self.family.to_vllm(name), disk_q, self.regex_budget
             )
             return scheme, covered, (self.producer if scheme.quantized else None)
         return UNQUANTIZED, None, None
@@ -679,7 +685,7 @@ class _Resolver:
                 if not isinstance(target, str):
                     continue
                 if target.startswith("re:") or "." in target or target == name:
-                    if ct_entry_matches(target, vname, self.family):
+                    if ct_entry_matches(target, vname, self.family, self.regex_budget):
                         break
                 elif "linear" in target.lower() and not is_head:
                     break
@@ -734,12 +740,13 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
     carry: _Carry | None
     carried = _carried(ckpt, rt, producer)
     if carried is not None:
-        classes, found_components, rows, carry = carried
+        classes, found_components, rows, carry, slow = carried
     else:
         resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
         classes, found_components, carry = _row_classes(ckpt, family, resolver)
         rows = list(chain.from_iterable(map(RowClass.rows, classes)))
         rows.sort(key=itemgetter(0))
+        slow = resolver.regex_budget.slow
 
     # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
     # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
@@ -773,6 +780,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         made_by=formats.made_by(view.data),
         classes=tuple(classes),
         carry=carry,
+        slow_patterns=MappingProxyType(dict(slow)),
     )
 
 
@@ -970,8 +978,9 @@ def carry_detection(after: Checkpoint, before: Detection) -> None:
 
 def _carried(
     ckpt: Checkpoint, rt: Runtime, producer: str
-) -> tuple[list[RowClass], set[str], list[ModuleRow], _Carry] | None:
-    """`_row_classes(ckpt, ...)`'s classes and components, the sorted rows and the new carry, from the detection
+) -> tuple[list[RowClass], set[str], list[ModuleRow], _Carry, Mapping[str, str]] | None:
+    """`_row_classes(ckpt, ...)`'s classes and components, the sorted rows, the new carry and the config regexes
+    given up (`Detection.slow_patterns`), from the detection
     `carry_detection` offered `ckpt`, or None (detect afresh) when they may differ.
 
     WHY this is exact when it answers: the offered detection judged a checkpoint `before` with the same config
@@ -1030,7 +1039,8 @@ def _carried(
         rows = list(compress(rows, map(not_, map(drop.__contains__, map(itemgetter(0), rows)))))
     rows += chain.from_iterable(map(RowClass.rows, fresh))
     rows.sort(key=itemgetter(0))
-    return out, found, rows, _Carry(ckpt, rt, resolver, carry.expert_classes, carry.expert_found, unclaimed)
+    carried = _Carry(ckpt, rt, resolver, carry.expert_classes, carry.expert_found, unclaimed)
+    return out, found, rows, carried, resolver.regex_budget.slow
 
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:

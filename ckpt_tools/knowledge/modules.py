@@ -47,6 +47,7 @@ class ModelConfig:
     expert_count_keys: tuple[str, ...]
     embedding_substring: str
     embedding_names: frozenset[str]
+    count_limit: int  # a config count past this is not believed (rules/modules.toml)
     source: str
 
     def is_embedding(self, last_segment: str) -> bool:
@@ -95,6 +96,7 @@ def parse(root: Table) -> Modules:
             m.strs("expert_count_keys", REQUIRED),
             m.string("embedding_substring"),
             frozenset(m.strs("embedding_names")),
+            m.integer("count_limit"),
             m.string("source"),
         ),
     )

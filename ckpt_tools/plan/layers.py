@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..knowledge.memory import KvDtype, memory
+from ..knowledge.modules import model_config
 from . import facts
 from .limits import tensor_parallel_refusal
 
@@ -76,6 +77,12 @@ def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     n = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     if n is None or n <= 0:
         raise UsageError("the config gives no num_hidden_layers: cannot size the KV cache")
+    limit = model_config().count_limit
+    if n > limit:  # one cache spec is built per layer: a count past any released model is refused, not looped over
+        raise UsageError(
+            f"the config gives num_hidden_layers {n:,}, past any released model (ckpt believes up to {limit:,}): "
+            f"cannot size the KV cache; set it to the decoder layers the checkpoint holds"
+        )
     notes: list[str] = []
     if cfg.get("kv_lora_rank") is not None:
         return [MLA] * n, notes

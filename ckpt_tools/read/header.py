@@ -252,8 +252,12 @@ def _unsigned_ints(values: list[Any]) -> bool:
     writes an int as its decimal digits (a negative one with `-`), and every other JSON value with a character
     that is not a digit, comma or bracket (a float with `.` or `e`, `true` / `false` / `null`, a string's quotes,
     an object's braces), so a text of digits, commas and brackets holds only non-negative ints and arrays; with
-    exactly one `[` per value (and the outer one) every value is an array and none holds an array."""
-    text = orjson.dumps(values)
+    exactly one `[` per value (and the outer one) every value is an array and none holds an array. An array nested
+    past orjson's encoding limit (254 levels) is not one of integers either: the entry-by-entry path judges it."""
+    try:
+        text = orjson.dumps(values)
+    except orjson.JSONEncodeError:
+        return False
     return not text.translate(None, b"0123456789,[]") and text.count(b"[") == len(values) + 1
 
 
@@ -262,6 +266,8 @@ def _in_order_end(dtypes: list[str], shapes: list[tuple[int, ...]], begins: list
     length, else None (that walk then judges them, as `_layout_in_order` does). Each tensor's span check depends on
     its (dtype, shape, byte span) only, so it is made once per distinct triple: a few hundred in a checkpoint."""
     if begins[0] != 0 or begins[1:] != ends[:-1]:
+        return None
+    if max(map(len, shapes)) > _PROD_DIMS:
         return None
     for dtype, shape, span in set(zip(dtypes, shapes, map(sub, ends, begins), strict=True)):
         bits = prod(shape) * BITS[dtype]
@@ -468,6 +474,8 @@ def _layout_in_order(file_size: int, n: int, tensors: list[TensorInfo]) -> bool:
     ends = list(map(_END, tensors))
     if begins[0] != 0 or begins[1:] != ends[:-1] or 8 + n + ends[-1] != file_size:
         return False
+    if max(map(len, map(_SHAPE, tensors))) > _PROD_DIMS:
+        return False
     # Bits per tensor: numel x bit width, compared with 8 x the span (so also whole bytes and end >= begin).
     bits = list(map(mul, map(prod, map(_SHAPE, tensors)), map(BITS.__getitem__, map(_DTYPE, tensors))))
     if bits != list(map(mul, map(sub, ends, begins), repeat(8))) or max(bits) > U64_MAX:
@@ -475,6 +483,12 @@ def _layout_in_order(file_size: int, n: int, tensors: list[TensorInfo]) -> bool:
     # A zero dimension hides an overflowing partial product from `prod` (the reader's `checked_mul` fails on it):
     # such tensors, rare, are left to the exact walk.
     return not bits.count(0) or all(len(t.shape) < 3 for t in tensors if t.begin == t.end)
+
+
+# `prod` of this many 64-bit dimensions is at most a 4,096-bit integer: cheap. A longer shape goes to the walk, whose
+# `_checked_numel` stops at the first partial product past 64 bits, as the reader's `checked_mul` does: linear in the
+# dimensions, where `prod` of 80,000 huge dimensions grows a 5-million-bit integer (quadratic, 37 s).
+_PROD_DIMS = 64
 
 
 def _checked_numel(t: TensorInfo) -> int:

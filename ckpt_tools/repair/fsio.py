@@ -8,9 +8,11 @@ there; unset, a point costs one dictionary lookup).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import stat
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +33,10 @@ __all__ = [
     "temp_name",
     "write_temp",
 ]
+
+# linux/fs.h: FS_IOC_GETFLAGS (_IOR('f', 1, long)) and the append-only inode flag (`chattr +a`).
+_FS_IOC_GETFLAGS = 0x80086601
+_FS_APPEND_FL = 0x20
 
 CRASH_ENV = "CKPT_REPAIR_CRASH_AT"
 COPY_CHUNK = 64 * 1024 * 1024  # one progress update (and one crash point) per chunk
@@ -173,6 +179,20 @@ class Folder:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def refuse_if_append_only(self) -> None:
+        """Refuse, before anything is written, an append-only folder (`chattr +a`): it lets a file be created but
+        never renamed or removed, so the journal's temporary file would stay behind for good. (An immutable one is
+        already refused as read-only.) A filesystem without inode flags, or not Linux, answers nothing."""
+        try:
+            flags = struct.unpack("l", fcntl.ioctl(self.fd, _FS_IOC_GETFLAGS, b"\0" * 8))[0]
+        except OSError:
+            return
+        if flags & _FS_APPEND_FL:
+            raise TargetError(
+                f"{self.path} is append-only (`chattr +a`): a repair replaces and removes files there, which the "
+                f"folder forbids, so nothing was written; `chattr -a {self.path}`, or repair a copy"
+            )
 
     def lstat(self, name: str) -> os.stat_result | None:
         try:

@@ -263,6 +263,7 @@ def run_journaled(root: Path, job: str, steps: tuple[Step, ...], writer: Writer,
     journal is removed. Only when that cannot be done (a shard was already rebuilt) is the journal kept, and the
     refusal says to complete it with `ckpt repair --resume` once the cause is gone."""
     with Folder(root) as folder:
+        folder.refuse_if_append_only()
         refuse_foreign_temps(folder)
         if journal is None:
             journal = encode_journal(job, root, steps)
@@ -334,6 +335,7 @@ def recover(root: Path, writer: Writer) -> str | None:
     """Complete the repair an interrupted process left in the journal; returns its job name, or None if there was
     none. Also removes temporary files a killed repair left behind. The caller holds the lock."""
     with Folder(root) as folder:
+        folder.refuse_if_append_only()
         refuse_foreign_temps(folder)
         job = None
         if folder.lstat(JOURNAL_NAME) is not None:
@@ -350,6 +352,7 @@ def rollback(root: Path, writer: Writer) -> str | None:
     with nothing changed, when a shard was already rebuilt (the journal does not keep a rebuilt file's old bytes).
     The caller holds the lock."""
     with Folder(root) as folder:
+        folder.refuse_if_append_only()
         refuse_foreign_temps(folder)
         job = None
         if folder.lstat(JOURNAL_NAME) is not None:

@@ -34,12 +34,27 @@ class LayerGap:
         return out
 
 
-def configured_experts(ckpt: Checkpoint) -> int | None:
+def _expert_count(ckpt: Checkpoint) -> tuple[str, int] | None:
+    """(config key, experts per MoE layer) as the config gives them: the first positive integer of the keys."""
     for key in model_config().expert_count_keys:
         value = ckpt.config_value(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+            return key, value
     return None
+
+
+def configured_experts(ckpt: Checkpoint) -> int | None:
+    found = _expert_count(ckpt)
+    return found[1] if found is not None else None
+
+
+def implausible_expert_count(ckpt: Checkpoint) -> tuple[str, int] | None:
+    """(config key, count) when a MoE checkpoint's configured expert count is past `count_limit` (rules/modules.toml):
+    then no expert id below it is enumerated (`num_experts = 10**12` would be a loop without end); CK402 reports it."""
+    found = _expert_count(ckpt)
+    if found is None or found[1] <= model_config().count_limit or not ckpt.experts:
+        return None
+    return found
 
 
 def _experts_touched(names: frozenset[str]) -> set[tuple[str, int]]:
@@ -93,7 +108,7 @@ def _expert_suffixes(ckpt: Checkpoint) -> frozenset[str] | None:
 
 
 def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
-    expected = configured_experts(ckpt)
+    expected = configured_experts(ckpt) if implausible_expert_count(ckpt) is None else None
     # WHY this is exact: with one suffix set for every expert module, an expert's `<proj>.<suffix>` keys are its
     # projections times that set, so experts with the same projections have the same keys. The projections are
     # compared as sets: the keys are a set, and an expert whose projections load in another order (one split

@@ -9,6 +9,7 @@ from itertools import chain, compress, repeat
 from operator import itemgetter, not_
 from types import MappingProxyType
 
+from ..detect.matching import RegexBudget
 from ..detect.resolve import ModuleRow, RowClass
 from ..knowledge.modules import fused_groups_for
 from .base import Context, Finding, Rule, module_files, register
@@ -16,7 +17,7 @@ from .ck201_misnested_prefix import rename_plan
 from .ck202_non_hf_layout import misplaced_names
 
 
-def _hf_side_entry(ctx: Context, name: str) -> str | None:
+def _hf_side_entry(ctx: Context, name: str, budget: RegexBudget) -> str | None:
     """An ignore entry that covers the *checkpoint* name with the producer's own matcher, although vLLM's matcher
     (on vLLM-side names) does not: the naming trap of vllm/model_executor/layers/quantization/utils/config_utils.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.5)."""
     det = ctx.det
@@ -26,11 +27,8 @@ def _hf_side_entry(ctx: Context, name: str) -> str | None:
             continue
         if det.producer == "compressed-tensors":
             if entry.startswith("re:"):
-                try:
-                    if re.match(entry[3:], name):
-                        return entry
-                except re.error:
-                    continue
+                if budget.match(entry[3:], name):
+                    return entry
             elif entry == name:
                 return entry
         elif entry == name or entry in name or fnmatch.fnmatchcase(name, entry):
@@ -185,7 +183,8 @@ class IgnoreListMismatch(Rule):
         bad = _rows([p for p in parts if p[0].declared.quantized and p[0].disk.kind == "unquantized"])
         if not bad:
             return
-        traps = {r.name: e for r in bad if (e := _hf_side_entry(ctx, r.name)) is not None}
+        budget = RegexBudget(given_up=ctx.det.slow_patterns)
+        traps = {r.name: e for r in bad if (e := _hf_side_entry(ctx, r.name, budget)) is not None}
         family = ctx.det.family
         message = (
             f"{len(bad)} module(s) are stored unquantized ({bad[0].disk.label}) but no `{key}` entry covers them in "

@@ -13,6 +13,10 @@ MODELOPT_NVFP4 = {"weight_scale_2", "input_scale"}
 _CT_FOREIGN = frozenset({*MODELOPT_NVFP4, "weight"})  # under compressed-tensors, a plain `weight` is foreign too
 
 
+def _clip(pattern: str) -> str:
+    return pattern if len(pattern) <= 80 else pattern[:80] + "..."
+
+
 def _nested(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     q = cfg.get("quantization")
     return q if isinstance(q, dict) else cfg
@@ -46,6 +50,8 @@ class QuantConfigMismatch(Rule):
     - modules whose tensors are a different scheme from the one the config gives them (e.g. FP8 tensors under an
       NVFP4 config), or use the other producer's tensor names (`weight_scale_2` under compressed-tensors,
       `weight_packed` under ModelOpt);
+    - a regex of the config (a `re:` ignore / targets entry, a GPTQ `dynamic` key, a Quark exclude) that does not
+      finish matching the module names within ckpt's time budget (a ReDoS pattern such as `re:([\\w.]+)+Z`);
     - compressed-tensors NVFP4A16 (`input_activations: null`) linears that still carry `input_global_scale`, and
       ModelOpt NVFP4 configs whose groups all have null input activations although the tensors have input scales
       (vLLM silently downgrades them to W4A16).
@@ -69,8 +75,25 @@ class QuantConfigMismatch(Rule):
     title = "Quantization configs and tensors disagree"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
+        yield from self._slow_patterns(ctx)
         yield from self._configs_disagree(ctx)
         yield from self._declared_vs_disk(ctx)
+
+    def _slow_patterns(self, ctx: Context) -> Iterable[Finding]:
+        slow = ctx.det.slow_patterns
+        if not slow:
+            return
+        shown = "; ".join(f"`{_clip(p)}`: {why}" for p, why in sorted(slow.items())[:3])
+        yield self.finding(
+            f"{len(slow)} regex(es) of the quantization config could not be matched against the module names within "
+            f"ckpt's time budget ({shown}). vLLM matches them with the same backtracking engine (Python `re`) for "
+            f"every module while it builds the model, so it would stall loading this checkpoint; ckpt judged the "
+            f"checkpoint as if they matched nothing. Rewrite them without nested repetition (`re:.*mlp\\.gate$` "
+            f"instead of `re:(.*\\.)+gate$`), or list the modules by name.",
+            files=(ctx.det.config.file,) if ctx.det.config.file else (),
+            count=len(slow),
+            details={"patterns": dict(sorted(slow.items()))},
+        )
 
     def _configs_disagree(self, ctx: Context) -> Iterable[Finding]:
         cfg = (ctx.ckpt.config or {}).get("quantization_config")

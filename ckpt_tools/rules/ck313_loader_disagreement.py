@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..detect.matching import ct_first_match
+from ..detect.matching import RegexBudget, ct_first_match
 from .base import Context, Finding, Rule, files_of, register
 
 
@@ -59,7 +59,9 @@ class LoaderDisagreement(Rule):
             return
         raw = det.config.get("ignore")
         entries = [e for e in raw if isinstance(e, str)] if isinstance(raw, list) else []
-        if "lm_head" in entries or ct_first_match(entries, det.family.to_vllm("lm_head"), det.family):
+        if "lm_head" in entries or ct_first_match(
+            entries, det.family.to_vllm("lm_head"), det.family, RegexBudget(given_up=det.slow_patterns)
+        ):
             return
         yield self.finding(
             f"config group(s) {', '.join(groups)} target `Linear` and `lm_head` is stored {head.weight.dtype} but not "

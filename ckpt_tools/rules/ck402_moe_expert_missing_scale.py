@@ -3,8 +3,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..knowledge.modules import model_config
 from ..model.modules import ROLES
-from ._experts import LayerGap, layer_gaps
+from ._experts import LayerGap, implausible_expert_count, layer_gaps
 from .base import Context, Finding, Rule, module_files, register
 
 
@@ -55,7 +56,8 @@ class MoeExpertMissingScale(Rule):
     Anti-pattern
     Calibrating an MoE with a small dataset that never routes tokens to some experts: ModelOpt then omits their
     `input_scale` (NVIDIA/Model-Optimizer#1354, vllm-project/vllm#45212); or exporting a pruned model without
-    updating `num_experts`.
+    updating `num_experts`. A configured expert count past any released model (`num_experts = 10**12`, a typo or a
+    hostile config) is reported on its own, without listing the ids below it.
 
     Fix
     Re-calibrate so every expert sees tokens (llm-compressor `moe_calibrate_all_experts=True`, a larger or more
@@ -69,6 +71,27 @@ class MoeExpertMissingScale(Rule):
     title = "Some MoE experts lack scales the others have"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
+        yield from self._implausible_count(ctx)
+        yield from self._gaps(ctx)
+
+    def _implausible_count(self, ctx: Context) -> Iterable[Finding]:
+        found = implausible_expert_count(ctx.ckpt)
+        if found is None:
+            return
+        key, value = found
+        present = max(len(group.experts) for group in ctx.ckpt.experts.values())
+        limit = model_config().count_limit
+        yield self.finding(
+            f"config.json `{key}` is {value:,} experts per MoE layer, past any released model (ckpt believes up to "
+            f"{limit:,}), while the checkpoint holds at most {present:,} per layer: vLLM sizes every MoE layer's "
+            f"fused weights from this number and fails to allocate them. Set `{key}` to the expert count the "
+            f"checkpoint holds.",
+            files=("config.json",),
+            count=1,
+            details={"config_key": key, "configured_experts": value, "experts_present": present, "limit": limit},
+        )
+
+    def _gaps(self, ctx: Context) -> Iterable[Finding]:
         lines: list[str] = []
         tensors: list[str] = []
         layers: list[dict[str, Any]] = []
