@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
@@ -110,7 +109,19 @@ def doctor(
         emit(text)
     if pre_commit:
         _pre_commit_summary(run, fail_on.value)
+    elif len(targets) > 1:
+        _unreadable_lines(reports)
     raise typer.Exit(code)
+
+
+def _unreadable_lines(reports) -> None:
+    """Exit 2 always comes with its `ckpt: ...` line on stderr (even with -q): one per target that could not be read,
+    for a log that keeps stderr only."""
+    from ..report.model import Unreadable
+
+    for r in reports:
+        if isinstance(r, Unreadable):
+            print(f"ckpt: {r.target}: {r.error}", file=sys.stderr)
 
 
 def _pre_commit_summary(run, fail_on: str) -> None:
@@ -127,20 +138,22 @@ def _pre_commit_summary(run, fail_on: str) -> None:
 
 
 def _many(targets: list[str], **options) -> list:
-    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot be
-    read stops the command (exit 2) naming it, as a single target does."""
+    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot
+    be read (missing, not a checkpoint, Hub unreachable) is an `Unreadable` entry with its one-line reason: the others
+    are still judged, and the exit code is 2."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import CkptError
     from ..pipeline import analyze
+    from ..report.model import Unreadable
 
     def one(target: str):
         try:
             return analyze(target, **options).report
         except CkptError as exc:
-            raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
+            return Unreadable(target, str(exc).removeprefix(f"{target}: "))  # the target has a column of its own
 
-    remote = [t for t in targets if not os.path.exists(t)]
+    remote = [t for t in targets if _is_hub(t)]
     if not remote:
         return [one(t) for t in targets]
     with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
@@ -148,10 +161,25 @@ def _many(targets: list[str], **options) -> list:
         return [futures[t].result() if t in futures else one(t) for t in targets]
 
 
+def _is_hub(target: str) -> bool:
+    from ..errors import CkptError
+    from ..read.hub_target import parse_hub_target
+
+    try:
+        return parse_hub_target(target) is not None
+    except CkptError:  # a malformed hf:// target: `analyze` reports it as the target's reason
+        return False
+
+
 def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:
-    """One line per target: the counts and whether it fails --fail-on; the exit code is the worst of them."""
+    """One line per target: the counts and whether it fails --fail-on, or why it could not be read; the exit code is
+    the worst of them (2 when a target could not be read)."""
+    from ..report.model import Unreadable
+
     rows = [
-        (
+        (r.target, "-", "-", "-", f"could not be read: {r.error}")
+        if isinstance(r, Unreadable)
+        else (
             r.target,
             str(r.summary["error"]),
             str(r.summary["warning"]),
