@@ -5,30 +5,20 @@ import sys
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .app import Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .options import TARGET_HELP, fail_on_option, hardware_ids, hardware_option, runtime_option, target_argument
 
 
-@app.command()
+@app.command(short_help="Judge a checkpoint: what vLLM will load, and every defect.")
 def doctor(
-    targets: list[str] = typer.Argument(
-        ...,
-        metavar="TARGET",
-        help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
-        "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
-        "worst; with --pre-commit, the files to check.",
+    targets: list[str] = target_argument(
+        TARGET_HELP[:-1] + "; several are judged one by one (Hub repos concurrently) with a summary table, one row "
+        "per target (a target that cannot be read too), exit code the worst; with --pre-commit, the files to check."
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
-    fail_on: FailOn = typer.Option(
-        FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
-    ),
-    runtime: str | None = typer.Option(
-        None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime})."
-    ),
-    hardware: list[str] | None = typer.Option(
-        None,
-        "--hardware",
-        help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all).",
-    ),
+    fail_on: str = fail_on_option("error", "Exit 1 when a finding is at or above this (warn = warning)."),
+    runtime: str | None = runtime_option(),
+    hardware: list[str] | None = hardware_option("Kernel notes for these (default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     producer_schema: bool = typer.Option(
         False,
@@ -66,18 +56,18 @@ def doctor(
         run = check_files(
             targets,
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
         )
         keep_until_exit(run)
         text = render_many(run.reports, format.value, color=color)
-        code = run.exit_code(fail_on.value)
+        code = run.exit_code(fail_on)
     elif len(targets) > 1:
         reports = _many(
             targets,
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
             deep=deep,
@@ -86,13 +76,13 @@ def doctor(
         keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
         if format in (Format.text, Format.markdown):
-            text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
-        code = max(r.exit_code(fail_on.value) for r in reports)
+            text += _summary_table(reports, fail_on, markdown=format == Format.markdown)
+        code = max(r.exit_code(fail_on) for r in reports)
     else:
         result = analyze(
             targets[0],
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
             deep=deep,
@@ -100,7 +90,7 @@ def doctor(
         )
         keep_until_exit(result)
         text = render(result.report, format.value, color=color)
-        code = result.report.exit_code(fail_on.value)
+        code = result.report.exit_code(fail_on)
     if format == Format.text and not pre_commit and len(targets) == 1:
         text = echo_first_line(text)
     if output:
@@ -108,7 +98,7 @@ def doctor(
     elif text:
         emit(text)
     if pre_commit:
-        _pre_commit_summary(run, fail_on.value)
+        _pre_commit_summary(run, fail_on)
     elif len(targets) > 1:
         _unreadable_lines(reports)
     raise typer.Exit(code)

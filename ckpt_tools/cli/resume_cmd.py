@@ -5,11 +5,12 @@ import typer
 
 from ..errors import UsageError
 from .app import TextOrJson, app, emit
+from .options import target_argument
 
 
-@app.command("repair")
+@app.command("repair", short_help="Resume or roll back an interrupted repair.")
 def repair_command(
-    target: str = typer.Argument(..., help="Local checkpoint folder (or a .safetensors file in it)."),
+    target: str = target_argument("Local checkpoint folder (or a .safetensors file in it)."),
     resume: bool = typer.Option(
         False,
         "--resume",
