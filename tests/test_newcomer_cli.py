@@ -173,3 +173,222 @@ def test_a_file_of_a_checkpoint_folder_names_the_folder(capsys, monkeypatch):
     code, _out, err = run_cli(["doctor", config], capsys)
     assert code == 2
     assert err == f"ckpt: {config}: not a checkpoint; give its folder {CLEAN} (or one of its .safetensors files)\n"
+
+
+# ---- 6. one --hardware parser --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "spelling", [["--hardware", "gb10,H100"], ["--hardware", "gb10", "--hardware", "h100"], ["--hardware", "gb10,h100,gb10"]]
+)
+def test_hardware_is_repeatable_and_comma_separated_in_doctor_and_inspect(spelling, capsys, monkeypatch):
+    import ckpt_tools.census
+    import ckpt_tools.pipeline
+
+    monkeypatch.chdir(ROOT)
+    asked = []
+    analyze, inspection = ckpt_tools.pipeline.analyze, ckpt_tools.census.inspection
+
+    def recording_analyze(target, **options):
+        asked.append(("doctor", tuple(options.get("hardware_ids", ()))))
+        return analyze(target, **options)
+
+    def recording_inspection(analysis, tensors, hardware=()):
+        asked.append(("inspect", tuple(hardware)))
+        return inspection(analysis, tensors, hardware=hardware)
+
+    monkeypatch.setattr(ckpt_tools.pipeline, "analyze", recording_analyze)
+    monkeypatch.setattr(ckpt_tools.census, "inspection", recording_inspection)
+    assert run_cli(["doctor", CLEAN, "--fail-on", "none", *spelling], capsys)[0] == 0
+    assert run_cli(["inspect", CLEAN, *spelling], capsys)[0] == 0
+    assert [a for a in asked if a[1]] == [("doctor", ("gb10", "h100")), ("inspect", ("gb10", "h100"))]
+
+
+@pytest.mark.parametrize("command", [["plan"], ["serve-flags"], ["check-serve", "--", "vllm", "serve", CLEAN]])
+def test_one_profile_commands_take_the_same_spellings(command, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    for spelling in (["--hardware", "gb10,h100"], ["--hardware", "gb10", "--hardware", "h100"]):
+        code, _out, err = run_cli([command[0], CLEAN, *spelling, *command[1:]], capsys)
+        assert code == 2
+        assert err == f"ckpt: {command[0]} runs on one hardware profile; --hardware got gb10, h100: give one\n"
+    verdict = [] if command[0] == "plan" else ["--fail-on", "none"]
+    code, _out, err = run_cli([command[0], CLEAN, "--hardware", " GB10, ", *verdict, *command[1:]], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("command", ["doctor", "inspect", "plan", "serve-flags", "check-serve"])
+def test_hardware_help_is_one_text(command):
+    text = " ".join(ckpt(command, "--help").stdout.split()).replace("- ", "-")  # words the help broke at a hyphen
+    assert "--hardware ID Hardware profile(s) gb10, rtx5090, b200, h200, h100, any case; repeatable or " in text
+    assert "comma-separated (--hardware gb10,h100)." in text
+
+
+# ---- 7. -q: the product on stdout, unchanged; nothing else on stderr -----------------------------------------------
+MISNESTED = "fixtures/defective/qwen35moe-nvfp4-misnested-vision"
+QUIET_RUNS = [  # every command, on a run that prints notes or warnings on stderr without -q where it has any
+    ["doctor", CLEAN, "--hardware", "h100", "--fail-on", "none"],
+    ["doctor", CLEAN, MISNESTED, "--fail-on", "none"],
+    ["inspect", CLEAN],
+    ["plan", CLEAN, "--hardware", "h100"],
+    ["serve-flags", CLEAN, "--hardware", "h100", "--fail-on", "none"],
+    ["check-serve", CLEAN, "--fail-on", "none", "--", "vllm", "serve", CLEAN],
+    ["fix-prefix", MISNESTED, "--dry-run"],
+    ["scrub-nan", CLEAN, "--dry-run"],
+    ["drop-orphans", CLEAN, "--dry-run"],
+    ["fix", MISNESTED, "--dry-run"],
+    ["rules"],
+    ["explain", "CK401"],
+]
+
+
+@pytest.mark.parametrize("args", QUIET_RUNS, ids=lambda a: a[0])
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_keeps_stdout_and_silences_stderr(args, where, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, _err = run_cli(args, capsys)
+    quiet = ["-q", *args] if where == "before" else [args[0], "-q", *args[1:]]
+    assert run_cli(quiet, capsys) == (code, out, "")  # the product, first line included, is the same
+
+
+def test_plan_notes_go_to_stderr(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = run_cli(["plan", CLEAN, "--hardware", "h100"], capsys)
+    assert code == 0 and "notes:" not in out and err.startswith("notes:\n  - reserve is an estimate")
+
+
+# ---- 8. ckpt fix says what it leaves, and exits by it ---------------------------------------------------------------
+def test_fix_reports_what_it_cannot_repair(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    target = str(WEIGHT_ONLY.relative_to(ROOT))
+    code, out, _err = run_cli(["fix", target], capsys)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[:4] == [
+        f"ckpt fix {target}",
+        "nothing to do: no finding with an automatic repair",
+        "",
+        "left: 1 error(s), 0 warning(s), 1 info",
+    ]
+    assert lines[4].startswith("  ERROR   CK401 nvfp4-weight-only: config.json declares NVFP4 input activations")
+    assert run_cli(["fix", target, "--fail-on", "none"], capsys)[0] == 0
+    data = json.loads(run_cli(["fix", target, "--format", "json"], capsys)[1])
+    assert data["left"]["summary"]["error"] == 1 and data["left"]["findings"][0]["code"] == "CK401"
+
+
+def test_fix_dry_run_shows_the_whole_chain(tmp_path, capsys):
+    from tests.corrupt import patch_tensor_bytes
+    from tests.repair_helpers import MISNESTED_FIXTURE, copy_of
+    from tests.test_repair_fix_all import NAN_SCALE
+
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+    patch_tensor_bytes(folder, NAN_SCALE, {1: 0x7F})
+    code, out, err = run_cli(["fix", folder, "-n"], capsys)
+    assert code == 0, err
+    assert out.startswith(f"ckpt fix {folder} -n\n")  # the command as given, --dry-run spelling included
+    assert "ckpt scrub-nan" in out and "ckpt fix-prefix" in out
+    left = out[out.index("would be left after the whole chain (predicted): ") :]
+    assert left.startswith("would be left after the whole chain (predicted): 0 error(s), 1 warning(s)")
+    assert "CK201" not in left and "CK501" not in left  # each repaired by one job of the chain
+
+
+# ---- 9. Ctrl-C at any instant: `ckpt: interrupted`, exit 130 -------------------------------------------------------
+def _swallowing_every_check(monkeypatch):
+    """`ckpt rules` with a library in it that swallows a Ctrl-C (as a `try: ... except BaseException` would)."""
+    import signal
+
+    import ckpt_tools.docs
+
+    every_check = ckpt_tools.docs.every_check
+
+    def swallowing():
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        return every_check()
+
+    monkeypatch.setattr(ckpt_tools.docs, "every_check", swallowing)
+
+
+def test_a_swallowed_interrupt_still_ends_the_run(capsys, monkeypatch):
+    _swallowing_every_check(monkeypatch)
+    assert run_cli(["rules"], capsys) == (130, "", "ckpt: interrupted\n")
+
+
+def test_an_interrupt_python_wraps_is_still_an_interrupt(capsys, monkeypatch):
+    """Ctrl-C inside a class body being imported: Python 3.11 raises `RuntimeError: Error calling __set_name__`."""
+    import signal
+
+    import ckpt_tools.docs
+
+    class Interrupted:
+        def __set_name__(self, owner, name):
+            signal.raise_signal(signal.SIGINT)
+
+    def importing():
+        type("Runtime", (), {"field": Interrupted()})
+        return []
+
+    monkeypatch.setattr(ckpt_tools.docs, "every_check", importing)
+    assert run_cli(["rules"], capsys) == (130, "", "ckpt: interrupted\n")
+
+
+def test_an_interrupted_repair_names_resume_and_rollback(tmp_path, capsys, monkeypatch):
+    import signal
+
+    import ckpt_tools.repair.execute
+    from tests.repair_helpers import MISNESTED_FIXTURE, copy_of
+
+    folder = copy_of(MISNESTED_FIXTURE, tmp_path)
+
+    def interrupted(name: str) -> None:
+        if name == "step0:before":  # the journal is on disk: Ctrl-C as the first header is about to be written
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(ckpt_tools.repair.execute, "crashpoint", interrupted)
+    code, out, err = run_cli(["fix-prefix", folder], capsys)
+    assert (code, out) == (130, "")
+    assert err == (
+        "ckpt: interrupted\n"
+        f"ckpt: the repair of {folder} stopped part-way and left its journal; finish it with "
+        f"`ckpt repair --resume {folder}`, or undo it with `ckpt repair --rollback {folder}`\n"
+    )
+    monkeypatch.undo()
+    assert run_cli(["repair", "--resume", folder], capsys)[0] == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_timed_interrupts_at_spread_instants():
+    """SIGINT at 40 instants spread over a doctor run, from the moment the `ckpt` code runs (its handler is installed
+    before the app is imported; the interpreter's own start-up before that is Python's) through imports, reading,
+    judging and printing: each run ends interrupted (one line, 130) or, when the signal came after the verdict was
+    settled, exactly as an uninterrupted run; never an internal error, a traceback or another exit code."""
+    import signal
+    import time
+
+    from tests.test_cli_polish import _maps, _wait_for
+
+    args = [sys.executable, "-m", "ckpt_tools.cli.main", "doctor", CLEAN, "--fail-on", "info"]
+    env = {**os.environ, "NO_COLOR": "1", "CKPT_NO_PROGRESS": "1"}
+
+    def started() -> tuple[subprocess.Popen, float]:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        _wait_for(lambda: "lib-dynload/_bz2" in _maps(proc.pid) or proc.poll() is not None)  # the app's import
+        return proc, time.perf_counter()
+
+    proc, since = started()
+    out, err = proc.communicate(timeout=120)
+    rest = time.perf_counter() - since
+    assert proc.returncode == 1, err  # CK405 is info: a run that finishes is told apart from an interrupted one
+    normal = (1, out, err)
+    outcomes = {"interrupted": 0, "finished": 0}
+    for i in range(40):
+        proc, _ = started()
+        time.sleep(rest * 1.2 * i / 40)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode == 130:
+            assert (out, err) == ("", "ckpt: interrupted\n") or (out == normal[1] and err == "ckpt: interrupted\n")
+            outcomes["interrupted"] += 1
+        else:
+            assert (proc.returncode, out, err) == normal, (i, proc.returncode, err)
+            outcomes["finished"] += 1
+    assert outcomes["interrupted"] >= 10, outcomes  # the spread reached into the run (timing varies with the load)

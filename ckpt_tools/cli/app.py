@@ -37,6 +37,9 @@ class State:
     argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
     own_process = False  # set by `console()`: the process ends with this command (see `keep_until_exit`)
     kept: ClassVar[list[object]] = []
+    interrupted = False  # a Ctrl-C arrived while the command ran (main._interrupt)
+    settling = False  # the command returned: a Ctrl-C is remembered, no longer raised
+    interrupt_hints: ClassVar[list[str]] = []  # lines `ckpt: interrupted` adds (how to finish an interrupted repair)
 
 
 def keep_until_exit(result: object) -> None:
@@ -319,6 +322,8 @@ def emit(text: str) -> None:
     command: the rest is discarded and the command still exits with its verdict (typer would exit 1 on EPIPE)."""
     if sys.stdout is None:
         return
+    if State.interrupted:  # a Ctrl-C some library swallowed: the run ends as interrupted, without its product
+        raise KeyboardInterrupt
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

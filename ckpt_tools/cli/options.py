@@ -54,8 +54,8 @@ def hardware_option(default: str) -> Any:
 
 
 def hardware_ids(values: list[str] | None) -> tuple[str, ...]:
-    """`--hardware gb10,h100 --hardware b200` -> ("gb10", "h100", "b200"): split, trimmed, each once, in order."""
-    ids = [part.strip() for value in values or () for part in value.split(",")]
+    """`--hardware GB10,h100 --hardware b200` -> ("gb10", "h100", "b200"): split, trimmed, any case, each once."""
+    ids = [part.strip().lower() for value in values or () for part in value.split(",")]
     return tuple(dict.fromkeys(i for i in ids if i))
 
 

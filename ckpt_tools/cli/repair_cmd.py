@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import orjson
 import typer
 
 from ..errors import UsageError
-from .app import TextOrJson, app, echo_first_line, emit, keep_until_exit
+from .app import State, TextOrJson, app, echo_first_line, emit, keep_until_exit
 from .options import LOCAL_TARGET_HELP, fail_on_option, runtime_option, target_argument
 
 DRY_RUN = typer.Option(
@@ -33,6 +37,35 @@ FORCE = typer.Option(
     help="Apply the repair even when doctor on the planned headers has more errors "
     "than now (without it such a repair refuses, exit 2).",
 )
+
+
+@contextmanager
+def resume_hint(target: str) -> Iterator[None]:
+    """A repair command's body: when Ctrl-C stops it after its journal was written, `ckpt: interrupted` is followed
+    by the two commands that finish or undo it (the journal is the record `ckpt repair` works from)."""
+    try:
+        yield
+    finally:
+        if State.interrupted:
+            State.interrupt_hints.extend(_journal_hint(target))
+
+
+def _journal_hint(target: str) -> list[str]:
+    from ..errors import CkptError
+    from ..repair.guard import resolve_local
+    from ..repair.journal import journal_path
+
+    try:
+        root = resolve_local(target).root
+    except CkptError:
+        return []
+    if not journal_path(root).exists():
+        return []
+    folder = shlex.quote(str(root))
+    return [
+        f"ckpt: the repair of {root} stopped part-way and left its journal; finish it with "
+        f"`ckpt repair --resume {folder}`, or undo it with `ckpt repair --rollback {folder}`"
+    ]
 
 
 def _finish(result, format: TextOrJson, fail_on: str) -> None:
@@ -76,16 +109,17 @@ def fix_prefix_command(
     old, new = old or [], new or []
     if len(old) != len(new):
         raise UsageError("give --from and --to in pairs (one --to per --from)")
-    result = run(
-        target,
-        fix_prefix.job(list(zip(old, new, strict=True))),
-        dry_run=dry_run,
-        progress=progress,
-        runtime=runtime,
-        force=force,
-        headers_only=headers_only,
-        keep=keep_until_exit,
-    )
+    with resume_hint(target):
+        result = run(
+            target,
+            fix_prefix.job(list(zip(old, new, strict=True))),
+            dry_run=dry_run,
+            progress=progress,
+            runtime=runtime,
+            force=force,
+            headers_only=headers_only,
+            keep=keep_until_exit,
+        )
     _finish(result, format, fail_on)
 
 
@@ -109,7 +143,8 @@ def scrub_nan_command(
     count per tensor."""
     from ..repair import run, scrub_nan
 
-    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force, keep=keep_until_exit)
+    with resume_hint(target):
+        result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force, keep=keep_until_exit)
     _finish(result, format, fail_on)
 
 
@@ -130,16 +165,17 @@ def drop_orphans_command(
     """Remove orphan scale tensors from the shard headers and the index (affected shards are rebuilt atomically)."""
     from ..repair import drop_orphans, run
 
-    result = run(
-        target,
-        drop_orphans.job(tensor or []),
-        dry_run=dry_run,
-        progress=progress,
-        runtime=runtime,
-        force=force,
-        headers_only=headers_only,
-        keep=keep_until_exit,
-    )
+    with resume_hint(target):
+        result = run(
+            target,
+            drop_orphans.job(tensor or []),
+            dry_run=dry_run,
+            progress=progress,
+            runtime=runtime,
+            force=force,
+            headers_only=headers_only,
+            keep=keep_until_exit,
+        )
     _finish(result, format, fail_on)
 
 
@@ -161,7 +197,10 @@ def fix_command(
     from ..repair.fix_all import fix_all
     from ..repair.render import render_fix_all
 
-    result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit)
+    with resume_hint(target):
+        result = fix_all(
+            target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit
+        )
     if format == TextOrJson.json:
         emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

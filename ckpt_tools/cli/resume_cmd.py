@@ -6,6 +6,7 @@ import typer
 from ..errors import UsageError
 from .app import TextOrJson, app, emit
 from .options import target_argument
+from .repair_cmd import resume_hint
 
 
 @app.command("repair", short_help="Resume or roll back an interrupted repair.")
@@ -32,7 +33,8 @@ def repair_command(
 
     if resume == rollback:
         raise UsageError("give exactly one of --resume and --rollback")
-    result = resume_repair(target, rollback=rollback)
+    with resume_hint(target):
+        result = resume_repair(target, rollback=rollback)
     emit(
         orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
         if format == TextOrJson.json
