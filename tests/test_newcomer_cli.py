@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.corrupt import GENUINE
 from tests.repair_helpers import run_cli
 from tests.test_cli import FIXTURES, ckpt
 
@@ -177,7 +177,8 @@ def test_a_file_of_a_checkpoint_folder_names_the_folder(capsys, monkeypatch):
 
 # ---- 6. one --hardware parser --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "spelling", [["--hardware", "gb10,H100"], ["--hardware", "gb10", "--hardware", "h100"], ["--hardware", "gb10,h100,gb10"]]
+    "spelling",
+    [["--hardware", "gb10,H100"], ["--hardware", "gb10", "--hardware", "h100"], ["--hardware", "gb10,h100,gb10"]],
 )
 def test_hardware_is_repeatable_and_comma_separated_in_doctor_and_inspect(spelling, capsys, monkeypatch):
     import ckpt_tools.census
@@ -299,7 +300,7 @@ def _swallowing_every_check(monkeypatch):
     every_check = ckpt_tools.docs.every_check
 
     def swallowing():
-        try:
+        try:  # noqa: SIM105 - what such a library does, written out
             signal.raise_signal(signal.SIGINT)
         except KeyboardInterrupt:
             pass
@@ -392,3 +393,191 @@ def test_timed_interrupts_at_spread_instants():
             assert (proc.returncode, out, err) == normal, (i, proc.returncode, err)
             outcomes["finished"] += 1
     assert outcomes["interrupted"] >= 10, outcomes  # the spread reached into the run (timing varies with the load)
+
+
+# ---- 10. the GitHub Actions recipe runs as written ------------------------------------------------------------------
+def _first_workflow(doc: str) -> dict:
+    import yaml
+
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return yaml.safe_load(block)
+
+
+def test_no_recipe_installs_from_a_package_index():
+    doc = (ROOT / "docs" / "github-actions.md").read_text()
+    installs = [line.split("run:", 1)[1].strip() for line in doc.splitlines() if "run: pip install" in line]
+    assert installs and set(installs) == {"pip install ./.ckpt-tools"}
+
+
+def test_github_actions_recipe_runs_as_written(tmp_path):
+    """The first workflow of docs/github-actions.md, step by step, offline: the model repository checkout is a
+    fixture under the path the recipe names, the ckpt-tools checkout is this project's files, setup-python is a
+    fresh virtualenv, every `run:` runs in bash as the runner would, and the SARIF file it uploads is valid."""
+    import re
+    import shutil
+
+    import jsonschema
+
+    from ckpt_tools.report.sarif import INFO_URI
+    from tests import wheelhouse
+    from tests.corrupt import copy_fixture
+
+    doc = (ROOT / "docs" / "github-actions.md").read_text()
+    steps = _first_workflow(doc)["jobs"]["ckpt"]["steps"]
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    wheels = tmp_path / "wheels"
+    project = __import__("tomllib").loads((ROOT / "pyproject.toml").read_text())
+    wheelhouse.build(wheels, [*project["build-system"]["requires"], *project["project"]["dependencies"]])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "VIRTUALENV_", "PYTHON"))}
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1", NO_COLOR="1")
+    uploaded = []
+    for step in steps:
+        uses, given = step.get("uses", ""), step.get("with") or {}
+        if uses.startswith("actions/checkout@") and "repository" not in given:
+            models = sorted(set(re.findall(r"\bmodels/[\w.-]+", doc)))
+            for folder in models:  # the model repository: a genuine checkpoint at each path the recipe names
+                copy_fixture("modelopt-llama-nvfp4", workspace / "models")
+                (workspace / "models" / "modelopt-llama-nvfp4").rename(workspace / folder)
+        elif uses.startswith("actions/checkout@"):
+            assert INFO_URI.endswith("/" + given["repository"])  # the repository the project names as its home
+            into = workspace / given["path"]
+            into.mkdir()
+            for name in ("pyproject.toml", "README.md"):
+                shutil.copy2(ROOT / name, into / name)
+            for name in ("ckpt_tools", "rules"):
+                shutil.copytree(ROOT / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif uses.startswith("actions/setup-python@"):
+            venv = tmp_path / "venv"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+            env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+        elif uses.startswith("github/codeql-action/upload-sarif@"):
+            uploaded.append(workspace / given["sarif_file"])
+        elif "run" in step:
+            done = subprocess.run(
+                ["bash", "-e", "-c", step["run"]], cwd=workspace, env=env, capture_output=True, text=True, timeout=600
+            )
+            assert done.returncode == 0, (step["run"], done.stdout[-2000:], done.stderr[-2000:])
+        else:
+            raise AssertionError(f"a step this test does not know how to run: {step}")
+    assert uploaded, "the recipe uploads no SARIF file"
+    schema = json.loads((ROOT / "tests" / "schemas" / "sarif-schema-2.1.0.json").read_text())
+    for sarif in uploaded:
+        log = json.loads(sarif.read_text())
+        jsonschema.validate(log, schema)
+        assert log["runs"][0]["properties"]["target"] == "models/llama-nvfp4"
+
+
+# ---- 11. the small ones ---------------------------------------------------------------------------------------------
+def test_output_into_an_unwritable_folder_says_so(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, _out, err = run_cli(["doctor", CLEAN, "-o", "/proc/r.json"], capsys)
+    assert (code, err) == (2, "ckpt: cannot write /proc/r.json: the folder /proc is not writable\n")
+
+
+def test_check_serve_notices_another_served_folder(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    other = "fixtures/genuine/base-llama-bf16"
+    code, out, _err = run_cli(["check-serve", CLEAN, "--", "vllm", "serve", other], capsys)
+    assert code == 1
+    assert (
+        f"ERROR   CS107 served-model-mismatch\n        the command serves {other}, not the checked {CLEAN}: this "
+        "report says nothing about the checkpoint it would load\n"
+        f"        fix: ckpt check-serve {other} -- ...\n"
+    ) in out
+    assert run_cli(["check-serve", CLEAN, "--", "vllm", "serve", f"./{CLEAN}/"], capsys)[0] == 0
+
+
+def test_check_serve_compares_hub_repos(tmp_path, capsys):
+    from ckpt_tools.serve import check_serve
+    from tests.corrupt import copy_fixture
+
+    snapshot = tmp_path / "models--acme--llama" / "snapshots" / "0123abcd"  # a Hugging Face cache snapshot
+    snapshot.parent.mkdir(parents=True)
+    copy_fixture("modelopt-llama-nvfp4", snapshot.parent).rename(snapshot)
+    codes = lambda served: [f.code for f in check_serve(str(snapshot), f"vllm serve {served}").findings]  # noqa: E731
+    assert "CS107" not in codes("acme/llama")
+    assert "CS107" in codes("acme/other")
+
+
+def _complete(*words: str) -> list[str]:
+    env = {
+        **os.environ,
+        "_CKPT_COMPLETE": "complete_bash",
+        "COMP_WORDS": " ".join(words),
+        "COMP_CWORD": str(len(words) - 1),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_tools.cli.main"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
+    return proc.stdout.split()
+
+
+def test_completion_of_hardware_runtime_and_rule_codes():
+    assert _complete("ckpt", "doctor", CLEAN, "--hardware", "h") == ["h200", "h100"]
+    assert _complete("ckpt", "plan", CLEAN, "--hardware", "gb10,r") == ["gb10,rtx5090"]
+    assert _complete("ckpt", "serve-flags", CLEAN, "--runtime", "aeon") == [
+        "aeon-v0.23.0",
+        "aeon-v0.26.0",
+        "aeon-v0.27.1",
+    ]
+    assert _complete("ckpt", "explain", "CS12") == ["CS120", "CS121", "CS122"]
+    assert _complete("ckpt", "explain", "nvfp4-w") == ["nvfp4-weight-only"]
+    assert _complete("ckpt", "doctor", CLEAN, "--fail-on", "w") == ["warning"]
+
+
+def test_top_level_help_has_whole_summaries():
+    lines = ckpt("--help", env={"COLUMNS": "80"}).stdout.split("Commands:\n", 1)[1].splitlines()
+    assert len(lines) == 12 and all(len(line) <= 80 and not line.rstrip().endswith("...") for line in lines)
+    assert all(line.rstrip().endswith(".") for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "doctor",
+        "inspect",
+        "plan",
+        "serve-flags",
+        "check-serve",
+        "fix-prefix",
+        "scrub-nan",
+        "drop-orphans",
+        "fix",
+        "repair",
+    ],
+)
+def test_the_target_is_called_target_everywhere(command):
+    text = ckpt(command, "--help").stdout
+    assert re.search(r"\nArguments:\n  TARGET ", text), text
+    assert not re.search(r"\n  target ", text)
+
+
+def test_fail_on_warn_and_its_choices(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    args = ["check-serve", CLEAN, "--hardware", "h100", "--", "vllm", "serve", CLEAN]
+    warning = run_cli([*args[:2], "--fail-on", "warning", *args[2:]], capsys)[0]
+    assert run_cli([*args[:2], "--fail-on", "WARN", *args[2:]], capsys)[0] == warning
+    code, out, err = run_cli(["doctor", CLEAN, "--fail-on", "warnings"], capsys)
+    assert (code, out) == (2, "")
+    assert err == "ckpt: --fail-on 'warnings' is not a level; choose one of: error, warning (or warn), info, none\n"
+
+
+def test_explain_ranks_what_the_code_starts_with_first(capsys):
+    code, _out, err = run_cli(["explain", "CS12"], capsys)
+    assert code == 2
+    assert err == (
+        "ckpt: no rule 'CS12'; did you mean CS120 (max-model-len-exceeded) or CS121 (mm-limit-without-vision) or "
+        "CS122 (vision-disabled)? (`ckpt rules` lists them)\n"
+    )
+
+
+def test_serve_flags_json_carries_the_command_line(capsys, monkeypatch):
+    import shlex
+
+    monkeypatch.chdir(ROOT)
+    _code, text, _err = run_cli(["serve-flags", CLEAN, "--max-model-len", "9999"], capsys)
+    _code, out, _err = run_cli(["serve-flags", CLEAN, "--max-model-len", "9999", "--format", "json"], capsys)
+    data = json.loads(out)
+    assert data["command"] + "\n" == text  # what the text output prints, environment included
+    assert shlex.split(data["command"]) == ["env", *(f"{k}={v}" for k, v in data["env"].items()), *data["argv"]]

@@ -198,9 +198,7 @@ def fix_command(
     from ..repair.render import render_fix_all
 
     with resume_hint(target):
-        result = fix_all(
-            target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit
-        )
+        result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit)
     if format == TextOrJson.json:
         emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -77,12 +77,9 @@ def combined_prediction(before: Report, results: Iterable[RepairResult]) -> Repo
     for p in predictions:
         kept &= {(f.code, f.slug) for f in p.findings}
     left = [f for f in before.findings if (f.code, f.slug) in kept]
-    had = {(f.code, f.slug) for f in before.findings}
-    seen = set(had)
+    seen = {(f.code, f.slug) for f in before.findings}
     for p in predictions:
-        for f in p.findings:
-            if (f.code, f.slug) not in seen:
-                left.append(f)
+        left.extend(f for f in p.findings if (f.code, f.slug) not in seen)
         seen |= {(f.code, f.slug) for f in p.findings}
     return replace(before, findings=tuple(left))
 

@@ -96,8 +96,6 @@ def _left_lines(fixed: FixAllResult) -> list[str]:
     when = "would be left after the whole chain (predicted)" if fixed.dry_run and fixed.results else "left"
     s = left.summary
     out = [f"{when}: {s['error']} error(s), {s['warning']} warning(s), {s['info']} info"]
-    for f in left.sorted_findings():
-        out.append(f"  {f.severity.upper():<7} {f.code} {f.slug}: {f.message}")
-    for f in fixed.not_repaired:
-        out.append(f"not repaired by `ckpt fix`: {f.code} {f.slug}; run `{f.fix}`")
+    out += [f"  {f.severity.upper():<7} {f.code} {f.slug}: {f.message}" for f in left.sorted_findings()]
+    out += [f"not repaired by `ckpt fix`: {f.code} {f.slug}; run `{f.fix}`" for f in fixed.not_repaired]
     return out
