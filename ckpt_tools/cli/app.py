@@ -301,13 +301,6 @@ class TextOrJson(str, Enum):
     json = "json"
 
 
-class FailOn(str, Enum):
-    error = "error"
-    warning = "warning"
-    info = "info"
-    none = "none"
-
-
 def use_color(stream=None) -> bool:
     stream = stream or sys.stdout
     return (
