@@ -435,8 +435,9 @@ def test_private_repo_with_token_or_stored_login(hub, repos, tmp_path):
     anonymous = ckpt(hub, tmp_path / "a", "doctor", "acme/private")
     assert anonymous.returncode == 2
     assert anonymous.stderr == (
-        f"ckpt: acme/private: repository not found on {hub.url} (and no local path of that "
-        "name exists); if it is private, log in with `hf auth login` or set HF_TOKEN\n"
+        f"ckpt: acme/private: repository not found on {hub.url}; if it is private, log in with `hf auth login` or "
+        "set HF_TOKEN; treated as Hub repo id acme/private (no local folder acme/); use ./acme/private for a local "
+        "path\n"
     )
     wrong = ckpt(hub, tmp_path / "b", "doctor", "hf://acme/private", HF_TOKEN="hf_wrong")
     assert wrong.returncode == 2
@@ -462,7 +463,8 @@ def test_offline_and_unreachable_hub(hub, tmp_path):
     assert offline.returncode == 2
     assert offline.stderr == (
         f"ckpt: {SYNTHETIC}: huggingface_hub is in offline mode (HF_HUB_OFFLINE is set); unset "
-        "it to inspect a Hub repo, or inspect a local copy\n"
+        f"it to inspect a Hub repo, or inspect a local copy; treated as Hub repo id {SYNTHETIC} (no local folder "
+        f"acme/); use ./{SYNTHETIC} for a local path\n"
     )
     assert hub.requests(start) == []
 
@@ -472,7 +474,10 @@ def test_offline_and_unreachable_hub(hub, tmp_path):
     down = ckpt(dead, tmp_path, "inspect", SYNTHETIC)
     assert down.returncode == 2
     assert down.stderr.startswith(f"ckpt: {SYNTHETIC}: cannot reach the Hub at {dead} (ConnectError")
-    assert down.stderr.endswith("check the network, HF_ENDPOINT and proxy settings\n")
+    assert down.stderr.endswith(
+        f"check the network, HF_ENDPOINT and proxy settings; treated as Hub repo id {SYNTHETIC} (no local folder "
+        f"acme/); use ./{SYNTHETIC} for a local path\n"
+    )
     assert down.stderr.count("\n") == 1
 
 
@@ -480,7 +485,10 @@ def test_persistent_503_and_a_server_that_is_not_a_hub(hub, tmp_path):
     start = len(hub.log)
     down = ckpt(hub, tmp_path, "doctor", "acme/down")
     assert down.returncode == 2
-    assert down.stderr == f"ckpt: acme/down: the Hub answered HTTP 503 (try again) at {hub.url}\n"
+    assert down.stderr == (
+        f"ckpt: acme/down: the Hub answered HTTP 503 (try again) at {hub.url}; treated as Hub repo id acme/down (no "
+        "local folder acme/); use ./acme/down for a local path\n"
+    )
     assert [r.status for r in hub.requests(start)] == [200, 503, 503, 503]  # model info, then three attempts
 
     class NotAHub(BaseHTTPRequestHandler):
@@ -549,7 +557,7 @@ def test_local_path_always_wins(hub, repos, tmp_path):
     assert report["target"] == "acme/gated" and "hub" not in report
     assert verdict(report) == local_verdict(shadow, deep=True)
     dotted = ckpt(hub, tmp_path, "doctor", "./acme/private")
-    assert (dotted.returncode, dotted.stderr) == (2, "ckpt: ./acme/private: no such file or directory\n")
+    assert (dotted.returncode, dotted.stderr) == (2, "ckpt: no such folder: ./acme/private\n")
     revision = ckpt(hub, tmp_path, "doctor", "acme/gated", "--revision", "v1")
     assert revision.returncode == 2 and "--revision applies to Hub repos only" in revision.stderr
     assert hub.requests(start) == []

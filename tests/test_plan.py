@@ -285,7 +285,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
 
     for args, message in (
         ([str(GENUINE / LLAMA)], "--hardware is required"),
-        ([str(tmp_path / "missing"), "--hardware", "gb10"], "no such file"),
+        ([str(tmp_path / "missing"), "--hardware", "gb10"], "no such folder"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "--kv-cache-dtype", "fp4"], "not modelled"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "-tp", "3"], "does not divide"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "--gpu-memory-utilization", "1.5"], "outside (0, 1]"),

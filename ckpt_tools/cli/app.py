@@ -37,6 +37,9 @@ class State:
     argv: list[str] | None = None  # the command line main() ran (None when the app is invoked another way)
     own_process = False  # set by `console()`: the process ends with this command (see `keep_until_exit`)
     kept: ClassVar[list[object]] = []
+    interrupted = False  # a Ctrl-C arrived while the command ran (main._interrupt)
+    settling = False  # the command returned: a Ctrl-C is remembered, no longer raised
+    interrupt_hints: ClassVar[list[str]] = []  # lines `ckpt: interrupted` adds (how to finish an interrupted repair)
 
 
 def keep_until_exit(result: object) -> None:
@@ -57,6 +60,8 @@ def _type_label(self, ctx) -> str | None:
         return None
     if isinstance(self, typer.core.TyperArgument):
         return None
+    if self.metavar and self.metavar.startswith("["):  # choices spelled out by the option itself (--fail-on)
+        return self.metavar
     return (self.metavar or self.name or "value").upper()  # a repeatable option still takes one value per use
 
 
@@ -74,8 +79,12 @@ typer.core.TyperOption.display_type_rich = _type_label  # type: ignore[method-as
 
 def runtime_help(text: str) -> str:
     """An option's help with `{default_runtime}` / `{other_runtimes}` filled from rules/runtimes (the profile marked
-    `default = true`, and the other profile ids). Filled when the help is printed, so that `ckpt --help`, which
-    prints no option help, reads no knowledge file."""
+    `default = true`, and the other profile ids) and `{hardware_ids}` from rules/hardware.toml. Filled when the help
+    is printed, so that `ckpt --help`, which prints no option help, reads no knowledge file."""
+    if "{hardware_ids}" in text:
+        from ..knowledge.hardware import profiles
+
+        text = text.replace("{hardware_ids}", ", ".join(p.id for p in profiles()))
     if "{default_runtime}" not in text and "{other_runtimes}" not in text:
         return text
     from ..knowledge.runtimes import default_runtime_id, runtime_ids
@@ -231,15 +240,18 @@ def _global_options(
     State.quiet = quiet
 
 
+def _split_global_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the global flags, the rest in order); a check-serve command's own words after `--` are never taken."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a in GLOBAL_FLAGS]
+    return flags, [a for a in argv[:end] if a not in GLOBAL_FLAGS] + argv[end:]
+
+
 def hoist_global_flags(argv: list[str]) -> list[str]:
     """`ckpt doctor X -q` means `ckpt -q doctor X`: the global flags move before the command name (never from after a
     `--`, where a check-serve command's own words start)."""
-    end = argv.index("--") if "--" in argv else len(argv)
-    flags = [a for a in argv[:end] if a in GLOBAL_FLAGS]
-    if not flags:
-        return argv
-    rest = [a for a in argv[:end] if a not in GLOBAL_FLAGS] + argv[end:]
-    return flags + rest
+    flags, rest = _split_global_flags(argv)
+    return flags + rest if flags else argv
 
 
 def note(text: str) -> None:
@@ -254,7 +266,9 @@ def echo_first_line(text: str) -> str:
     head, sep, rest = text.partition("\n")
     if State.argv is None or not head.startswith("ckpt "):
         return text
-    return shlex.join(["ckpt", *State.argv]) + sep + rest
+    # -q / --no-progress change what goes to stderr, never the product: `ckpt -q doctor X` prints what `ckpt doctor X`
+    # prints, first line included.
+    return shlex.join(["ckpt", *_split_global_flags(State.argv)[1]]) + sep + rest
 
 
 def write_output(path: str, text: str) -> None:
@@ -263,9 +277,10 @@ def write_output(path: str, text: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
     except FileNotFoundError:
-        raise UsageError(
-            f"cannot write {path}: the folder {os.path.dirname(os.path.abspath(path))} does not exist"
-        ) from None
+        folder = os.path.dirname(os.path.abspath(path))
+        # A folder that exists but takes no new file (/proc, a read-only mount) also answers ENOENT.
+        why = "is not writable" if os.path.isdir(folder) else "does not exist"
+        raise UsageError(f"cannot write {path}: the folder {folder} {why}") from None
     except IsADirectoryError:
         raise UsageError(f"cannot write {path}: it is a folder; give a file name") from None
     except OSError as exc:
@@ -286,13 +301,6 @@ class TextOrJson(str, Enum):
     json = "json"
 
 
-class FailOn(str, Enum):
-    error = "error"
-    warning = "warning"
-    info = "info"
-    none = "none"
-
-
 def use_color(stream=None) -> bool:
     stream = stream or sys.stdout
     return (
@@ -307,6 +315,8 @@ def emit(text: str) -> None:
     command: the rest is discarded and the command still exits with its verdict (typer would exit 1 on EPIPE)."""
     if sys.stdout is None:
         return
+    if State.interrupted:  # a Ctrl-C some library swallowed: the run ends as interrupted, without its product
+        raise KeyboardInterrupt
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

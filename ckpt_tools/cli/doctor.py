@@ -1,35 +1,24 @@
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .app import Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .options import TARGET_HELP, fail_on_option, hardware_ids, hardware_option, runtime_option, target_argument
 
 
-@app.command()
+@app.command(short_help="Judge a checkpoint: what vLLM will load, and every defect.")
 def doctor(
-    targets: list[str] = typer.Argument(
-        ...,
-        metavar="TARGET",
-        help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, "
-        "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
-        "worst; with --pre-commit, the files to check.",
+    targets: list[str] = target_argument(
+        TARGET_HELP[:-1] + "; several are judged one by one (Hub repos concurrently) with a summary table, one row "
+        "per target (a target that cannot be read too), exit code the worst; with --pre-commit, the files to check."
     ),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
-    fail_on: FailOn = typer.Option(
-        FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
-    ),
-    runtime: str | None = typer.Option(
-        None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime})."
-    ),
-    hardware: list[str] | None = typer.Option(
-        None,
-        "--hardware",
-        help="Hardware profile for kernel notes, any case: gb10, rtx5090, b200, h200, h100 (repeatable; default: all).",
-    ),
+    fail_on: str = fail_on_option("error", "Exit 1 when a finding is at or above this (warn = warning)."),
+    runtime: str | None = runtime_option(),
+    hardware: list[str] | None = hardware_option("Kernel notes for these (default: all)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     producer_schema: bool = typer.Option(
         False,
@@ -67,18 +56,18 @@ def doctor(
         run = check_files(
             targets,
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
         )
         keep_until_exit(run)
         text = render_many(run.reports, format.value, color=color)
-        code = run.exit_code(fail_on.value)
+        code = run.exit_code(fail_on)
     elif len(targets) > 1:
         reports = _many(
             targets,
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
             deep=deep,
@@ -87,13 +76,13 @@ def doctor(
         keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
         if format in (Format.text, Format.markdown):
-            text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
-        code = max(r.exit_code(fail_on.value) for r in reports)
+            text += _summary_table(reports, fail_on, markdown=format == Format.markdown)
+        code = max(r.exit_code(fail_on) for r in reports)
     else:
         result = analyze(
             targets[0],
             runtime=runtime,
-            hardware_ids=hardware or (),
+            hardware_ids=hardware_ids(hardware),
             headers_only=headers_only,
             producer_schema=producer_schema,
             deep=deep,
@@ -101,7 +90,7 @@ def doctor(
         )
         keep_until_exit(result)
         text = render(result.report, format.value, color=color)
-        code = result.report.exit_code(fail_on.value)
+        code = result.report.exit_code(fail_on)
     if format == Format.text and not pre_commit and len(targets) == 1:
         text = echo_first_line(text)
     if output:
@@ -109,8 +98,20 @@ def doctor(
     elif text:
         emit(text)
     if pre_commit:
-        _pre_commit_summary(run, fail_on.value)
+        _pre_commit_summary(run, fail_on)
+    elif len(targets) > 1:
+        _unreadable_lines(reports)
     raise typer.Exit(code)
+
+
+def _unreadable_lines(reports) -> None:
+    """Exit 2 always comes with its `ckpt: ...` line on stderr (even with -q): one per target that could not be read,
+    for a log that keeps stderr only."""
+    from ..report.model import Unreadable
+
+    for r in reports:
+        if isinstance(r, Unreadable):
+            print(f"ckpt: {r.target}: {r.error}", file=sys.stderr)
 
 
 def _pre_commit_summary(run, fail_on: str) -> None:
@@ -127,20 +128,22 @@ def _pre_commit_summary(run, fail_on: str) -> None:
 
 
 def _many(targets: list[str], **options) -> list:
-    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot be
-    read stops the command (exit 2) naming it, as a single target does."""
+    """Every target judged, in the order given; Hub targets (network round trips) concurrently. A target that cannot
+    be read (missing, not a checkpoint, Hub unreachable) is an `Unreadable` entry with its one-line reason: the others
+    are still judged, and the exit code is 2."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import CkptError
     from ..pipeline import analyze
+    from ..report.model import Unreadable
 
     def one(target: str):
         try:
             return analyze(target, **options).report
         except CkptError as exc:
-            raise type(exc)(f"{exc}" if str(exc).startswith(target) else f"{target}: {exc}") from None
+            return Unreadable(target, str(exc).removeprefix(f"{target}: "))  # the target has a column of its own
 
-    remote = [t for t in targets if not os.path.exists(t)]
+    remote = [t for t in targets if _is_hub(t)]
     if not remote:
         return [one(t) for t in targets]
     with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
@@ -148,10 +151,25 @@ def _many(targets: list[str], **options) -> list:
         return [futures[t].result() if t in futures else one(t) for t in targets]
 
 
+def _is_hub(target: str) -> bool:
+    from ..errors import CkptError
+    from ..read.hub_target import parse_hub_target
+
+    try:
+        return parse_hub_target(target) is not None
+    except CkptError:  # a malformed hf:// target: `analyze` reports it as the target's reason
+        return False
+
+
 def _summary_table(reports, fail_on: str, *, markdown: bool) -> str:
-    """One line per target: the counts and whether it fails --fail-on; the exit code is the worst of them."""
+    """One line per target: the counts and whether it fails --fail-on, or why it could not be read; the exit code is
+    the worst of them (2 when a target could not be read)."""
+    from ..report.model import Unreadable
+
     rows = [
-        (
+        (r.target, "-", "-", "-", f"could not be read: {r.error}")
+        if isinstance(r, Unreadable)
+        else (
             r.target,
             str(r.summary["error"]),
             str(r.summary["warning"]),

@@ -4,19 +4,16 @@ import orjson
 import typer
 
 from .app import TextOrJson, app, emit, keep_until_exit
+from .options import hardware_ids, hardware_option, runtime_option, target_argument
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Census: dtypes, per-layer schemes, kernels, tensor lists.")
 def inspect_command(
-    target: str = typer.Argument(
-        ..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision, hf://org/name)."
-    ),
+    target: str = target_argument(),
     tensors: str | None = typer.Option(None, "--tensors", "-t", help="List tensors whose name matches this glob."),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
-    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default {default_runtime})."),
-    hardware: str | None = typer.Option(
-        None, "--hardware", help="Hardware profile(s) for the kernel column, comma-separated (default: the runtime's)."
-    ),
+    runtime: str | None = runtime_option(),
+    hardware: list[str] | None = hardware_option("The kernel column for these (default: the runtime's)."),
     revision: str | None = typer.Option(
         None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
     ),
@@ -29,7 +26,7 @@ def inspect_command(
     result = inspection(
         analyze(target, runtime=runtime, headers_only=True, revision=revision, lone_shard=True),
         tensors,
-        hardware=[h for h in (hardware or "").split(",") if h.strip()],
+        hardware=list(hardware_ids(hardware)),
     )
     keep_until_exit(result)
     if format == TextOrJson.json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -41,6 +42,17 @@ def console() -> None:
     main()
 
 
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C while a command runs: remembered, then raised as KeyboardInterrupt. Remembered because Python may wrap
+    the exception (`RuntimeError: Error calling __set_name__` when it lands in a class body being imported) or a
+    library may swallow it; `_settle` still ends such a run as interrupted."""
+    from .app import State
+
+    State.interrupted = True
+    if not State.settling:
+        raise KeyboardInterrupt
+
+
 def _run() -> None:
     try:
         from ..errors import CkptError
@@ -57,28 +69,76 @@ def _run() -> None:
     except KeyboardInterrupt:  # pragma: no cover - the handler above normally wins
         _interrupted_at_startup(signal.SIGINT, None)
     State.argv = list(sys.argv[1:])
+    State.interrupted = State.settling = False
+    State.interrupt_hints = []
+    code: int | str | None = 0
+    message: str | None = None
     try:
-        # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130
-        # (switched inside the `try`: a Ctrl-C landing on the switch itself is caught too).
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _invoke(app, hoist_global_flags(sys.argv[1:]))
+        try:
+            # From here on Ctrl-C raises KeyboardInterrupt, which the handlers below turn into one line and exit 130
+            # (switched inside the `try`: a Ctrl-C landing on the switch itself is caught too).
+            signal.signal(signal.SIGINT, _interrupt)
+            _invoke(app, hoist_global_flags(sys.argv[1:]))
+        finally:
+            # First, and no call before it: a Ctrl-C is raised only inside the command (caught below); from here on
+            # it is only remembered (`_interrupt`), so none of the handlers below is interrupted half-way.
+            State.settling = True
     except CkptError as exc:
-        print(f"ckpt: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        code, message = 2, f"ckpt: {exc}"
     except KeyboardInterrupt:
-        print("ckpt: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+        code = 130
     except SystemExit as exc:
-        if exc.code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent exit 130
-            print("ckpt: interrupted", file=sys.stderr)
-        raise
+        code = exc.code  # typer turns a KeyboardInterrupt inside a command into exit 130
     except BrokenPipeError:
-        raise SystemExit(0) from None
+        code = 0
     except Exception as exc:  # a bug of ours: still one line, still exit 2
-        if os.environ.get("CKPT_DEBUG"):
+        if _raised_by_interrupt(exc):
+            code = 130
+        elif os.environ.get("CKPT_DEBUG"):
             raise
-        print(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for a traceback)", file=sys.stderr)
-        raise SystemExit(2) from None
+        else:
+            code = 2
+            message = f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for a traceback)"
+    _settle(code, message)
+
+
+def _raised_by_interrupt(exc: BaseException) -> bool:
+    """A KeyboardInterrupt Python wrapped in another exception (a class body's `__set_name__`, an import)."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 20:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
+
+
+def _settle(code: int | str | None, message: str | None) -> None:
+    """End the command: as interrupted (one line, the repair hints, exit 130) when a Ctrl-C arrived at any point,
+    even one a library swallowed or Python wrapped; else with its own code and message. A Ctrl-C from here on is
+    only remembered (`State.settling`), then ignored: the verdict is settled, and the run ends with it."""
+    from .app import State
+
+    if code == 130 or State.interrupted:
+        code, message = 130, "\n".join(["ckpt: interrupted", *State.interrupt_hints])
+    if State.own_process:
+        # Ignored, not handled: during the interpreter's exit Python puts a handled signal back to its default
+        # action, and a Ctrl-C there would kill the process after its verdict was printed. An ignored one stays so.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:  # an embedding process gets its Ctrl-C back
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if message:
+        print(message, file=sys.stderr)
+    if code == 130 and State.own_process:
+        # Not `SystemExit(130)`: under `python -m`, CPython ends a run whose KeyboardInterrupt was raised inside
+        # exec'd source (the methods `dataclasses` generates while a module is imported) by killing itself with
+        # SIGINT at exit, although it was handled. Nothing of ours runs at exit (no atexit hooks; locks and
+        # temporary files are released by their `with` blocks), so an interrupted run ends now, streams flushed.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        os._exit(130)
+    raise SystemExit(code)
 
 
 def _invoke(app, args: list[str]) -> None:

@@ -6,19 +6,14 @@ import orjson
 import typer
 
 from ..errors import UsageError
-from .app import TextOrJson, app, emit
+from .app import TextOrJson, app, emit, note
+from .options import hardware_option, one_hardware, runtime_option, target_argument
 
 
-@app.command("plan")
+@app.command("plan", short_help="Memory plan: does it fit, with what context and batch.")
 def plan_command(
-    target: str = typer.Argument(
-        ..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name, org/name@revision)."
-    ),
-    hardware: str | None = typer.Option(
-        None,
-        "--hardware",
-        help="Hardware profile: gb10, h100, h200, b200, rtx5090 (default: the runtime image's own hardware).",
-    ),
+    target: str = target_argument(),
+    hardware_given: list[str] | None = hardware_option("One profile (default: the runtime image's own hardware)."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", help="GPUs the model is split over."),
     kv_cache_dtype: str | None = typer.Option(
         None,
@@ -50,7 +45,7 @@ def plan_command(
     drafter: str | None = typer.Option(
         None, "--drafter", help="Drafter checkpoint (folder or Hub repo): its weights and KV count too."
     ),
-    runtime: str | None = typer.Option(None, "--runtime", help="Runtime profile (default {default_runtime})."),
+    runtime: str | None = runtime_option(),
     revision: str | None = typer.Option(
         None, "--revision", help="Hub repos: branch, tag or commit sha (default: main)."
     ),
@@ -61,8 +56,9 @@ def plan_command(
     largest context and sequence count that fit. Exit 0 when it fits, 1 when it does not, 2 on bad usage."""
     from ..knowledge.runtimes import runtime as load_runtime
     from ..plan import Settings, memory_plan
-    from ..plan.render import text
+    from ..plan.render import notes_text, text
 
+    hardware = one_hardware(hardware_given, "plan")
     if hardware is None:
         hardware = load_runtime(runtime).serve.default_hardware
         if not hardware:
@@ -86,5 +82,6 @@ def plan_command(
     if format == TextOrJson.json:
         emit(orjson.dumps(plan.to_json(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        emit(text(plan, explain=explain))
+        emit(text(plan, explain=explain, notes=False))
+        note(notes_text(plan))  # how the numbers were estimated: for people, on stderr
     raise typer.Exit(0 if plan.fits else 1)

@@ -1,25 +1,27 @@
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import orjson
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, TextOrJson, app, echo_first_line, emit, keep_until_exit
+from .app import State, TextOrJson, app, echo_first_line, emit, keep_until_exit
+from .options import LOCAL_TARGET_HELP, fail_on_option, runtime_option, target_argument
 
 DRY_RUN = typer.Option(
     False, "--dry-run", "-n", help="Print the plan (per file: what changes, bytes to write); change nothing."
 )
-FAIL_ON = typer.Option(
-    FailOn.none,
-    "--fail-on",
-    help="Exit 1 when doctor, run after the repair, finds something at or above this (default: never).",
-    case_sensitive=False,
+FAIL_ON = fail_on_option(
+    "none", "Exit 1 when doctor, run after the repair, finds something at or above this (default: never)."
 )
-RUNTIME = typer.Option(None, "--runtime", help="Runtime profile from rules/runtimes/ (default {default_runtime}).")
+RUNTIME = runtime_option()
 PROGRESS = typer.Option(
     None, "--progress/--no-progress", help="Progress bar for shard rewrites (default: on a terminal)."
 )
-TARGET = typer.Argument(..., help="Local checkpoint folder or .safetensors file.")
+TARGET = target_argument(LOCAL_TARGET_HELP)
 
 
 FORMAT = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False)
@@ -37,7 +39,36 @@ FORCE = typer.Option(
 )
 
 
-def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:
+@contextmanager
+def resume_hint(target: str) -> Iterator[None]:
+    """A repair command's body: when Ctrl-C stops it after its journal was written, `ckpt: interrupted` is followed
+    by the two commands that finish or undo it (the journal is the record `ckpt repair` works from)."""
+    try:
+        yield
+    finally:
+        if State.interrupted:
+            State.interrupt_hints.extend(_journal_hint(target))
+
+
+def _journal_hint(target: str) -> list[str]:
+    from ..errors import CkptError
+    from ..repair.guard import resolve_local
+    from ..repair.journal import journal_path
+
+    try:
+        root = resolve_local(target).root
+    except CkptError:
+        return []
+    if not journal_path(root).exists():
+        return []
+    folder = shlex.quote(str(root))
+    return [
+        f"ckpt: the repair of {root} stopped part-way and left its journal; finish it with "
+        f"`ckpt repair --resume {folder}`, or undo it with `ckpt repair --rollback {folder}`"
+    ]
+
+
+def _finish(result, format: TextOrJson, fail_on: str) -> None:
     import sys
 
     from ..repair.render import render_result
@@ -55,10 +86,10 @@ def _finish(result, format: TextOrJson, fail_on: FailOn) -> None:
             file=sys.stderr,
         )
         raise typer.Exit(2)
-    raise typer.Exit(result.verdict.exit_code(fail_on.value))
+    raise typer.Exit(result.verdict.exit_code(fail_on))
 
 
-@app.command("fix-prefix")
+@app.command("fix-prefix", short_help="Rename tensors to the prefix the architecture loads.")
 def fix_prefix_command(
     target: str = TARGET,
     old: list[str] | None = typer.Option(None, "--from", help="Prefix to rename from (with --to; repeatable)."),
@@ -67,7 +98,7 @@ def fix_prefix_command(
     headers_only: bool = HEADERS_ONLY,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
-    fail_on: FailOn = FAIL_ON,
+    fail_on: str = FAIL_ON,
     runtime: str | None = RUNTIME,
     progress: bool | None = PROGRESS,
 ) -> None:
@@ -78,20 +109,21 @@ def fix_prefix_command(
     old, new = old or [], new or []
     if len(old) != len(new):
         raise UsageError("give --from and --to in pairs (one --to per --from)")
-    result = run(
-        target,
-        fix_prefix.job(list(zip(old, new, strict=True))),
-        dry_run=dry_run,
-        progress=progress,
-        runtime=runtime,
-        force=force,
-        headers_only=headers_only,
-        keep=keep_until_exit,
-    )
+    with resume_hint(target):
+        result = run(
+            target,
+            fix_prefix.job(list(zip(old, new, strict=True))),
+            dry_run=dry_run,
+            progress=progress,
+            runtime=runtime,
+            force=force,
+            headers_only=headers_only,
+            keep=keep_until_exit,
+        )
     _finish(result, format, fail_on)
 
 
-@app.command("scrub-nan")
+@app.command("scrub-nan", short_help="Overwrite NaN bytes of FP8 scale tensors in place.")
 def scrub_nan_command(
     target: str = TARGET,
     value: str = typer.Option(
@@ -104,18 +136,19 @@ def scrub_nan_command(
     dry_run: bool = DRY_RUN,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
-    fail_on: FailOn = FAIL_ON,
+    fail_on: str = FAIL_ON,
     runtime: str | None = RUNTIME,
 ) -> None:
     """Overwrite NaN bytes of FP8 scale tensors (E4M3 0x7F/0xFF) in place; only those bytes change. Reports the
     count per tensor."""
     from ..repair import run, scrub_nan
 
-    result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force, keep=keep_until_exit)
+    with resume_hint(target):
+        result = run(target, scrub_nan.job(value), dry_run=dry_run, runtime=runtime, force=force, keep=keep_until_exit)
     _finish(result, format, fail_on)
 
 
-@app.command("drop-orphans")
+@app.command("drop-orphans", short_help="Remove orphan scale tensors from headers and index.")
 def drop_orphans_command(
     target: str = TARGET,
     tensor: list[str] | None = typer.Option(
@@ -125,43 +158,49 @@ def drop_orphans_command(
     headers_only: bool = HEADERS_ONLY,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
-    fail_on: FailOn = FAIL_ON,
+    fail_on: str = FAIL_ON,
     runtime: str | None = RUNTIME,
     progress: bool | None = PROGRESS,
 ) -> None:
     """Remove orphan scale tensors from the shard headers and the index (affected shards are rebuilt atomically)."""
     from ..repair import drop_orphans, run
 
-    result = run(
-        target,
-        drop_orphans.job(tensor or []),
-        dry_run=dry_run,
-        progress=progress,
-        runtime=runtime,
-        force=force,
-        headers_only=headers_only,
-        keep=keep_until_exit,
-    )
+    with resume_hint(target):
+        result = run(
+            target,
+            drop_orphans.job(tensor or []),
+            dry_run=dry_run,
+            progress=progress,
+            runtime=runtime,
+            force=force,
+            headers_only=headers_only,
+            keep=keep_until_exit,
+        )
     _finish(result, format, fail_on)
 
 
-@app.command("fix")
+@app.command("fix", short_help="Apply every automatic repair, then report what is left.")
 def fix_command(
     target: str = TARGET,
     dry_run: bool = DRY_RUN,
     force: bool = FORCE,
     format: TextOrJson = FORMAT,
-    fail_on: FailOn = FAIL_ON,
+    fail_on: str = fail_on_option(
+        "error",
+        "Exit 1 when a finding at or above this is left after the repairs (predicted on a dry run); none: never.",
+    ),
     runtime: str | None = RUNTIME,
     progress: bool | None = PROGRESS,
 ) -> None:
-    """Apply every automatic repair the doctor finds, in a safe order: scrub-nan, fix-prefix, drop-orphans."""
+    """Apply every automatic repair the doctor finds, in a safe order: scrub-nan, fix-prefix, drop-orphans; then
+    list every finding left (on a dry run: the predicted end state of the whole chain) and exit by it."""
     from ..repair.fix_all import fix_all
     from ..repair.render import render_fix_all
 
-    result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit)
+    with resume_hint(target):
+        result = fix_all(target, dry_run=dry_run, progress=progress, runtime=runtime, force=force, keep=keep_until_exit)
     if format == TextOrJson.json:
         emit(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        emit(render_fix_all(result))
-    raise typer.Exit(result.verdict.exit_code(fail_on.value))
+        emit(echo_first_line(render_fix_all(result)))
+    raise typer.Exit(result.verdict.exit_code(fail_on))

@@ -5,11 +5,13 @@ import typer
 
 from ..errors import UsageError
 from .app import TextOrJson, app, emit
+from .options import target_argument
+from .repair_cmd import resume_hint
 
 
-@app.command("repair")
+@app.command("repair", short_help="Resume or roll back an interrupted repair.")
 def repair_command(
-    target: str = typer.Argument(..., help="Local checkpoint folder (or a .safetensors file in it)."),
+    target: str = target_argument("Local checkpoint folder (or a .safetensors file in it)."),
     resume: bool = typer.Option(
         False,
         "--resume",
@@ -31,7 +33,8 @@ def repair_command(
 
     if resume == rollback:
         raise UsageError("give exactly one of --resume and --rollback")
-    result = resume_repair(target, rollback=rollback)
+    with resume_hint(target):
+        result = resume_repair(target, rollback=rollback)
     emit(
         orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
         if format == TextOrJson.json

@@ -3,9 +3,10 @@ from __future__ import annotations
 import typer
 
 from .app import app, emit
+from .options import complete_rule
 
 
-@app.command("rules")
+@app.command("rules", short_help="List every rule: code, slug, severity, title.")
 def list_rules() -> None:
     """List every rule: code, slug, default severity, title (the CK rules, then check-serve's CS checks)."""
     from ..docs import every_check
@@ -16,8 +17,12 @@ def list_rules() -> None:
     emit("\n".join(lines) + "\n")
 
 
-@app.command("explain")
-def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvfp4-weight-only).")) -> None:
+@app.command("explain", short_help="Print one rule's documentation.")
+def explain(
+    code: str = typer.Argument(
+        ..., metavar="CODE", help="Rule code (CK401) or slug (nvfp4-weight-only).", autocompletion=complete_rule
+    ),
+) -> None:
     """Print one rule's documentation: what it catches, why it matters, the anti-pattern and the fix."""
     from ..docs import find_check
     from ..rules.base import DOC_SECTIONS
@@ -37,7 +42,8 @@ def explain(code: str = typer.Argument(..., help="Rule code (CK401) or slug (nvf
 
 
 def _suggestion(asked: str) -> str:
-    """`; did you mean CK401 (nvfp4-weight-only)?` for a near miss of a code or slug."""
+    """`; did you mean CK401 (nvfp4-weight-only)?` for a near miss of a code or slug. What the asked text starts
+    (`CS12` -> CS120, CS121, CS122) ranks before what merely looks like it (CS172), then what contains it."""
     import difflib
 
     from ..docs import every_check
@@ -45,9 +51,10 @@ def _suggestion(asked: str) -> str:
     names = {r.code: r.slug for r in every_check()}
     by_key = {**{code.lower(): code for code in names}, **{slug: code for code, slug in names.items()}}
     key = asked.strip().lower()
+    prefixed = sorted(k for k in by_key if key and k.startswith(key))
     close = difflib.get_close_matches(key, list(by_key), n=3, cutoff=0.6)
-    close += [k for k in by_key if key and (k.startswith(key) or key in k) and k not in close]
-    codes = list(dict.fromkeys(by_key[k] for k in close))[:3]
+    inside = [k for k in by_key if key and key in k]
+    codes = list(dict.fromkeys(by_key[k] for k in [*prefixed, *close, *inside]))[:3]
     if not codes:
         return ""
     return "; did you mean " + " or ".join(f"{c} ({names[c]})" for c in codes) + "?"

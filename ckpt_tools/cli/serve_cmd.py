@@ -6,7 +6,8 @@ from enum import Enum
 
 import typer
 
-from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
+from .app import Format, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
+from .options import fail_on_option, hardware_option, one_hardware, runtime_option, target_argument
 
 
 class Emit(str, Enum):
@@ -16,17 +17,13 @@ class Emit(str, Enum):
     model_card = "model-card"
 
 
-@app.command("serve-flags")
+@app.command("serve-flags", short_help="The exact `vllm serve` command for a checkpoint.")
 def serve_flags_command(
-    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
-    runtime: str | None = typer.Option(
-        None,
-        "--runtime",
-        help="Runtime profile (default {default_runtime}; image profiles: {other_runtimes}).",
+    target: str = target_argument(),
+    runtime: str | None = runtime_option(
+        "Runtime profile (default {default_runtime}; image profiles: {other_runtimes})."
     ),
-    hardware: str | None = typer.Option(
-        None, "--hardware", help="Hardware profile: gb10, h100, h200, b200, rtx5090 (any case)."
-    ),
+    hardware_given: list[str] | None = hardware_option("One profile (default: the runtime image's own hardware)."),
     drafter: str | None = typer.Option(
         None, "--drafter", help="DFlash / EAGLE / MTP drafter checkpoint folder (also inspected)."
     ),
@@ -45,12 +42,10 @@ def serve_flags_command(
     ),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="The reason and source of every flag."),
-    fail_on: FailOn = typer.Option(
-        FailOn.error,
-        "--fail-on",
-        help="Print no command (exit 1) when the checkpoint or "
-        "the command has a finding at or above this; none: always print it.",
-        case_sensitive=False,
+    fail_on: str = fail_on_option(
+        "error",
+        "Print no command (exit 1) when the checkpoint or the command has a finding at or above this (warn = "
+        "warning); none: always print it.",
     ),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
     deep: bool = typer.Option(
@@ -80,6 +75,7 @@ def serve_flags_command(
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
+    hardware = one_hardware(hardware_given, "serve-flags")
     container = emit_as != Emit.argv
     plan, analyses = serve_flags_and_analyses(
         target,
@@ -97,7 +93,7 @@ def serve_flags_command(
         served_model_name=served_model_name,
     )
     keep_until_exit((plan, analyses))
-    code = plan.exit_code(fail_on.value)
+    code = plan.exit_code(fail_on)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself
         raise typer.Exit(code)
@@ -109,7 +105,7 @@ def serve_flags_command(
             if explain:
                 emit(echo_first_line(emitters.text(plan, explain=True)))
     if code:
-        sys.stderr.write(emitters.diagnostics(plan, fail_on.value, quiet=State.quiet))
+        sys.stderr.write(emitters.diagnostics(plan, fail_on, quiet=State.quiet))
         if plan.memory is not None and plan.blocked and not plan.memory.answers.fits:
             from ..plan.render import answer_lines, summary_lines
 
@@ -123,26 +119,20 @@ def serve_flags_command(
                 + "\n"
             )
     elif not explain:  # --explain already lists the findings and warnings in the text asked for
-        note(emitters.diagnostics(plan, fail_on.value))
+        note(emitters.diagnostics(plan, fail_on))
     raise typer.Exit(code)
 
 
-@app.command("check-serve")
+@app.command("check-serve", short_help="Lint a `vllm serve` / `docker run` command against it.")
 def check_serve_command(
-    target: str = typer.Argument(..., help="Checkpoint folder, .safetensors file, or Hub repo (org/name)."),
+    target: str = target_argument(),
     command: list[str] = typer.Argument(
         None, metavar="COMMAND", help="The command, after `--` (or one quoted string)."
     ),
-    runtime: str | None = typer.Option(
-        None, "--runtime", help="Runtime profile (default: from the docker image, else {default_runtime})."
-    ),
-    hardware: str | None = typer.Option(
-        None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."
-    ),
+    runtime: str | None = runtime_option("Runtime profile (default: from the docker image, else {default_runtime})."),
+    hardware_given: list[str] | None = hardware_option("One profile, the one the command runs on."),
     format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
-    fail_on: FailOn = typer.Option(
-        FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
-    ),
+    fail_on: str = fail_on_option("error", "Exit 1 when a finding is at or above this (warn = warning)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
@@ -155,9 +145,13 @@ def check_serve_command(
 
         raise UsageError("no command to check: pass it after `--`, e.g. `ckpt check-serve MODEL -- vllm serve ...`")
     result, analyses = check_serve_and_analyses(
-        target, command, runtime=runtime, hardware=hardware, headers_only=headers_only
+        target,
+        command,
+        runtime=runtime,
+        hardware=one_hardware(hardware_given, "check-serve"),
+        headers_only=headers_only,
     )
     keep_until_exit((result, analyses))
     text = render(result.report, format.value, color=use_color())
     emit(echo_first_line(text) if format == Format.text else text)
-    raise typer.Exit(result.report.exit_code(fail_on.value))
+    raise typer.Exit(result.report.exit_code(fail_on))

@@ -73,7 +73,9 @@ def answer_lines(plan: MemoryPlan) -> list[str]:
     return out
 
 
-def text(plan: MemoryPlan, *, explain: bool = False) -> str:
+def text(plan: MemoryPlan, *, explain: bool = False, notes: bool = True) -> str:
+    """The plan as `ckpt plan` shows it; `notes=False` leaves the notes out (the CLI prints them on stderr, as
+    `notes_text`)."""
     s = plan.settings
     where = (
         plan.hardware_name
@@ -91,9 +93,14 @@ def text(plan: MemoryPlan, *, explain: bool = False) -> str:
     out = [head, *block(summary_lines(plan) + answer_lines(plan), "  ", VALUE_COLUMN)]
     if explain:
         out += ["", "arithmetic:", *block(arithmetic(plan), "  ", 4)]
-    if plan.notes:
-        out += ["", "notes:", *block(list(plan.notes), "  - ", 4)]
+    if notes and plan.notes:
+        out += ["", notes_text(plan).rstrip("\n")]
     return "\n".join(out) + "\n"
+
+
+def notes_text(plan: MemoryPlan) -> str:
+    """The plan's notes (how estimates were made, what was assumed), one per line; empty when there are none."""
+    return "\n".join(["notes:", *(f"  - {n}" for n in plan.notes)]) + "\n" if plan.notes else ""
 
 
 def arithmetic(plan: MemoryPlan) -> list[str]:

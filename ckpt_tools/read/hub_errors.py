@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import CkptError, TargetError
+from .hub_target import hub_reading
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,9 @@ def describe(exc: BaseException, ctx: HubContext) -> str:
             return f"{repo}: gated repo and your token has not been granted access; request access at {page}"
         return f"{repo}: gated repo; request access at {page}, then {login}"
     if isinstance(exc, errors.RepositoryNotFoundError):
-        local = " (and no local path of that name exists)" if ctx.bare_target else ""
         if ctx.has_token:
-            return (
-                f"{repo}: repository not found on {ctx.endpoint}, or it is private and your token cannot see it{local}"
-            )
-        return f"{repo}: repository not found on {ctx.endpoint}{local}; if it is private, {login}"
+            return f"{repo}: repository not found on {ctx.endpoint}, or it is private and your token cannot see it"
+        return f"{repo}: repository not found on {ctx.endpoint}; if it is private, {login}"
     if isinstance(exc, errors.RevisionNotFoundError):
         return f"{repo}: revision {ctx.revision!r} not found; give a branch, tag or commit sha of {page}"
     if isinstance(exc, errors.DisabledRepoError):
@@ -93,7 +91,16 @@ def hub_errors(ctx: HubContext) -> Iterator[None]:
     except Exception as exc:
         if not _from_hub_stack(exc):
             raise
-        raise TargetError(describe(exc, ctx)) from None
+        reading = f"; {hub_reading(ctx.repo_id)}" if ctx.bare_target and not _repo_answered(exc) else ""
+        raise TargetError(describe(exc, ctx) + reading) from None
+
+
+def _repo_answered(exc: BaseException) -> bool:
+    """The Hub knows the repo (gated, disabled, no such revision): reading the target as a repo id was right, so the
+    message does not need to say how it was read."""
+    from huggingface_hub import errors
+
+    return isinstance(exc, (errors.GatedRepoError, errors.DisabledRepoError, errors.RevisionNotFoundError))
 
 
 def _from_hub_stack(exc: BaseException) -> bool:

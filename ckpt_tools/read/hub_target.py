@@ -1,8 +1,11 @@
 """Tell a Hub repo id from a local path, without importing huggingface_hub.
 
-Accepted Hub spellings: `org/name`, `org/name@revision`, `hf://org/name`, `hf://org/name@revision`. A path that exists
-on disk always wins, and anything starting with `.`, `/` or `~` (`./org/name`) is a path. Revisions may contain `/`
-(`refs/pr/1`), so the revision is everything after the first `@`.
+Accepted Hub spellings: `org/name`, `org/name@revision`, `hf://org/name`, `hf://org/name@revision`. Every command
+classifies its target here, one way: a target is local when it exists on disk, when its first part exists on disk
+(`fixtures/genuin` is a mistyped path, since `fixtures/` is here), or when it starts with `.`, `/` or `~`
+(`./org/name`). Only `hf://...` or a bare `org/name` with no local `org/` is a Hub repo; `hub_reading` says so in
+every Hub error of a bare target. Revisions may contain `/` (`refs/pr/1`), so the revision is everything after the
+first `@`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def parse_hub_target(target: str, revision: str | None = None) -> HubTarget | No
     revision given twice with different values."""
     explicit = target.startswith(HF_SCHEME)
     if not explicit:
-        if target.startswith((".", "/", "~")) or os.path.lexists(target):
+        if target.startswith((".", "/", "~")) or os.path.lexists(target) or os.path.lexists(target.split("/", 1)[0]):
             return None
         body = target
     else:
@@ -50,3 +53,11 @@ def parse_hub_target(target: str, revision: str | None = None) -> HubTarget | No
     if in_target and revision and in_target != revision:
         raise UsageError(f"{target}: revision {in_target!r} in the target conflicts with --revision {revision!r}")
     return HubTarget(repo, in_target or revision or None)
+
+
+def hub_reading(target: str) -> str:
+    """How a bare `org/name` target was read, for the Hub's error messages: a user who meant a local folder learns
+    why the Hub was asked and how to say `local`."""
+    owner = target.split("/", 1)[0]
+    repo = target.split("@", 1)[0]
+    return f"treated as Hub repo id {repo} (no local folder {owner}/); use ./{repo} for a local path"

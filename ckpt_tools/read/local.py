@@ -15,6 +15,37 @@ from .repair_state import kind_of
 CHECKPOINT_JSON = (INDEX_NAME, *CONFIG_NAMES)
 
 
+def missing_path(target: str) -> str:
+    """`no such folder: fixtures/genuin; did you mean fixtures/genuine?`: the closest name beside the deepest part
+    of the path that exists (a mistyped last part is the usual mistake)."""
+    import difflib
+
+    kind = "file" if target.endswith((".safetensors", ".json")) else "folder"
+    text = f"no such {kind}: {target}"
+    parent, name = os.path.split(os.path.normpath(os.path.expanduser(target)))
+    try:
+        siblings = os.listdir(parent or ".")
+    except OSError:
+        return text
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.6)
+    if close:
+        text += f"; did you mean {os.path.join(os.path.dirname(target.rstrip('/')), close[0])}?"
+    return text
+
+
+def not_a_checkpoint_file(path: Path) -> str:
+    """A file other than a `.safetensors` shard (a config.json, a shell glob's MANIFEST.json): name the checkpoint
+    folder it belongs to, when it belongs to one, instead of judging its folder silently."""
+    folder = path.parent
+    try:
+        beside = os.listdir(folder)
+    except OSError:
+        beside = []
+    if any(name.endswith(".safetensors") or name == INDEX_NAME for name in beside):
+        return f"{path}: not a checkpoint; give its folder {folder} (or one of its .safetensors files)"
+    return f"{path}: not a checkpoint; a target is a checkpoint folder or a .safetensors file"
+
+
 class LocalSource:
     """A checkpoint folder on disk, or a single safetensors file seen as a folder holding just that file."""
 
@@ -24,10 +55,12 @@ class LocalSource:
         path = Path(target)
         self._label = str(target)
         if not path.exists():
-            raise TargetError(f"{target}: no such file or directory")
+            raise TargetError(missing_path(str(target)))
         if path.is_dir():
             self.root = path
             self._only: str | None = None
+        elif path.is_file() and not path.name.endswith(".safetensors"):
+            raise TargetError(not_a_checkpoint_file(path))
         elif path.is_file():
             self.root = path.parent
             self._only = path.name

@@ -46,21 +46,42 @@ class FixAllResult:
 
     @property
     def verdict(self) -> Report:
-        """Doctor's verdict on the checkpoint as the run leaves it: the last job's own (its after-check, or on a
-        dry run the state now: each dry-run plan is made on the unchanged checkpoint, so no prediction covers them
-        all)."""
+        """Doctor's verdict on the checkpoint as the run leaves it: the last job's after-check; on a dry run, the
+        combined prediction of every plan (`combined_prediction`); the verdict before when no job ran."""
         if not self.results:
             return self.before
+        if self.dry_run:
+            return combined_prediction(self.before, self.results)
         last = self.results[-1]
         return last.after or last.before
 
     def to_dict(self) -> dict[str, Any]:
+        left = self.verdict
         return {
             "target": self.target,
             "dry_run": self.dry_run,
             "repairs": [r.to_dict() for r in self.results],
             "not_repaired": [f.to_dict() for f in self.not_repaired],
+            # what the run leaves (predicted, on a dry run): the findings no repair removed, with their severity
+            "left": {"findings": [f.to_dict() for f in left.sorted_findings()], "summary": left.summary},
         }
+
+
+def combined_prediction(before: Report, results: Iterable[RepairResult]) -> Report:
+    """The end state of a dry run's whole chain. Each dry-run plan is made on the unchanged checkpoint (a later
+    plan depends on bytes an earlier job has not written), so each prediction shows one job's effect: a finding is
+    left when every job's prediction still has its rule (code and slug), and a finding a prediction adds is added.
+    The jobs repair different defects (NaN bytes, names, orphan tensors), so their effects compose."""
+    predictions = [r.predicted or r.before for r in results]
+    kept = {(f.code, f.slug) for f in before.findings}
+    for p in predictions:
+        kept &= {(f.code, f.slug) for f in p.findings}
+    left = [f for f in before.findings if (f.code, f.slug) in kept]
+    seen = {(f.code, f.slug) for f in before.findings}
+    for p in predictions:
+        left.extend(f for f in p.findings if (f.code, f.slug) not in seen)
+        seen |= {(f.code, f.slug) for f in p.findings}
+    return replace(before, findings=tuple(left))
 
 
 def fix_all(

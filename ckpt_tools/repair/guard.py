@@ -16,10 +16,10 @@ from pathlib import Path
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
 from ..read import open_source
+from ..read.hub_target import HF_SCHEME, hub_reading, parse_hub_target
 from .fsio import symlink_refusal
 from .plan import Plan
 
-_HUB_ID = re.compile(r"^(hf://)?(models/)?[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")
 
 
@@ -37,13 +37,15 @@ def hub_hint(target: str) -> str:
         f"{target} is on the Hugging Face Hub; repairs change files, so they run on a local copy: "
         f"`hf download {repo} --local-dir ./{name}`, repair `./{name}`, then upload it with "
         f"`hf upload {repo} ./{name} --create-pr`"
+        + ("" if target.startswith(HF_SCHEME) or _HUB_URL.match(target) else f"; {hub_reading(target)}")
     )
 
 
 def resolve_local(target: str) -> LocalTarget:
     """The local folder a repair may write to; refuses Hub targets with the steps to repair a local copy."""
-    looks_remote = bool(_HUB_ID.match(target) or _HUB_URL.match(target))
-    if looks_remote and not os.path.exists(target):
+    # The readers' own classification (`read.hub_target`), so a mistyped local path is "no such folder" here too;
+    # a Hub page URL is no local path either.
+    if _HUB_URL.match(target) or parse_hub_target(target) is not None:
         raise TargetError(hub_hint(target))
     source = open_source(target)
     root = getattr(source, "root", None)

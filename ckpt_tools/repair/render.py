@@ -80,13 +80,22 @@ def render_result(result: RepairResult) -> str:
 
 
 def render_fix_all(fixed: FixAllResult) -> str:
-    results = fixed.results
-    if not results:
-        out = [f"ckpt fix {fixed.target}", "nothing to do: no finding with an automatic repair"]
-    else:
-        out = [render_result(r).rstrip("\n") for r in results]
-    for f in fixed.not_repaired:
-        out.append(f"not repaired by `ckpt fix`: {f.code} {f.slug}; run `{f.fix}`")
-    if fixed.dry_run and len(results) > 1:
-        out.append("(each later plan is made again on the checkpoint the earlier repairs leave)")
-    return "\n\n".join(out) + "\n" if results else "\n".join(out) + "\n"
+    """`ckpt fix`: its own first line, each job's block, then what the run leaves (or, on a dry run, would leave):
+    every finding no repair removes, with its severity, so nothing unrepaired hides behind "nothing to do"."""
+    head = f"ckpt fix {fixed.target}" + (" --dry-run" if fixed.dry_run else "")
+    blocks = [head if fixed.results else f"{head}\nnothing to do: no finding with an automatic repair"]
+    blocks += [render_result(r).rstrip("\n") for r in fixed.results]
+    if fixed.dry_run and len(fixed.results) > 1:
+        blocks.append("(each later plan is made again on the checkpoint the earlier repairs leave)")
+    blocks.append("\n".join(_left_lines(fixed)))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _left_lines(fixed: FixAllResult) -> list[str]:
+    left = fixed.verdict
+    when = "would be left after the whole chain (predicted)" if fixed.dry_run and fixed.results else "left"
+    s = left.summary
+    out = [f"{when}: {s['error']} error(s), {s['warning']} warning(s), {s['info']} info"]
+    out += [f"  {f.severity.upper():<7} {f.code} {f.slug}: {f.message}" for f in left.sorted_findings()]
+    out += [f"not repaired by `ckpt fix`: {f.code} {f.slug}; run `{f.fix}`" for f in fixed.not_repaired]
+    return out

@@ -4,15 +4,16 @@ from collections.abc import Sequence
 
 import orjson
 
-from .model import Report
+from .model import Report, Unreadable
 
 
 def render(report: Report, *, color: bool = False) -> str:
     return _dump(report.to_dict())
 
 
-def render_many(reports: Sequence[Report]) -> str:
-    """An array of reports, each the schema_version 1 object (`ckpt doctor --pre-commit --format json`)."""
+def render_many(reports: Sequence[Report | Unreadable]) -> str:
+    """An array of reports, each the schema_version 1 object (`ckpt doctor A B --format json`), or an entry with an
+    `error` for a target that could not be read."""
     return _dump([r.to_dict() for r in reports])
 
 

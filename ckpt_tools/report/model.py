@@ -76,3 +76,25 @@ class Report:
             out["suppressed"] = [dict(s) for s in self.suppressed]
         out.update(self.extra)
         return out
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A target of a multi-target run that could not be read at all (missing, not a checkpoint, Hub unreachable): its
+    place in the output, with the one-line reason a single target would exit 2 with. In JSON, an entry with an
+    `error` field instead of `checkpoint` / `findings` / `summary` (docs/report.schema.json, `$defs/unreadable`)."""
+
+    target: str
+    error: str
+    command: str = "doctor"
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        return 2  # nothing was judged: the command could not run for this target
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "ckpt", "version": __version__},
+            "target": self.target,
+            "error": self.error,
+        }

@@ -21,7 +21,7 @@ from .. import __version__
 from ..model.modules import ROLES
 from ..rules.base import Documented, Finding, all_rules, documented, rule_family
 from ..suppress import SuppressedFinding
-from .model import Report
+from .model import Report, Unreadable
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFO_URI = "https://github.com/ckpt-tools/ckpt-tools"
@@ -34,20 +34,23 @@ def render(report: Report, *, color: bool = False) -> str:
     return render_many([report])
 
 
-def render_many(reports: Iterable[Report]) -> str:
+def render_many(reports: Iterable[Report | Unreadable]) -> str:
     """One SARIF log holding one run per report (`ckpt doctor --pre-commit` checks several folders at once)."""
     return orjson.dumps(sarif_log(reports), option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
-def sarif_log(reports: Iterable[Report]) -> dict[str, Any]:
+def sarif_log(reports: Iterable[Report | Unreadable]) -> dict[str, Any]:
     reports = list(reports)
-    rules = described(reports)
+    rules = described([r for r in reports if isinstance(r, Report)])
     descriptors = [_rule_descriptor(r) for r in rules]
     index = {r.code: i for i, r in enumerate(rules)}
     return {
         "$schema": SCHEMA_URI,
         "version": "2.1.0",
-        "runs": [_run(report, descriptors, index) for report in reports],
+        "runs": [
+            _unreadable_run(r, descriptors) if isinstance(r, Unreadable) else _run(r, descriptors, index)
+            for r in reports
+        ],
     }
 
 
@@ -123,6 +126,22 @@ def _run(report: Report, descriptors: list[dict], index: Mapping[str, int]) -> d
         "invocations": [invocation],
         "results": results,
         "properties": {"target": report.target, "checkpoint": dict(report.checkpoint), "summary": report.summary},
+    }
+
+
+def _unreadable_run(entry: Unreadable, descriptors: list[dict]) -> dict[str, Any]:
+    """A target that could not be read: a run that did not execute successfully, with the reason as the tool's
+    error notification (how SARIF says "the tool failed here", as opposed to "found this")."""
+    return {
+        "tool": {"driver": {"name": "ckpt", "version": __version__, "informationUri": INFO_URI, "rules": descriptors}},
+        "invocations": [
+            {
+                "executionSuccessful": False,
+                "toolExecutionNotifications": [{"level": "error", "message": {"text": f"{entry.error}"}}],
+            }
+        ],
+        "results": [],
+        "properties": {"target": entry.target, "error": entry.error},
     }
 
 

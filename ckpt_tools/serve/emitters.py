@@ -17,10 +17,8 @@ PORT = 8000
 
 
 def argv_line(plan: ServePlan) -> str:
-    """One shell line. Environment goes through `env` so the line also runs as `$cmd` / `"${argv[@]}"`, not only
-    through `eval` (an expanded `VAR=1 vllm ...` would try to run a program named `VAR=1`)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env.items())
-    return ("env " + env + " " if env else "") + plan.command + "\n"
+    """One shell line (`ServePlan.shell_line`)."""
+    return plan.shell_line + "\n"
 
 
 def _mounts(plan: ServePlan) -> list[tuple[str, str, str]]:

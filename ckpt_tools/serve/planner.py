@@ -102,6 +102,14 @@ class ServePlan:
     def command(self) -> str:
         return shlex.join(self.argv)
 
+    @property
+    def shell_line(self) -> str:
+        """The command as `ckpt serve-flags` prints it: the environment through `env` (so the line also runs as
+        `$cmd` / `"${argv[@]}"`, not only through `eval`: an expanded `VAR=1 vllm ...` would try to run a program
+        named `VAR=1`), then the shell-quoted argv."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return ("env " + env + " " if env else "") + self.command
+
     def to_dict(self) -> dict[str, Any]:
         from .. import __version__
 
@@ -112,6 +120,7 @@ class ServePlan:
             "runtime": self.runtime.id,
             "hardware": self.hardware.id if self.hardware else None,
             "argv": list(self.argv),
+            "command": self.shell_line,  # the same line, shell-quoted, as the text output prints
             "env": dict(self.env),
             "flags": [f.to_dict() for f in self.flags],
             "warnings": list(self.warnings),

@@ -3,7 +3,6 @@ lives), else the documented `/model` mount filled from `$MODEL_DIR`. Never the p
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -22,9 +21,11 @@ def infer_repo_id(target: str) -> str | None:
     """The Hub repo a checkpoint belongs to: the target itself when it is a repo id (`org/name`, `hf://org/name`,
     `org/name@rev`), a Hugging Face cache snapshot folder (`models--org--name/snapshots/<sha>`), or a local clone whose
     git remote is on the Hub. None when nothing says so."""
-    text = target.removeprefix("hf://").split("@", 1)[0].rstrip("/")
-    if not os.path.exists(target) and HUB_ID.match(text):
-        return text
+    from ..read.hub_target import parse_hub_target
+
+    hub = parse_hub_target(target)
+    if hub is not None:
+        return hub.repo_id
     path = Path(target).resolve()
     folder = path if path.is_dir() else path.parent
     m = CACHE_DIR.search(str(folder))

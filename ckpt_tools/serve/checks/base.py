@@ -23,6 +23,7 @@ from ...rules.base import Documented, Finding, Registry
 from ..facts import CheckpointFacts
 from ..parser import ParsedCommand
 from ..planner import ServePlan
+from ..served_model import ServedModel, different_model
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 
@@ -70,6 +71,12 @@ class ServeContext:
             return analyze(self.drafter_path, runtime=self.rt.id, headers_only=True)
         except CkptError:
             return None
+
+    @cached_property
+    def served_elsewhere(self) -> ServedModel | None:
+        """The model the command serves when it is certainly another checkpoint than the target (paths resolved,
+        mounts followed, a folder's Hub repo looked up), else None."""
+        return different_model(self.plan.target, self.cmd)
 
     def value(self, name: str) -> str | None:
         f = self.cmd.last(name)
