@@ -21,8 +21,14 @@ a branch name to another folder holding that branch's files; `fail` makes the fi
 status; `mangle` makes the first n range replies for a file misbehave as a broken server or proxy does:
 `content-range` (206 with the bytes and Content-Range of a range one byte later), `truncate` (the connection closes
 halfway through the declared body), `short` (a well-formed 206 with half the bytes asked for), `oversize` (the bytes
-asked for followed by 1 MiB more than declared: the client must stop reading); `info` is merged over the model-info
-answer (a server that lies about the commit sha or the file list). Revisions are
+asked for followed by 1 MiB more, all declared in Content-Length: a reply longer than the range); `info` is merged over the model-info
+answer (a server that lies about the commit sha or the file list); `lie` makes every reply for `"info"` (model info)
+or a file misbehave as a hostile server does, `{"config.json": ["drip", 0.5]}`: `stall` (headers, then silence for
+arg seconds), `silent` (no answer at all for arg seconds), `drip` (the body one byte every arg seconds),
+`drip-headers` (the status line and headers one byte every arg seconds), `flood` (an undeclared body of arg bytes),
+`huge-length` (a Content-Length of arg bytes over the real body), `chunked-more` (a chunked 206 carrying the range
+twice), `encoding` (the body labelled with Content-Encoding arg), `redirect` (302 to the URL arg; `self` loops).
+Every wait ends when the server stops, so no handler outlives a test. Revisions are
 `main`, the branches, and each branch's commit sha (sha1 over paths and blob ids). Every request is logged *before*
 the reply is written, so a test reading `log` after a client call never races it. Build the repos before serving
 them: a folder's commit sha is computed once, so files changed while the server runs would keep the old sha.
@@ -86,6 +92,8 @@ class HubServer:
         self._by_sha256: dict[str, Path] = {}
         self._commits: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.stopping = threading.Event()  # ends every `lie` wait when the server stops
+        self.lie_bytes: dict[str, int] = {}  # request path -> body bytes a `lie` reply got onto the wire
         handler = type("Handler", (_Handler,), {"hub": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True  # pooled keep-alive connections outlive shutdown()
@@ -98,6 +106,7 @@ class HubServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -240,8 +249,83 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"}
         self._reply(status, body, {**headers, **(extra or {})}, head=head)
 
-    def _json(self, data: Any, head: bool) -> None:
-        self._reply(200, json.dumps(data).encode(), {"Content-Type": "application/json"}, head=head)
+    def _json(self, data: Any, head: bool, lie: list[Any] | None = None) -> None:
+        body, headers = json.dumps(data).encode(), {"Content-Type": "application/json"}
+        if lie and not head:
+            return self._lie(lie, 200, body, headers)
+        self._reply(200, body, headers, head=head)
+
+    def _lie(self, rule: list[Any], status: int, body: bytes, headers: dict[str, str]) -> None:
+        """Answer as the hostile server of `rule` ([behaviour, arg]) would, then close the connection."""
+        kind, arg = rule[0], rule[1] if len(rule) > 1 else None
+        self.hub.log.append(
+            Request(
+                self.command,
+                self.path,
+                self.headers.get("range"),
+                status,
+                len(body),
+                self.headers.get("host", ""),
+                "authorization" in self.headers,
+            )
+        )
+        self.close_connection = True
+        if kind == "redirect":
+            location = self.path if arg == "self" else str(arg)
+            return self._send_raw(f"HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode())
+        if kind == "silent":
+            self.hub.stopping.wait(float(arg))
+            return
+        fields = {**headers, "Content-Length": str(len(body))}
+        if kind == "flood":
+            fields = {**headers, "Connection": "close"}
+            fields.pop("Content-Length", None)
+        elif kind == "huge-length":
+            fields["Content-Length"] = str(int(arg))
+        elif kind == "chunked-more":
+            fields.pop("Content-Length")
+            fields["Transfer-Encoding"] = "chunked"
+        elif kind == "encoding":
+            fields["Content-Encoding"] = str(arg)
+        phrase = {200: "OK", 206: "Partial Content"}.get(status, "Whatever")
+        head = f"HTTP/1.1 {status} {phrase}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
+        if kind == "drip-headers":
+            for i in range(len(head)):
+                if not self._send_raw(head[i : i + 1].encode()) or self.hub.stopping.wait(float(arg)):
+                    return
+            self._send_raw(body, count=True)
+        elif kind == "stall":
+            if self._send_raw(head.encode()):
+                self.hub.stopping.wait(float(arg))
+        elif kind == "drip":
+            if self._send_raw(head.encode()):
+                for i in range(len(body)):
+                    if not self._send_raw(body[i : i + 1], count=True) or self.hub.stopping.wait(float(arg)):
+                        return
+        elif kind == "flood":
+            filler, sent = b" " * (1024 * 1024), 0
+            if self._send_raw(head.encode()):
+                while sent < int(arg) and not self.hub.stopping.is_set() and self._send_raw(filler, count=True):
+                    sent += len(filler)
+        elif kind == "chunked-more":
+            twice = b"".join(f"{len(body):x}\r\n".encode() + body + b"\r\n" for _ in range(2)) + b"0\r\n\r\n"
+            if self._send_raw(head.encode()):
+                self._send_raw(twice, count=True)
+        else:  # huge-length, encoding
+            if self._send_raw(head.encode()):
+                self._send_raw(body, count=True)
+
+    def _send_raw(self, data: bytes, *, count: bool = False) -> bool:
+        """Write bytes as they are (flushed); False once the client has gone."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            return False
+        if count:
+            with self.hub._lock:
+                self.hub.lie_bytes[self.path] = self.hub.lie_bytes.get(self.path, 0) + len(data)
+        return True
 
     # ---- routing ------------------------------------------------------------------------------------------------
     def _route(self, head: bool) -> None:
@@ -316,6 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
                 **(settings.get("info") or {}),
             },
             head,
+            (settings.get("lie") or {}).get("info"),
         )
 
     def _resolve(self, repo: str, revision: str, rel: str, head: bool) -> None:
@@ -347,7 +432,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._reply(302, b"", headers, head=head)
         else:
             headers["ETag"] = f'"{blob.git_oid}"'
-        self._send_file(blob.path, blob.size, headers, head, self.hub._mangling(repo, settings, rel))
+        lie = (settings.get("lie") or {}).get(rel)
+        self._send_file(blob.path, blob.size, headers, head, self.hub._mangling(repo, settings, rel), lie)
 
     def _cdn(self, sha256: str, head: bool) -> None:
         path = self.hub._by_sha256.get(sha256)
@@ -355,7 +441,15 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, b"no such object", head=head)
         self._send_file(path, path.stat().st_size, {"ETag": f'"{sha256}"', "Accept-Ranges": "bytes"}, head)
 
-    def _send_file(self, path: Path, size: int, headers: dict[str, str], head: bool, mangle: str | None = None) -> None:
+    def _send_file(
+        self,
+        path: Path,
+        size: int,
+        headers: dict[str, str],
+        head: bool,
+        mangle: str | None = None,
+        lie: list[Any] | None = None,
+    ) -> None:
         wanted = self.headers.get("range")
         start, end = 0, size - 1
         status = 200
@@ -389,6 +483,8 @@ class _Handler(BaseHTTPRequestHandler):
                 headers = {**headers, "Content-Range": f"bytes {start}-{start + len(body) - 1}/{size}"}
         if mangle == "oversize":
             body += b"\0" * (1024 * 1024)
+        if lie:
+            return self._lie(lie, status, body, headers)
         self._reply(status, body, headers)
 
     def _reply_cut(self, status: int, body: bytes, headers: dict[str, str]) -> None:

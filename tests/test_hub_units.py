@@ -197,7 +197,7 @@ def test_range_cache_never_follows_a_link_at_its_name(tmp_path):
     ["/tmp/victim", "../" * 8 + "x", "0" * 39, "0" * 41, "A" * 40, "g" * 40, "0" * 40 + "\n", 40, None, ["0" * 40]],
 )
 def test_a_commit_sha_must_be_40_lowercase_hex_digits(sha):
-    from ckpt_tools.read.hub import checked_commit
+    from ckpt_tools.read.hub_info import checked_commit
 
     with pytest.raises(TargetError, match="not 40 hex digits") as err:
         checked_commit(sha, "acme/x", "http://127.0.0.1:1")
@@ -206,3 +206,48 @@ def test_a_commit_sha_must_be_40_lowercase_hex_digits(sha):
         checked_commit("0123456789abcdef0123456789abcdef01234567", "acme/x", "")
         == "0123456789abcdef0123456789abcdef01234567"
     )
+
+
+# ---- model info -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name",
+    [
+        "model.safetensors",
+        ".gitattributes",
+        "original/consolidated.safetensors",
+        "model-00001-of-00002.safetensors",
+        "with space (1).json",
+        "\u65e5\u672c\u8a9e.md",
+        "a..b.json",
+    ],
+)
+def test_names_a_git_tree_can_hold_are_accepted(name):
+    from ckpt_tools.read.hub_info import name_problem
+
+    assert name_problem(name) is None
+
+
+def test_model_info_keeps_root_files_and_prefers_the_lfs_size():
+    from ckpt_tools.read.hub_info import parse_model_info
+
+    raw = json.dumps(
+        {
+            "sha": "ab" * 20,
+            "siblings": [
+                {"rfilename": "config.json", "size": 12},
+                {"rfilename": "model.safetensors", "size": 134, "lfs": {"size": 855440, "sha256": "x"}},
+                {"rfilename": "original/consolidated.safetensors", "size": 7},
+            ],
+        }
+    ).encode()
+    listing = parse_model_info(raw, "acme/x", "acme/x", None, "http://127.0.0.1:1")
+    assert listing.sha == "ab" * 20
+    assert dict(listing.sizes) == {"config.json": 12, "model.safetensors": 855440}
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"not json", b"null", b"[" * 100_000])
+def test_a_model_info_that_is_not_a_json_object_names_the_endpoint(raw):
+    from ckpt_tools.read.hub_info import parse_model_info
+
+    with pytest.raises(TargetError, match="did not answer like a Hugging Face Hub"):
+        parse_model_info(raw, "acme/x", "acme/x", None, "http://127.0.0.1:1")

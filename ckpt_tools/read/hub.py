@@ -1,29 +1,34 @@
 """Checkpoints on the Hugging Face Hub, read with HTTP range requests: configs, the index and shard headers, never
 weight bytes (unless `--deep` asks for the scale tensors).
 
-Every Hub call goes through huggingface_hub: `HfApi.model_info` to resolve the revision, `hf_hub_url`,
-`build_hf_headers` and `get_session` for the range reads, `hf_raise_for_status` to classify errors. So HF_ENDPOINT,
-HF_TOKEN, the stored login, proxies and offline mode behave exactly as they do for huggingface_hub itself.
+Every Hub call goes through huggingface_hub's HTTP layer: `build_hf_headers`, `hf_hub_url`, `get_session` and
+`hf_raise_for_status`, so HF_ENDPOINT, HF_TOKEN, the stored login, proxies, offline mode and error classification
+behave exactly as they do for huggingface_hub itself. The requests themselves go through `hub_http.get`, which bounds
+each one in time (a per-request and a per-command deadline) and in bytes, and the model-info answer is checked by
+`hub_info` before anything uses it: the server is not trusted to be a Hub (SECURITY.md).
 
-Cost of one cold run: `model_info(files_metadata=True)` once (it pins the commit sha and gives every file's size),
-then one GET per config file read and, with the index's help, one range GET per shard (`header_estimate.py`).
-All reads use the pinned sha, so a branch moving mid-run cannot mix two commits. Ranges read by `read_range` and
-`read_file` are kept per commit sha under the huggingface_hub assets cache, so a repeat run costs the one
-`model_info` request. The `--deep` scale reads (`read_ranges`) are not cached: they can be large.
+Cost of one cold run: one model-info request with file sizes (the same `GET /api/models/{repo}?blobs=true` as
+`HfApi.model_info(files_metadata=True)`; it pins the commit sha and gives every file's size), then one GET per
+config file read and, with the index's help, one range GET per shard (`header_estimate.py`). All reads use the
+pinned sha, so a branch moving mid-run cannot mix two commits. Ranges read by `read_range` and `read_file` are kept
+per commit sha under the huggingface_hub assets cache, so a repeat run costs the one model-info request. The `--deep`
+scale reads (`read_ranges`) are not cached: they can be large.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from .. import __version__
 from ..errors import TargetError
+from . import hub_http
 from .hub_errors import HubContext, http_library_errors, hub_errors
+from .hub_http import Budget, Deadlines, Reply, TooLarge
+from .hub_info import parse_model_info
 from .hub_target import HubTarget
 from .range_cache import RangeCache
 
@@ -31,23 +36,10 @@ LIBRARY = "ckpt-tools"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 ATTEMPTS = 3  # a range read is retried twice on a transport error or a retryable status
 BACKOFF = 0.5  # seconds before the first retry, doubled for the next
-CHUNK = 64 * 1024
 SKIP_LIMIT = 64 * 1024 * 1024  # a server without Range support is read from the start only this far
+INFO_LIMIT = 64 * 1024 * 1024  # the model-info JSON; a repo of 100,000 files lists in about 25 MB
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
-_COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def checked_commit(sha: object, label: str, endpoint: str) -> str:
-    """The commit sha a server answered, if it is one (40 lowercase hex digits, as git and the Hub write it). It
-    names the cache file and pins every later URL, so anything else (a path, `..`, a URL) is refused."""
-    if isinstance(sha, str) and _COMMIT_SHA.fullmatch(sha):
-        return sha
-    shown = repr(sha) if len(repr(sha)) <= 60 else repr(sha)[:57] + "..."
-    raise TargetError(
-        f"{label}: {endpoint} answered {shown} as the commit sha, which is not 40 hex digits; refusing to use it "
-        f"(check HF_ENDPOINT: a server that lies about commits is not a Hugging Face Hub)"
-    )
 
 
 class HubSource:
@@ -63,47 +55,52 @@ class HubSource:
         token: str | bool | None = None,
         cache_dir: Path | bool | None = True,
         bare_target: bool = False,
+        deadlines: Deadlines | None = None,
     ) -> None:
         """`token=None` uses HF_TOKEN or the stored login, as huggingface_hub does. `cache_dir=True` keeps read
-        ranges under the huggingface_hub assets cache, a path keeps them there, False keeps them in memory only."""
-        from huggingface_hub import HfApi, constants
+        ranges under the huggingface_hub assets cache, a path keeps them there, False keeps them in memory only.
+        `deadlines=None` takes them from CKPT_HUB_REQUEST_TIMEOUT and CKPT_HUB_DEADLINE (or the defaults); the
+        command's deadline counts from here."""
+        from huggingface_hub import constants
         from huggingface_hub.utils import HFValidationError, build_hf_headers, validate_repo_id
 
         self.target = target
         self.endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
         self._token = token
+        self._budget = Budget(deadlines or Deadlines.from_env(), target.label, self.endpoint)
         has_token = "authorization" in build_hf_headers(token=token)  # what will be sent, implicit login included
         self._ctx = HubContext(target.repo_id, target.revision, self.endpoint, has_token, bare_target)
         try:
             validate_repo_id(target.repo_id)
         except HFValidationError as exc:
             raise TargetError(f"{target.repo_id}: not a valid Hub repo id ({exc})") from None
-        api = HfApi(endpoint=self.endpoint, token=token, library_name=LIBRARY, library_version=__version__)
-        try:
-            with hub_errors(self._ctx):
-                info = api.model_info(target.repo_id, revision=target.revision, files_metadata=True)
-        except (ValueError, KeyError, TypeError) as exc:  # a 200 that is not a Hub's JSON (wrong HF_ENDPOINT)
-            raise TargetError(
-                f"{target.repo_id}: {self.endpoint} did not answer like a Hugging Face Hub "
-                f"({type(exc).__name__}); check HF_ENDPOINT"
-            ) from None
-        if not info.sha:
-            raise TargetError(f"{target.label}: the Hub did not say which commit {target.revision or 'main'} is")
-        self.sha: str = checked_commit(info.sha, target.label, self.endpoint)
-        # Only the repo root, as LocalSource sees a folder: files in subfolders are not part of the checkpoint.
-        self._sizes: dict[str, int] = {}
-        for sibling in info.siblings or ():
-            if "/" in sibling.rfilename:
-                continue
-            size = sibling.lfs.size if sibling.lfs is not None else sibling.size
-            if size is None:
-                raise TargetError(f"{target.label}: the Hub did not report the size of {sibling.rfilename}")
-            self._sizes[sibling.rfilename] = size
-        self.gated = info.gated
-        self.private = info.private
+        listing = parse_model_info(self._model_info(), target.repo_id, target.label, target.revision, self.endpoint)
+        self.sha: str = listing.sha
+        self._sizes = listing.sizes
         self._cache = RangeCache(self._cache_folder(cache_dir), f"{self.sha}.ranges")
-        self._timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
         self._ignores_range = False  # learnt from a 200 answer to a range request
+
+    def _model_info(self) -> bytes:
+        """The body of `GET /api/models/{repo}[/revision/{rev}]?blobs=true`, as `HfApi.model_info(...,
+        files_metadata=True)` sends it, capped at INFO_LIMIT bytes."""
+        url = f"{self.endpoint}/api/models/{self.target.repo_id}"
+        if self.target.revision is not None:
+            url += f"/revision/{quote(self.target.revision, safe='')}"
+
+        def consume(reply: Reply) -> bytes:
+            reply.raise_for_status()
+            return reply.body(INFO_LIMIT, "the model info")
+
+        with hub_errors(self._ctx):
+            try:
+                return hub_http.get(url + "?blobs=true", self._headers(), self._budget, "the model info", consume)
+            except TooLarge as exc:
+                raise TargetError(f"{self.label}: {exc} (check HF_ENDPOINT)") from None
+
+    def _headers(self) -> dict[str, str]:
+        from huggingface_hub.utils import build_hf_headers
+
+        return build_hf_headers(token=self._token, library_name=LIBRARY, library_version=__version__)
 
     # ---- Source protocol ----------------------------------------------------------------------------------------
     @property
@@ -171,19 +168,19 @@ class HubSource:
         if length <= 0:
             return b""
         from huggingface_hub import hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
 
         if start > SKIP_LIMIT and self._ignores_range:
             raise self._no_ranges(name, start)
         url = hf_hub_url(self.target.repo_id, name, revision=self.sha, endpoint=self.endpoint)
-        headers = build_hf_headers(token=self._token, library_name=LIBRARY, library_version=__version__)
-        headers["range"] = f"bytes={start}-{start + length - 1}"
-        headers["accept-encoding"] = "identity"  # byte offsets are into the file, not into a compressed stream
+        headers = {**self._headers(), "range": f"bytes={start}-{start + length - 1}"}
+        what = f"{name} (bytes {start}-{start + length - 1})"
         transport, _ = http_library_errors()
         with hub_errors(self._ctx):
             for attempt in range(ATTEMPTS):
                 try:
-                    data = self._get(url, headers, name, start, length)
+                    data = hub_http.get(
+                        url, headers, self._budget, what, lambda reply: self._range_reply(reply, name, start, length)
+                    )
                 except _Retryable as retry:
                     if attempt == ATTEMPTS - 1:
                         raise retry.error from None
@@ -192,7 +189,7 @@ class HubSource:
                         raise
                 else:
                     break
-                time.sleep(BACKOFF * 2**attempt)
+                self._budget.sleep(BACKOFF * 2**attempt)
         return data
 
     def _no_ranges(self, name: str, start: int) -> TargetError:
@@ -202,58 +199,68 @@ class HubSource:
             f"or a local copy"
         )
 
-    def _get(self, url: str, headers: dict[str, str], name: str, start: int, length: int) -> bytes:
-        """One range request. Never holds more than `length` bytes of the body, whatever the server sends; a
-        Content-Range that is not the one asked for is refused (the bytes would come from the wrong place), and a
-        body cut short is retried."""
-        from huggingface_hub.utils import get_session, hf_raise_for_status
-
-        with get_session().stream("GET", url, headers=headers, timeout=self._timeout) as response:
-            if response.status_code >= 400:
-                response.read()  # the error classifier reads the body
-                try:
-                    hf_raise_for_status(response)
-                except Exception as exc:
-                    if response.status_code in RETRY_STATUSES:
-                        raise _Retryable(exc) from None
-                    raise
-            hf_raise_for_status(response)
-            if response.status_code == 206:
-                wrong = _wrong_content_range(response.headers.get("content-range"), start, length, self.size(name))
-                if wrong:
-                    raise TargetError(
-                        f"{self.label}: {name}: asked for bytes {start}-{start + length - 1}, the "
-                        f"server answered {wrong}; refusing bytes from the wrong place (a proxy or "
-                        f"mirror that rewrites ranges?)"
-                    )
-            # A server that ignores Range answers 200 with the whole file: skip to `start` and stop after `length`
-            # bytes, closing the connection, rather than download the weights.
-            skip = start if response.status_code != 206 else 0
-            if response.status_code != 206:
-                self._ignores_range = True
-                if start > SKIP_LIMIT:
-                    raise self._no_ranges(name, start)
-            parts: list[bytes] = []
-            got = 0
-            for chunk in response.iter_bytes(CHUNK):
-                if skip:
-                    if len(chunk) <= skip:
-                        skip -= len(chunk)
-                        continue
-                    chunk, skip = chunk[skip:], 0
-                parts.append(chunk[: length - got])
-                got += len(parts[-1])
-                if got >= length:
-                    break
-            if got < length:
-                raise _Retryable(
-                    TargetError(
-                        f"{self.label}: {name}: the server sent {got:,} of the {length:,} bytes "
-                        f"asked for (bytes {start}-{start + length - 1}), {ATTEMPTS} times; "
-                        f"the connection keeps closing early, try again later"
-                    )
+    def _range_reply(self, reply: Reply, name: str, start: int, length: int) -> bytes:
+        """The bytes of one reply to a range request. Never holds more than `length` bytes of the body: a 206 that
+        declares or sends more than was asked for, or whose Content-Range is not the one asked for, is refused (the
+        bytes would come from the wrong place); a body cut short is retried."""
+        asked = f"bytes {start}-{start + length - 1}"
+        if reply.status >= 400:
+            try:
+                reply.raise_for_status()
+            except Exception as exc:
+                if reply.status in RETRY_STATUSES:
+                    raise _Retryable(exc) from None
+                raise
+        if reply.status not in (200, 206):
+            raise TargetError(f"{self.label}: {name}: the server answered HTTP {reply.status} to a request for {asked}")
+        if reply.status == 206:
+            wrong = _wrong_content_range(reply.headers.get("content-range"), start, length, self.size(name))
+            declared = reply.content_length
+            if not wrong and declared is not None and declared > length:
+                wrong = f"with a {declared:,}-byte body"
+            if wrong:
+                raise TargetError(
+                    f"{self.label}: {name}: asked for {asked}, the server answered {wrong}; refusing bytes from "
+                    f"the wrong place (a proxy or mirror that rewrites ranges?)"
                 )
-            return b"".join(parts)
+            return self._read_exactly(reply, name, start, length)
+        # A server that ignores Range answers 200 with the whole file: skip to `start` and stop after `length`
+        # bytes, closing the connection, rather than download the weights.
+        self._ignores_range = True
+        if start > SKIP_LIMIT:
+            raise self._no_ranges(name, start)
+        return self._read_exactly(reply, name, start, length, skip=start)
+
+    def _read_exactly(self, reply: Reply, name: str, start: int, length: int, *, skip: int = 0) -> bytes:
+        """`length` bytes of the body after the first `skip`. A 206 (skip 0) must end there: more is an error, not a
+        buffer; a whole file (a 200) is cut off there."""
+        parts: list[bytes] = []
+        got = 0
+        for chunk in reply.chunks():
+            if skip:
+                if len(chunk) <= skip:
+                    skip -= len(chunk)
+                    continue
+                chunk, skip = chunk[skip:], 0
+            if got + len(chunk) > length and reply.status == 206:
+                raise TargetError(
+                    f"{self.label}: {name}: asked for {length:,} bytes (bytes {start}-{start + length - 1}), the "
+                    f"server sent more; refusing a reply longer than the range (a proxy or mirror that rewrites "
+                    f"ranges?)"
+                )
+            parts.append(chunk[: length - got])
+            got += len(parts[-1])
+            if got >= length and reply.status != 206:
+                break
+        if got < length:
+            raise _Retryable(
+                TargetError(
+                    f"{self.label}: {name}: the server sent {got:,} of the {length:,} bytes "
+                    f"asked for (bytes {start}-{start + length - 1}), {ATTEMPTS} times; "
+                    f"the connection keeps closing early, try again later"
+                )
+            )
+        return b"".join(parts)
 
 
 def _wrong_content_range(value: str | None, start: int, length: int, total: int) -> str | None:

@@ -152,7 +152,8 @@ def _lstat(name: str, folder_fd: int) -> os.stat_result | None:
 
 
 def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
     chunks: list[bytes] = []
-    while chunk := os.read(fd, 1 << 20):
+    while chunk := os.read(fd, max(size, 1 << 16)):
         chunks.append(chunk)
     return b"".join(chunks)
