@@ -308,3 +308,27 @@ def test_a_spliced_journal_is_refused_by_a_reader_without_splices_and_when_damag
         body = orjson.dumps(damaged)
         with pytest.raises(TargetError, match="journal is damaged"):
             decode_journal(raw[:8] + struct.pack("<Q", len(body)) + body + raw[16 + n :], tmp_path)
+
+
+def test_lock_waits_for_a_holder_that_is_dying(tmp_path, monkeypatch):
+    """A repair SIGKILLed mid-scan leaves its forked scan child holding the lock's file description for a moment; the
+    next run waits for it (up to LOCK_GRACE_SECONDS) instead of calling the folder busy."""
+    import fcntl
+    import os
+    import time
+
+    from ckpt_tools.repair import journal
+
+    monkeypatch.setattr(journal, "LOCK_GRACE_SECONDS", 5.0)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    pid = os.fork()
+    if pid == 0:  # the dying holder: keeps the inherited description a moment, then goes
+        time.sleep(0.4)
+        os._exit(0)
+    os.close(fd)  # the parent (the killed repair) is gone; only the child holds the lock now
+    started = time.monotonic()
+    with Lock(tmp_path):
+        waited = time.monotonic() - started
+    os.waitpid(pid, 0)
+    assert 0.2 < waited < 5.0

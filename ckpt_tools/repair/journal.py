@@ -27,6 +27,7 @@ import hashlib
 import os
 import stat
 import struct
+import time
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from types import TracebackType
@@ -50,6 +51,25 @@ COPIES_FIRST = True  # build every rebuilt shard before the first visible change
 # ---- lock ---------------------------------------------------------------------------------------------------------
 
 
+# A repair killed mid-scan leaves its forked value-scan child (read/background_scan.py) alive for a moment: the child
+# shares the lock's open file description until the kernel delivers its parent-death signal. A new run waits this long
+# for such a dying holder before calling the lock taken.
+LOCK_GRACE_SECONDS = 3.0
+
+
+def _flock_within(fd: int, seconds: float) -> None:
+    """`flock(LOCK_EX)` on `fd`, retried until `seconds` have passed; BlockingIOError if it is still held then."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Lock:
     """An exclusive `flock` on the checkpoint folder itself. The kernel drops it when the holder dies, and no lock file
     is ever created, so a killed repair leaves neither a stale lock nor a file to clean up."""
@@ -61,7 +81,7 @@ class Lock:
     def __enter__(self) -> Lock:
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_within(fd, LOCK_GRACE_SECONDS)
         except BlockingIOError:
             os.close(fd)
             raise TargetError(
