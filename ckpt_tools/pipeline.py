@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from operator import attrgetter
 from typing import Any
 
@@ -176,23 +175,12 @@ def _analyze(
     try:
         return judge(
             ckpt,
-            scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt),
+            scanned=lambda: replace(ckpt, values=scan.result()),
             meanwhile=meanwhile,
             **settings,
         )
     finally:
         scan.close()
-
-
-def _with_views(scanned: Checkpoint, ckpt: Checkpoint) -> Checkpoint:
-    """`scanned` (`ckpt` with its value statistics) given the derived views already computed on `ckpt` (the scan
-    builds the tensor map), instead of building them again. WHY this is exact: every cached view of a `Checkpoint` is
-    computed from its files, shards, index and configs, which the scan copies unchanged, and none reads `values` (a
-    test computes each of them on a checkpoint whose `values` cannot be read)."""
-    for name, value in vars(ckpt).items():
-        if isinstance(vars(Checkpoint).get(name), cached_property):
-            scanned.__dict__.setdefault(name, value)
-    return scanned
 
 
 def judge(

@@ -1,6 +1,6 @@
-"""The memory plan's weight bytes (`plan.weights.weights`) are made in whole-list steps, with components answered
-once per module prefix (`detect.resolve.components_of`): both must give exactly what the per-tensor definitions give
-(`component_lookup` / `component_of` per name, `nbytes` and `split_across_ranks` per tensor), on every genuine
+"""The memory plan's weight bytes (`plan.weights.weights`), with components answered once per module prefix
+(`detect.resolve.component_lookup`), give exactly what the per-tensor definitions give (`component_of` per name,
+`nbytes` and `split_across_ranks` per tensor), on every genuine
 fixture at several tensor-parallel sizes and on names whose prefixes do not fix their component (top-level names,
 markers below a root, mis-nested copies, a repeated name, empty tensors)."""
 
@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from ckpt_tools.detect.resolve import component_batches, component_lookup, component_of, components_of
+from ckpt_tools.detect.resolve import component_lookup, component_of, components_of
 from ckpt_tools.model.tensors import TensorInfo
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.plan import facts
@@ -51,19 +51,16 @@ ODD = [
 
 
 @pytest.mark.parametrize("fixture", genuine_entries())
-def test_weights_equal_the_per_tensor_sums(fixture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_weights_equal_the_per_tensor_sums(fixture: str) -> None:
     analysis = analyze(str(GENUINE / fixture), headers_only=True)
     family = analysis.detection.family
     tensors = list(analysis.checkpoint.tensors.values())
     for tp in (1, 2, 8):
         assert weights(tensors, family, tp) == _per_tensor(tensors, family, tp)
-    monkeypatch.setattr(weights_module, "BATCH", 7)  # many batches; a module's tensors straddle two
     assert weights(iter(tensors), family, 2) == _per_tensor(tensors, family, 2)
     names = [t.name for t in tensors]
     lookup = component_lookup(family)
     assert components_of(names, family) == [lookup(n) for n in names] == [component_of(n, family) for n in names]
-    batches = component_batches(family)
-    assert [c for i in range(0, len(names), 5) for c in batches(names[i : i + 5])] == components_of(names, family)
 
 
 def test_weights_on_names_their_prefix_does_not_decide() -> None:

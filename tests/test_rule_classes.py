@@ -14,8 +14,10 @@ import pytest
 
 from ckpt_tools.detect.resolve import detect
 from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
+from ckpt_tools.model import checkpoint as checkpoint_module
+from ckpt_tools.model import views
 from ckpt_tools.model.checkpoint import Checkpoint
-from ckpt_tools.model.layouts import Layouts
+from ckpt_tools.model.layouts import Layouts, group_checkpoint
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.rules._classes import name_templates
@@ -94,11 +96,14 @@ CASES = {
 
 
 def _one_layout_per_module(ckpt: Checkpoint) -> None:
-    """Give every module a layout id of its own (the per-module path), before anything reads the layouts."""
-    names = tuple(ckpt.modules)
-    layouts = tuple(tuple((s, t.dtype, t.shape) for s, t in ckpt.modules[n].tensors.items()) for n in names)
+    """Give every module a layout id of its own (the per-module path), before anything reads the layouts: the
+    checkpoint's grouping view, held for it in `model.views` as computed but for the layouts."""
+    modules, _layouts, experts = group_checkpoint(ckpt.tensors.values())
+    names = tuple(modules)
+    layouts = tuple(tuple((s, t.dtype, t.shape) for s, t in modules[n].tensors.items()) for n in names)
     of = MappingProxyType({n: i for i, n in enumerate(names)})
-    ckpt.__dict__["layouts"] = Layouts(of, layouts, tuple((n,) for n in names))
+    grouped = (MappingProxyType(modules), Layouts(of, layouts, tuple((n,) for n in names)), MappingProxyType(experts))
+    views.remembered(ckpt, checkpoint_module._grouped.__wrapped__, lambda: grouped)  # type: ignore[attr-defined]
 
 
 def _findings(folder: Path, per_module: bool, rows_only: bool = False) -> dict[str, list[dict[str, Any]]]:

@@ -15,7 +15,6 @@ from types import MappingProxyType
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
-from ..rules.ck103_index_tensor_mismatch import known_where_indexed
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
 from .plan import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
@@ -140,11 +139,9 @@ def _per_shard(ckpt: Checkpoint, renames: dict[str, str]) -> dict[str, dict[str,
 
 
 def _keys_are_the_tensors(ckpt: Checkpoint) -> bool:
-    """The index's keys are exactly the loaded tensor names, known without a pass over them: index-tensor-mismatch
-    found every loaded tensor indexed (`where_indexed`, which it asks only without a name in two loaded shards), and
-    the index has as many keys."""
+    """The index's keys are exactly the loaded tensor names."""
     assert ckpt.index is not None
-    return known_where_indexed(ckpt) and len(ckpt.index.weight_map) == len(ckpt.tensors)
+    return ckpt.index.weight_map.keys() == ckpt.tensors.keys()
 
 
 def _check_collisions(ckpt: Checkpoint, renames: dict[str, str]) -> None:

@@ -410,7 +410,6 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
                     old_sha256=sha256(step.new),
                     note="restore",
                     parsed=None,
-                    renamed_from=None,
                 )
             )
     return out

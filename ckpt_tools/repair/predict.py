@@ -16,18 +16,14 @@ from typing import Any
 
 import orjson
 
-from ..detect.resolve import Detection, carry_detection
-from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
+from ..model.checkpoint import Checkpoint
 from ..model.tensors import Index, Shard
-from ..pipeline import _with_views
-from ..rules.ck103_index_tensor_mismatch import carry_where_indexed
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 
-def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det: Detection | None = None) -> Checkpoint:
-    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied. `det`, `ckpt`'s detection, is offered
-    to the after-state's (`detect.resolve.carry_detection`: the modules no step changed keep their rows)."""
+def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> Checkpoint:
+    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied."""
     renames, drops, patches = edit_maps(ckpt, plan)
     shards = []
     files = dict(ckpt.files)
@@ -62,21 +58,9 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det:
         if p.tensor not in drops
     )
     carried = carry_values(ckpt, renames, drops, patches)
-    after = dataclasses.replace(
+    return dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
-    if renames and not drops:
-        carry_tensor_index(ckpt, after)  # the tensor map, entered again from the first renamed shard on
-        carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
-        # index-tensor-mismatch's proof that every tensor is where the index says, when the rename keeps it true
-        renamed_from = index_step.renamed_from if index_step is not None else None
-        carry_where_indexed(ckpt, after, renames, plan.index_renames, renamed_from)
-    if index_step is not None and index_step.renamed_from is ckpt.index and "indexed_files" in vars(ckpt):
-        # WHY the same files: the new weight map is the analysed one with keys renamed, each beside its old file.
-        after.__dict__["indexed_files"] = ckpt.indexed_files  # a cached view, as computed
-    if det is not None:
-        carry_detection(after, det)
-    return after
 
 
 def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[str], dict[str, list[BytePatch]]]:
@@ -97,15 +81,11 @@ def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[s
 
 def with_scanned_values(after: Checkpoint, scanned: Checkpoint, plan: Plan) -> Checkpoint:
     """`after_checkpoint(scanned, plan, steps)`, given `after`, the same made from the checkpoint `scanned` is before
-    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over,
-    and the derived views `after` computed meanwhile (its tensor map, modules, layouts).
-
-    WHY this is exact: the scan adds value statistics and changes no other field (`pipeline._analyze` makes `scanned`
-    by replacing `values` alone), `after_checkpoint` makes every field but the value data from fields the two share,
-    and takes the value data from `carry_values` of its input alone; every cached view of a `Checkpoint` is computed
-    from its files, shards, index and configs and none reads the value data (`pipeline._with_views`)."""
+    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over.
+    The scan adds value statistics and changes no other field, and `after_checkpoint` takes the value data from
+    `carry_values` of its input alone."""
     renames, drops, patches = edit_maps(scanned, plan)
-    return _with_views(dataclasses.replace(after, **carry_values(scanned, renames, drops, patches)), after)
+    return dataclasses.replace(after, **carry_values(scanned, renames, drops, patches))
 
 
 def _edited_shard(

@@ -286,7 +286,7 @@ def predict(
     (`keep` receives the after-state's analysis)."""
     from .predict import after_checkpoint
 
-    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps, analysis.detection))  # paused there
+    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps))  # paused there
     if keep is not None:
         keep(after)
     return after.report
@@ -324,7 +324,7 @@ class _Ahead:
         after = None
         if steps:
             after = Judging.start(
-                after_checkpoint(interim.checkpoint, plan, steps, interim.detection),
+                after_checkpoint(interim.checkpoint, plan, steps),
                 **interim.settings,
                 values_later=True,
             )

@@ -11,7 +11,6 @@ the same global scales (mixed-scale-convention, fused-scale-mismatch) look each 
 from __future__ import annotations
 
 import math
-import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, compress, repeat
@@ -121,22 +120,12 @@ class MemberScalars:
     so no member of that class has a measured `<member>.<suffix>`."""
 
     def __init__(self, ctx: Context) -> None:
-        global _last
         self.values = ctx.ckpt.values
         table = member_table(ctx)
         self.table = table
         self.classes, self.starts, self.names = table.classes, table.starts, table.names
         self._columns: dict[str, list[float]] = {}
         self._filled: dict[str, set[int]] = {}
-        self._looked_up: dict[str, set[int]] = {}  # per suffix, the classes whose members were looked up in `values`
-        # The previous judgement's columns over the very same statistics (a repair's before-state, whose after-state
-        # carries its statistics and its detection's classes over): their classes' slices are taken as they are.
-        donor = _last() if _last is not None else None
-        self._donor = donor if donor is not None and self.values is not None and donor.values is self.values else None
-        if self._donor is not None:
-            self._donor._donor = None  # one donor at a time: no chain of judgements kept alive (it only costs lookups)
-        self._donor_class: dict[int, int] | None = None  # id of a donor's class -> its index there
-        _last = weakref.ref(self)
 
     def column(self, suffix: str, classes: Iterable[int]) -> list[float]:
         """The flat column of `suffix` (index: `starts[k] + member`), with at least `classes` (indices into
@@ -151,11 +140,6 @@ class MemberScalars:
         todo = [k for k in todo if suffix in self.table.suffixes[k]]
         if not todo or self.values is None:
             return column
-        self._looked_up.setdefault(suffix, set()).update(todo)
-        if self._donor is not None:
-            todo = self._from_donor(suffix, todo, column)
-            if not todo:
-                return column
         names = list(chain.from_iterable(self.table.tensor_names(suffix, k) for k in todo))
         found = usable_scalars(self.values, names)
         at = 0
@@ -164,30 +148,6 @@ class MemberScalars:
             column[start:end] = found[at : at + end - start]
             at += end - start
         return column
-
-    def _from_donor(self, suffix: str, todo: list[int], column: list[float]) -> list[int]:
-        """Fill the slices of `todo`'s classes that the donor looked up for `suffix`; returns the other classes.
-
-        WHY a donor's slice is this one: a class's slice is `usable_scalars` of its members' `<member>.<suffix>`
-        names, element by element (`_values.usable_scalar` of each name's statistics); the same class object has the
-        same members in the same order, and the donor read the very same statistics object."""
-        donor = self._donor
-        assert donor is not None
-        if self._donor_class is None:
-            self._donor_class = {id(c): k for k, c in enumerate(donor.classes)}
-        looked_up = donor._looked_up.get(suffix, set())
-        source = donor._columns.get(suffix)
-        left: list[int] = []
-        for k in todo:
-            d = self._donor_class.get(id(self.classes[k]))
-            if d is None or d not in looked_up or source is None:
-                left.append(k)
-                continue
-            column[self.starts[k] : self.starts[k + 1]] = source[donor.starts[d] : donor.starts[d + 1]]
-        return left
-
-
-_last: weakref.ref[MemberScalars] | None = None  # the last `MemberScalars` made (the donor of the next one)
 
 
 @once_per
