@@ -94,8 +94,8 @@ def test_only_jobs_planned_from_header_findings_plan_ahead(tmp_path, monkeypatch
 def test_judging_in_two_steps_is_judge(tmp_path):
     folder = _nan_scale_checkpoint(tmp_path)
     analysis = analyze(str(folder))
-    whole = judge(analysis.checkpoint, **analysis.settings)
-    later = Judging.start(analysis.checkpoint, **analysis.settings, values_later=True)
+    whole = judge(analysis.checkpoint, analysis.settings)
+    later = Judging.start(analysis.checkpoint, analysis.settings, values_later=True)
     assert later.deferred and "CK501" not in {f.code for f in later.interim().report.findings}
     assert later.finish(analysis.checkpoint).report.to_dict() == whole.report.to_dict() == analysis.report.to_dict()
 
