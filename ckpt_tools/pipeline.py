@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
 from typing import Any
 
 from .detect.resolve import Detection, detect
@@ -392,12 +391,7 @@ def nvfp4_kernels(mode: str | None, profiles: Sequence[Hardware]) -> dict[str, s
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:
-    # Rows share a handful of scheme objects: count them by identity (in C, and whatever a hostile config put in a
-    # scheme's detail), then label each distinct one once.
-    declared = list(map(attrgetter("declared"), det.rows))
-    by_id = Counter(map(id, declared))
-    scheme_of = dict(zip(map(id, declared), declared, strict=True))
     counts: Counter[str] = Counter()
-    for key, n in by_id.items():
-        counts[scheme_of[key].label] += n
+    for row_class in det.classes:  # every row is in exactly one class, whose rows share the declared scheme
+        counts[row_class.declared.label] += len(row_class.names)
     return dict(sorted(counts.items()))

@@ -146,9 +146,13 @@ def _loaded_shards(ckpt: Checkpoint) -> tuple[Shard, ...]:
 
 @view
 def _tensor_index(ckpt: Checkpoint) -> tuple[Mapping[str, TensorInfo], Mapping[str, tuple[str, ...]]]:
-    out: dict[str, TensorInfo] = {}
+    shards = ckpt.loaded_shards
+    out = {t.name: t for shard in shards for t in shard.tensors}
+    if len(out) == sum(len(shard.tensors) for shard in shards):  # no name in two shards (the usual case)
+        return MappingProxyType(out), MappingProxyType({})
+    out = {}
     dupes: dict[str, list[str]] = {}
-    for shard in ckpt.loaded_shards:
+    for shard in shards:
         for t in shard.tensors:
             first = out.setdefault(t.name, t)
             if first is not t:

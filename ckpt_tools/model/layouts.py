@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .modules import ExpertGroup, Module, tensor_buckets
+from .modules import ExpertGroup, Module, expert_of, tensor_buckets
 from .tensors import TensorInfo
 
 Layout = tuple[tuple[str, str, tuple[int, ...]], ...]  # (suffix, dtype, shape) per tensor, in header order
@@ -40,7 +40,8 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     members: list[list[str]] = []
     layers: dict[str, dict[int, dict[str, Module]]] = {}
     for name, ts in buckets.items():
-        module = modules[name] = Module(name, MappingProxyType(ts))
+        where = expert_of(name)
+        module = modules[name] = Module(name, MappingProxyType(ts), where)
         layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape), as `group_layouts`
         lid = ids.get(layout)
         if lid is None:
@@ -49,7 +50,6 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
         else:
             members[lid].append(name)
         of[name] = lid
-        where = module.expert
         if where is not None:
             layer, expert, proj = where
             layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module

@@ -10,7 +10,7 @@ renames and drops, the after-check itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -40,17 +40,12 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> C
     index_step = next((s for s in steps if isinstance(s, IndexStep)), None)
     if index_step is not None and index is not None:
         files[index.name] = len(index_step.new)
-        if index_step.parsed is not None:  # what compiling the step parsed it into (no second parse of a big index)
-            weight_map, metadata = index_step.parsed
-        else:  # a step decoded from a journal
-            data = orjson.loads(index_step.new)
-            weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
-        # The step's parsed map is its own, made for it and never changed: read-only views of it, not a copy of
-        # every entry.
+        data = orjson.loads(index_step.new)  # as the loader reads it back (`read.configs.read_index`)
+        metadata = data.get("metadata")
         index = Index(
             index.name,
-            MappingProxyType(weight_map if type(weight_map) is dict else dict(weight_map)),
-            MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
+            MappingProxyType(data.get("weight_map") or {}),
+            MappingProxyType(metadata if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
         dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
@@ -126,13 +121,6 @@ def carry_values(
             mapping: dict[str, str | None] = dict.fromkeys(drops)
             mapping.update({old: new for old, new in renames.items() if old not in drops})
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
-            if isinstance(data, Container) and not any(map(data.__contains__, mapping)):
-                # WHY the statistics themselves: `renamed` changes only the names `mapping` holds, so statistics that
-                # hold none of them are their own renamed copy (equal field by field); shared, they let the value
-                # rules' memos per statistics object (`rules._memo.once_per`) answer the after-state from the pass
-                # they made on the before-state.
-                out[f.name] = data
-                continue
             out[f.name] = data.renamed(mapping)
             continue
         if not isinstance(data, Mapping):

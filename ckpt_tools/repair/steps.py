@@ -21,9 +21,8 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from itertools import compress
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -124,11 +123,6 @@ class IndexStep:
     new: bytes
     note: str
     old: bytes | None = None  # the whole old index, which `ckpt repair --rollback` writes back
-    # (weight map, metadata) of `new` as the loader reads it back (`read.configs.read_index`), for the predicted
-    # after-state, which then parses no index; never journaled (`new` is the record), absent in a decoded journal.
-    parsed: tuple[Mapping[str, str], Mapping[str, object]] | None = field(
-        default=None, compare=False, repr=False, metadata={"journal": False}
-    )
 
     kind = "index"
 
@@ -172,7 +166,7 @@ def read_prefix(path: Path, shard: Shard) -> bytes:
 def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) -> list[Step]:
     path = root / shard.name
     prefix = read_prefix(path, shard)
-    header, metadata, as_written = _reader_view_of(shard, prefix)
+    header, metadata = _reader_view(shard, prefix)
     drops = edit.drops
     kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
@@ -185,31 +179,25 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
             new_begin[name] = offset
             offset += info["data_offsets"][1] - info["data_offsets"][0]
     renames = edit.renames
-    # Names through `renames`, in C (a rename touches few entries of a large header); a collision shows as a
-    # shorter map, and the loop below names the first one.
-    entries: dict[str, Any] = {} if drops else dict(zip(map(renames.get, header, header), header.values(), strict=True))
-    if drops or len(entries) != len(header):
-        entries = {}
-        for name, info in kept:
-            new_name = renames.get(name, name)
-            if new_name in entries:
-                raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
-            if drops:
-                begin, end = info["data_offsets"]
-                info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
-            entries[new_name] = info
+    entries: dict[str, Any] = {}
+    for name, info in kept:
+        new_name = renames.get(name, name)
+        if new_name in entries:
+            raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
+        if drops:
+            begin, end = info["data_offsets"]
+            info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
+        entries[new_name] = info
 
     note = _note(edit)
     size = os.stat(path).st_size
     linked = os.stat(path).st_nlink > 1
     if not drops and not linked:
-        new_header = _renamed_in_place(prefix[8:], shard, renames) if as_written else None
-        if new_header is None:
-            try:
-                new_header = encode_header(entries, metadata, exact_length=shard.header_len)
-            except ValueError:
-                new_header = None
-        if new_header is not None:
+        try:
+            new_header = encode_header(entries, metadata, exact_length=shard.header_len)
+        except ValueError:  # it does not fit
+            pass
+        else:
             return _in_place(shard, prefix, prefix[:8] + new_header, edit, size, note)
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
     new_header = encode_header(entries, metadata)
@@ -236,45 +224,8 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     ]
 
 
-def _renamed_in_place(raw: bytes, shard: Shard, renames: Mapping[str, str]) -> bytes | None:
-    """`encode_header` of `raw`'s entries with `renames` applied, padded to `raw`'s length, as `raw` with each renamed
-    key's text replaced; None when it does not fit (or a name is not found, which cannot happen for a header written
-    from the shard's view). `raw` must be exactly `encode_header` of the shard's reader view (`_reader_view_of`'s
-    third answer) and the renames collision-free (the caller's map of renamed entries is as long as the header).
-
-    WHY it is the encoding: the header is compact JSON, one `"name":{"dtype":...}` entry per tensor in the shard's
-    order, each key encoded on its own as orjson encodes the string; inside any encoded string a quote is escaped,
-    so the text `"name":{"dtype":` can only begin the entry whose key is exactly `name` (keys are unique), found in
-    header order one after the other; renaming changes those keys' text alone, and the padding fills the rest."""
-    names = list(map(_NAME, shard.tensors))
-    cuts: list[bytes] = []
-    at = 0
-    for name in compress(names, map(renames.__contains__, names)):  # header order
-        key = orjson.dumps(name)
-        found = raw.find(key + b':{"dtype":', at)
-        if found < 0:
-            return None
-        cuts += (raw[at:found], orjson.dumps(renames[name]))
-        at = found + len(key)
-    end = len(raw.rstrip(b" "))  # the JSON ends with its brace; the rest is padding
-    if at > end:
-        return None
-    cuts.append(raw[at:end])
-    text = b"".join(cuts)
-    if len(text) > len(raw):
-        return None
-    return text + b" " * (len(raw) - len(text))
-
-
 def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """`_reader_view_of` without its last answer."""
-    header, metadata, _as_written = _reader_view_of(shard, prefix)
-    return header, metadata
-
-
-def _reader_view_of(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None, bool]:
-    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal; and
-    whether the header bytes are exactly `encode_header` of them (padded to their length).
+    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal.
 
     A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
@@ -283,12 +234,12 @@ def _reader_view_of(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[s
     header = _entries_of(shard.tensors)
     metadata = dict(shard.metadata) if shard.metadata is not None else None
     if shard.valid and _encodes_as(header, metadata, prefix[8:]):
-        # WHY this is the reader's view without parsing the header again: the bytes on disk are exactly what writing
-        # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
-        # the reader reads a header written from a view as that view; the analysis read this shard without a
-        # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
-        return header, metadata, True
-    return (*_parsed_view(shard, prefix), False)
+        # The analysis's view without parsing the header again (kept: a fifth of a header-only fix-prefix): the bytes
+        # on disk are exactly what writing that view gives (as safetensors writes a header, padded to the same
+        # length), the reader reads a header written from a view as that view, the analysis read this shard without
+        # a problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
+        return header, metadata
+    return _parsed_view(shard, prefix)
 
 
 def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
@@ -448,17 +399,12 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     note = ", ".join(
         p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
     )
-    # WHY `parsed` is what reading `new` back gives: `new` is `data` dumped (key order kept, strings and integers
-    # written exactly, floats by their round-tripping repr), and the loader keeps the weight map and a metadata object
-    # as parsed (any other metadata reads as empty).
-    parsed = (new_map, meta if isinstance(meta, dict) else {})
     return IndexStep(
         file=ckpt.index.name,
         old_sha256=sha256(raw),
         new=new,
         note=note or "rewritten",
         old=raw,
-        parsed=parsed,
     )
 
 

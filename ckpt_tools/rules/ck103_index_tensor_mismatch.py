@@ -10,8 +10,8 @@ from .base import Context, Finding, Rule, register
 def where_indexed(ckpt: Checkpoint) -> bool:
     """Every loaded tensor is in the index, mapped to its own shard."""
     assert ckpt.index is not None
-    where = ckpt.index.weight_map.get
-    return all(where(name) == info.shard for name, info in ckpt.tensors.items())
+    weight_map = ckpt.index.weight_map
+    return all(weight_map.get(name) == info.shard for name, info in ckpt.tensors.items())
 
 
 @register
