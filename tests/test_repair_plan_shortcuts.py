@@ -1,6 +1,6 @@
-"""Compiling a plan reuses what the analysis read when the bytes on disk prove it is the same (`repair.steps`): a shard
-header that is exactly the safetensors encoding of the analysis's view is not parsed again; and the index step hands the after-state the map it wrote
-(`IndexStep.parsed`), so the prediction parses no index. Each shortcut is held here to the slow path it replaces."""
+"""Compiling a plan (`repair.steps`): shard headers are read again as the reader reads them, the index step writes
+the plan's renames and drops in the file's own layout, and fix-prefix's plan renames every copy and index key under
+the prefix."""
 
 from __future__ import annotations
 
@@ -18,24 +18,12 @@ from ckpt_tools.repair import steps
 from ckpt_tools.repair.journal import decode_journal, encode_journal
 from ckpt_tools.repair.plan import Plan
 from ckpt_tools.write.header import build_file
-from tests.corrupt import genuine_entries
-from tests.repair_helpers import fixture_path
 
 INDEX = "model.safetensors.index.json"
 SHARD = "model-00001-of-00001.safetensors"
 
 
-@pytest.mark.parametrize("name", genuine_entries())
-def test_shard_view_without_a_parse_is_the_readers(name):
-    folder = fixture_path(name)
-    ckpt = load_checkpoint(LocalSource(folder))
-    for shard in ckpt.shards:
-        prefix = steps.read_prefix(folder / shard.name, shard)
-        assert steps._encodes_as(*steps._reader_view(shard, prefix), prefix[8:])  # producers' headers: the shortcut
-        assert steps._reader_view(shard, prefix) == steps._parsed_view(shard, prefix)
-
-
-def test_a_header_not_written_as_safetensors_writes_it_is_parsed(tmp_path):
+def test_a_header_in_another_spelling_is_read_as_the_reader_reads_it(tmp_path):
     compact = build_file([("b.w", "BF16", [1], b"\x00\x00"), ("a.w", "F32", [1], b"\x00" * 4)])
     (n,) = struct.unpack("<Q", compact[:8])
     spaced = json.dumps(json.loads(compact[8 : 8 + n]), indent=1).encode()  # same entries, another spelling
@@ -43,11 +31,8 @@ def test_a_header_not_written_as_safetensors_writes_it_is_parsed(tmp_path):
     (tmp_path / SHARD).write_bytes(len(spaced).to_bytes(8, "little") + spaced + compact[8 + n :])
     ckpt = load_checkpoint(LocalSource(tmp_path))
     (shard,) = ckpt.shards
-    prefix = steps.read_prefix(tmp_path / SHARD, shard)
-    header, metadata = steps._parsed_view(shard, prefix)
-    assert not steps._encodes_as(header, metadata, prefix[8:])
-    assert steps._reader_view(shard, prefix) == (header, metadata)
-    assert list(header) == [t.name for t in shard.tensors]
+    header, metadata = steps._reader_view(shard, steps.read_prefix(tmp_path / SHARD, shard))
+    assert list(header) == [t.name for t in shard.tensors] and metadata is None
 
 
 def _checkpoint(folder: Path, index: dict, layout) -> tuple:

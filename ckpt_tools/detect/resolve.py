@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from itertools import chain, filterfalse, repeat
+from itertools import chain, filterfalse
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
@@ -35,8 +35,7 @@ class ModuleRow(NamedTuple):
     """One linear layer or expert projection: what vLLM builds for it (declared) and what the tensors are (disk).
 
     An immutable record like the frozen dataclasses elsewhere, but a tuple: detection makes one per module (tens of
-    thousands on a big MoE), and tuples of a class's shared fields are made in C (`tuple.__new__` over zipped
-    columns) instead of through a Python `__init__` per module."""
+    thousands on a big MoE), without a frozen `__init__` each."""
 
     name: str
     component: str
@@ -75,11 +74,9 @@ class RowClass:
         return ModuleRow(self.names[0], self.component, self.declared, self.disk, self.covered_by, self.group)
 
     def rows(self, names: Iterable[str] | None = None) -> list[ModuleRow]:
-        """The rows of `names` (members of this class; default all of them), made in C."""
-        shared = map(repeat, (self.component, self.declared, self.disk, self.covered_by, self.group))
-        # repeat() is endless: the names end the zip
-        fields = zip(self.names if names is None else names, *shared, strict=False)
-        return list(map(_new_row, repeat(ModuleRow), fields))
+        """The rows of `names` (members of this class; default all of them)."""
+        shared = (self.component, self.declared, self.disk, self.covered_by, self.group)
+        return [ModuleRow(name, *shared) for name in (self.names if names is None else names)]
 
 
 @dataclass(frozen=True)
@@ -645,9 +642,6 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         made_by=formats.made_by(view.data),
         classes=tuple(classes),
     )
-
-
-_new_row = tuple.__new__  # tuple.__new__(ModuleRow, fields): a row made in C, with no Python frame per module
 
 
 def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str]]:

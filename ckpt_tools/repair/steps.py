@@ -224,37 +224,18 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     ]
 
 
+def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
+    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
+
+
 def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal.
+    """The header's entries and metadata exactly as the safetensors reader reads them, parsed again from the bytes
+    on disk, or a one-line refusal.
 
     A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
     are written back in the reader's terms (dtype, shape, data_offsets); fields the reader ignores are not kept.
     """
-    header = _entries_of(shard.tensors)
-    metadata = dict(shard.metadata) if shard.metadata is not None else None
-    if shard.valid and _encodes_as(header, metadata, prefix[8:]):
-        # The analysis's view without parsing the header again (kept: a fifth of a header-only fix-prefix): the bytes
-        # on disk are exactly what writing that view gives (as safetensors writes a header, padded to the same
-        # length), the reader reads a header written from a view as that view, the analysis read this shard without
-        # a problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
-        return header, metadata
-    return _parsed_view(shard, prefix)
-
-
-def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
-    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
-
-
-def _encodes_as(header: dict[str, Any], metadata: dict[str, str] | None, raw: bytes) -> bool:
-    try:
-        return encode_header(header, metadata, exact_length=len(raw)) == raw
-    except ValueError:  # does not fit: certainly not these bytes
-        return False
-
-
-def _parsed_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """`_reader_view` by parsing the header on disk again."""
     read = parse_header(shard.name, shard.size, prefix[8:])
     if read.shard is None or not read.shard.valid or read.problems:
         message = read.problems[0].message if read.problems else "not a safetensors file"
