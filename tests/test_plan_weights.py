@@ -14,7 +14,6 @@ from ckpt_tools.detect.resolve import component_lookup, component_of, components
 from ckpt_tools.model.tensors import TensorInfo
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.plan import facts
-from ckpt_tools.plan import weights as weights_module
 from ckpt_tools.plan.weights import Weights, weights
 from tests.corrupt import GENUINE, genuine_entries
 
@@ -75,29 +74,3 @@ def test_weights_on_names_their_prefix_does_not_decide() -> None:
     assert set(got.by_component) >= {"text", "vision", "other"} and got.split_bytes > 0
     assert got.bytes == sum(t.nbytes for t in tensors)
     assert components_of([], family) == [] and weights([], family, 2) == _per_tensor([], family, 2)
-
-
-def test_serve_flags_sizes_the_weights_once_per_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    """serve-flags plans memory twice (fitting its command, then checking it); the weights are summed once per
-    checkpoint and tensor-parallel size, and a changed checkpoint (`replace`) is summed anew."""
-    import dataclasses
-
-    from ckpt_tools.serve import serve_flags
-
-    calls: list[int] = []
-    real = weights_module.weights
-
-    def counted(tensors, family, tp):
-        calls.append(tp)
-        return real(tensors, family, tp)
-
-    monkeypatch.setattr(weights_module, "weights", counted)
-    plan = serve_flags(str(GENUINE / "llmc-qwen35moe-nvfp4"), hardware="gb10", headers_only=True)
-    assert plan.memory is not None and calls == [1]
-    analysis = analyze(str(GENUINE / "llmc-qwen35moe-nvfp4"), headers_only=True)
-    ckpt, family = analysis.checkpoint, analysis.detection.family
-    first = weights_module.checkpoint_weights(ckpt, family, 1)
-    assert weights_module.checkpoint_weights(ckpt, family, 1) is first and calls == [1, 1]
-    assert weights_module.checkpoint_weights(ckpt, family, 2) == _per_tensor(list(ckpt.tensors.values()), family, 2)
-    fewer = dataclasses.replace(ckpt, shards=ckpt.shards[:0])
-    assert weights_module.checkpoint_weights(fewer, family, 1).bytes == 0 and calls == [1, 1, 2, 1]

@@ -9,7 +9,6 @@ from ..detect.resolve import component_lookup
 from ..knowledge.architectures import Family
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
-from ..model.views import remembered
 from . import facts
 
 
@@ -47,9 +46,8 @@ def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
 
 
 def checkpoint_weights(ckpt: Checkpoint, family: Family, tp: int) -> Weights:
-    """`weights` of a checkpoint's tensors, made once per checkpoint, family and `tp` (`model.views`): serve-flags
-    plans the same checkpoint twice (fitting its own command, then checking it as check-serve does)."""
-    return remembered(ckpt, (weights, family.id, tp), lambda: weights(ckpt.tensors.values(), family, tp))
+    """`weights` of a checkpoint's tensors."""
+    return weights(ckpt.tensors.values(), family, tp)
 
 
 def combine(a: Weights, b: Weights, component: str) -> Weights:
