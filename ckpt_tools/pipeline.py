@@ -14,7 +14,7 @@ from .detect.resolve import Detection, detect
 from .errors import TargetError
 from .knowledge.hardware import Hardware, hardware
 from .knowledge.hardware import profiles as hardware_profiles
-from .model.checkpoint import INDEX_NAME, Checkpoint
+from .model.checkpoint import INDEX_NAME, Checkpoint, with_value_data
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
@@ -144,7 +144,9 @@ def analyze(
         # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
         scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
         try:
-            return judge(ckpt, settings, scanned=lambda: replace(ckpt, values=scan.result()), meanwhile=meanwhile)
+            return judge(
+                ckpt, settings, scanned=lambda: with_value_data(ckpt, values=scan.result()), meanwhile=meanwhile
+            )
         finally:
             scan.close()
 

@@ -50,3 +50,17 @@ def test_a_view_lives_as_long_as_its_object() -> None:
     calls.clear()
     gc.collect()
     assert len(views._held) == held - 2
+
+
+def test_value_data_keeps_the_header_views_and_nothing_else() -> None:
+    from ckpt_tools.model.checkpoint import with_value_data
+    from ckpt_tools.model.values import ValueStats
+
+    ckpt = load_checkpoint(LocalSource(GENUINE / "llmc-qwen35moe-nvfp4"))
+    modules, tensors = ckpt.modules, ckpt.tensors
+    scanned = with_value_data(ckpt, values=ValueStats({}))
+    assert scanned.values == ValueStats({}) and scanned.modules is modules and scanned.tensors is tensors
+    with pytest.raises(ValueError):
+        with_value_data(ckpt, shards=())
+    fresh = with_value_data(load_checkpoint(LocalSource(GENUINE / "llmc-qwen35moe-nvfp4")), values=None)
+    assert fresh.modules == modules and fresh.modules is not modules  # nothing computed before: its own

@@ -8,7 +8,7 @@ Built once by `ckpt_tools.read.loader.load_checkpoint`; rules only read it. Conf
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -16,7 +16,7 @@ from .layouts import Layouts, group_checkpoint
 from .modules import ExpertGroup, Module
 from .tensors import Index, LfsPointer, PendingRepair, Problem, Shard, TensorInfo
 from .values import ValueStats
-from .views import view
+from .views import carry, view
 
 INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAMES = ("config.json", "hf_quant_config.json")  # the model and quantization configs beside the shards
@@ -174,3 +174,16 @@ def _unavailable_tensors(ckpt: Checkpoint) -> frozenset[str]:
 def _grouped(ckpt: Checkpoint) -> tuple[Mapping[str, Module], Layouts, Mapping[str, ExpertGroup]]:
     modules, layouts, experts = group_checkpoint(ckpt.tensors.values())
     return MappingProxyType(modules), layouts, MappingProxyType(experts)
+
+
+_HEADER_VIEWS = (_indexed_files, _loaded_shards, _tensor_index, _unavailable_tensors, _grouped)
+
+
+def with_value_data(ckpt: Checkpoint, **changes: Any) -> Checkpoint:
+    """`replace(ckpt, **changes)` for changes to the value data alone (`values`, or a mapping of tensor name -> raw
+    bytes), keeping the derived views `ckpt` has computed: each reads only the shards and the index."""
+    if {"shards", "index"} & changes.keys():
+        raise ValueError("the derived views read the shards and the index: replace the checkpoint instead")
+    out = replace(ckpt, **changes)
+    carry(ckpt, out, _HEADER_VIEWS)
+    return out

@@ -42,3 +42,19 @@ def view(compute: Callable[[Any], V]) -> Callable[[Any], V]:
         return remembered(obj, compute, lambda: compute(obj))
 
     return get
+
+
+def carry(before: object, after: object, views: tuple[Callable[[Any], Any], ...]) -> None:
+    """Hand `after` the `views` that `before` has computed: for a copy whose every difference from `before` lies in
+    fields those views do not read (the caller's to know), so each view of `after` is the one of `before`."""
+    held = _held.get(id(before))
+    if not held:
+        return
+    mine = _held.get(id(after))
+    if mine is None:
+        mine = _held[id(after)] = {}
+        weakref.finalize(after, _held.pop, id(after), None)
+    for get in views:
+        compute = get.__wrapped__  # type: ignore[attr-defined]  # `view` wraps the function it remembers
+        if compute in held:
+            mine.setdefault(compute, held[compute])

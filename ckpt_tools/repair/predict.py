@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..model.checkpoint import Checkpoint
+from ..model.checkpoint import Checkpoint, with_value_data
 from ..model.tensors import Index, Shard
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
@@ -76,11 +76,11 @@ def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[s
 
 def with_scanned_values(after: Checkpoint, scanned: Checkpoint, plan: Plan) -> Checkpoint:
     """`after_checkpoint(scanned, plan, steps)`, given `after`, the same made from the checkpoint `scanned` is before
-    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over.
-    The scan adds value statistics and changes no other field, and `after_checkpoint` takes the value data from
-    `carry_values` of its input alone."""
+    its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over,
+    and the derived views `after` computed meanwhile. The scan adds value statistics and changes no other field, and
+    `after_checkpoint` takes the value data from `carry_values` of its input alone."""
     renames, drops, patches = edit_maps(scanned, plan)
-    return dataclasses.replace(after, **carry_values(scanned, renames, drops, patches))
+    return with_value_data(after, **carry_values(scanned, renames, drops, patches))
 
 
 def _edited_shard(
