@@ -116,11 +116,16 @@ class Detection:
     vllm_quantization: str | None
     rejection: str | None  # vLLM's error text when it would refuse this checkpoint
     kv_cache: str | None
-    rows: tuple[ModuleRow, ...] = field(repr=False)
     components: tuple[str, ...] = ()
     made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
-    # The rows grouped into classes (every row in exactly one), sorted by first member: what a rule judges once.
+    # One row per linear module, grouped into classes (every row in exactly one), sorted by first member: what a rule
+    # judges once.
     classes: tuple[RowClass, ...] = field(default=(), repr=False)
+
+    @cached_property
+    def rows(self) -> tuple[ModuleRow, ...]:
+        """Every linear module's row, sorted by name: the classes' members, each with its class's fields."""
+        return tuple(sorted(chain.from_iterable(map(RowClass.rows, self.classes)), key=itemgetter(0)))
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -607,8 +612,6 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
 
     resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
     classes, found_components = _row_classes(ckpt, family, resolver)
-    rows = list(chain.from_iterable(map(RowClass.rows, classes)))
-    rows.sort(key=itemgetter(0))
 
     # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
     # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
@@ -637,7 +640,6 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         vllm_quantization=vllm_method,
         rejection=rejection,
         kv_cache=_kv_cache(view, producer),
-        rows=tuple(rows),
         components=tuple(comps),
         made_by=formats.made_by(view.data),
         classes=tuple(classes),

@@ -20,7 +20,7 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
-    from ..pipeline import Analysis, Judging
+    from ..pipeline import Judging
 
 __all__ = [
     "CheckServeResult",
@@ -59,7 +59,7 @@ def serve_flags(
     progress: bool | None = None,
     repo_id: str | None = None,
     served_model_name: str | None = None,
-    keep: Callable[[tuple[Analysis, ...]], None] | None = None,
+    keep: Callable[[tuple[object, ...]], None] | None = None,
 ) -> ServePlan:
     """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
     `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
@@ -169,7 +169,7 @@ def check_serve(
     headers_only: bool = False,
     deep: bool = False,
     progress: bool | None = None,
-    keep: Callable[[tuple[Analysis, ...]], None] | None = None,
+    keep: Callable[[tuple[object, ...]], None] | None = None,
 ) -> CheckServeResult:
     """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
     and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
