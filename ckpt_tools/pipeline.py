@@ -8,15 +8,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from operator import attrgetter
 from typing import Any
 
 from .detect.resolve import Detection, detect
 from .errors import TargetError
 from .knowledge.hardware import Hardware, hardware
 from .knowledge.hardware import profiles as hardware_profiles
-from .model.checkpoint import INDEX_NAME, Checkpoint
+from .model.checkpoint import INDEX_NAME, Checkpoint, with_value_data
 from .model.tensors import TensorInfo
 from .model.values import STATS_DTYPES, value_dtype
 from .read import open_source
@@ -31,19 +29,33 @@ from .suppress import Suppression, apply_suppressions, load_suppressions
 
 
 @dataclass(frozen=True)
+class JudgeSettings:
+    """How a checkpoint is judged: `rejudge` applies the same to another Checkpoint, e.g. the after-state a repair
+    plans. `silenced`: (code, reason) of value rules not run because a suppression silences them outright."""
+
+    target: str  # how the user named the target, for fix commands
+    label: str  # the report's target
+    runtime: str | None = None
+    hardware_ids: tuple[str, ...] = ()
+    skipped_reason: str | None = None  # why the value rules were skipped (headers only, remote), if they were
+    silenced: tuple[tuple[str, str], ...] = ()
+    producer_schema: bool = False
+    suppressions: tuple[Suppression, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)  # the report's `extra`
+
+
+@dataclass(frozen=True)
 class Analysis:
     checkpoint: Checkpoint
     detection: Detection
     report: Report
-    # How the checkpoint was judged (runtime, hardware, skipped value rules, suppressions...): `rejudge` applies the
-    # same to another Checkpoint, e.g. the after-state a repair plans.
-    settings: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    settings: JudgeSettings = field(repr=False, compare=False)  # how the checkpoint was judged
 
 
 def rejudge(analysis: Analysis, ckpt: Checkpoint) -> Analysis:
     """Judge `ckpt` exactly as `analysis` was judged (same runtime, hardware, suppressions and skipped rules)."""
     with _cyclic_gc_paused():
-        return judge(ckpt, **analysis.settings)
+        return judge(ckpt, analysis.settings)
 
 
 def value_rules(suppressions: Sequence[Suppression]) -> tuple[list[type[Rule]], list[tuple[type[Rule], str]]]:
@@ -100,18 +112,43 @@ def analyze(
     `meanwhile`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
     """
     with _cyclic_gc_paused():
-        return _analyze(
-            target,
+        source = open_source(target, revision)
+        if not lone_shard:
+            _refuse_lone_shard(source)
+        suppressions = load_suppressions(source)
+        ckpt = load_checkpoint(source)
+        if isinstance(source, LocalSource):
+            # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
+            ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
+        run_values, silenced = value_rules(suppressions)
+        skipped_reason = None
+        if headers_only:
+            skipped_reason = "--headers-only: scale values were not read"
+        elif source.is_remote and not deep:
+            skipped_reason = "remote target: scale values are read only with --deep"
+        # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+        provenance = getattr(source, "provenance", None)
+        settings = JudgeSettings(
+            target=target,
+            label=source.label,
             runtime=runtime,
-            hardware_ids=hardware_ids,
-            headers_only=headers_only,
-            deep=deep,
-            revision=revision,
-            progress=progress,
+            hardware_ids=tuple(hardware_ids),
+            skipped_reason=skipped_reason,
+            silenced=tuple((r.code, why) for r, why in silenced),
             producer_schema=producer_schema,
-            lone_shard=lone_shard,
-            meanwhile=meanwhile,
+            suppressions=tuple(suppressions),
+            extra={"hub": provenance} if provenance else {},
         )
+        if skipped_reason or not run_values:
+            return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), settings)
+        # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
+        scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
+        try:
+            return judge(
+                ckpt, settings, scanned=lambda: with_value_data(ckpt, values=scan.result()), meanwhile=meanwhile
+            )
+        finally:
+            scan.close()
 
 
 @contextmanager
@@ -129,107 +166,20 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze(
-    target: str,
-    *,
-    runtime: str | None,
-    hardware_ids: Sequence[str],
-    headers_only: bool,
-    deep: bool,
-    revision: str | None,
-    progress: bool | None,
-    producer_schema: bool,
-    lone_shard: bool,
-    meanwhile: Callable[[Judging], None] | None = None,
-) -> Analysis:
-    source = open_source(target, revision)
-    if not lone_shard:
-        _refuse_lone_shard(source)
-    suppressions = load_suppressions(source)
-    ckpt = load_checkpoint(source)
-    if isinstance(source, LocalSource):
-        # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
-        ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
-    run_values, silenced = value_rules(suppressions)
-    skipped_reason = None
-    if headers_only:
-        skipped_reason = "--headers-only: scale values were not read"
-    elif source.is_remote and not deep:
-        skipped_reason = "remote target: scale values are read only with --deep"
-    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
-    provenance = getattr(source, "provenance", None)
-    settings: dict[str, Any] = {
-        "target": target,
-        "label": source.label,
-        "runtime": runtime,
-        "hardware_ids": hardware_ids,
-        "skipped_reason": skipped_reason,
-        "silenced": tuple((r.code, why) for r, why in silenced),
-        "producer_schema": producer_schema,
-        "suppressions": suppressions,
-        "extra": {"hub": provenance} if provenance else {},
-    }
-    if skipped_reason or not run_values:
-        return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), **settings)
-    # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
-    scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
-    try:
-        return judge(
-            ckpt,
-            scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt),
-            meanwhile=meanwhile,
-            **settings,
-        )
-    finally:
-        scan.close()
-
-
-def _with_views(scanned: Checkpoint, ckpt: Checkpoint) -> Checkpoint:
-    """`scanned` (`ckpt` with its value statistics) given the derived views already computed on `ckpt` (the scan
-    builds the tensor map), instead of building them again. WHY this is exact: every cached view of a `Checkpoint` is
-    computed from its files, shards, index and configs, which the scan copies unchanged, and none reads `values` (a
-    test computes each of them on a checkpoint whose `values` cannot be read)."""
-    for name, value in vars(ckpt).items():
-        if isinstance(vars(Checkpoint).get(name), cached_property):
-            scanned.__dict__.setdefault(name, value)
-    return scanned
-
-
 def judge(
     ckpt: Checkpoint,
+    settings: JudgeSettings,
     *,
-    target: str,
-    label: str,
-    runtime: str | None = None,
-    hardware_ids: Sequence[str] = (),
-    skipped_reason: str | None = None,
-    silenced: Sequence[tuple[str, str]] = (),
-    producer_schema: bool = False,
-    suppressions: Sequence[Suppression] = (),
-    extra: dict | None = None,
     scanned: Callable[[], Checkpoint] | None = None,
     meanwhile: Callable[[Judging], None] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
-    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
-    (code, reason) of value rules not run because a suppression silences them outright. With `scanned` (a value
+    serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). With `scanned` (a value
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
     `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
     done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
     (`Judging.interim`, made only when asked), serve-flags loads what it reads next."""
-    judging = Judging.start(
-        ckpt,
-        target=target,
-        label=label,
-        runtime=runtime,
-        hardware_ids=hardware_ids,
-        skipped_reason=skipped_reason,
-        silenced=silenced,
-        producer_schema=producer_schema,
-        suppressions=suppressions,
-        extra=extra,
-        values_later=scanned is not None,
-    )
+    judging = Judging.start(ckpt, settings, values_later=scanned is not None)
     if scanned is None:
         return judging.finish()
     if meanwhile is not None:
@@ -250,51 +200,25 @@ class Judging:
     per_rule: list[list[Finding]]
     deferred: list[tuple[int, type[Rule]]]  # (slot in per_rule, value rule): run by `finish`
     skipped: list[SkippedRule]
-    extra: dict  # the report's `extra`, as given
-    settings: dict[str, Any]
+    settings: JudgeSettings
     # The report's `checkpoint` section, made by `start`: it reads the detection and the header views alone, which the
     # scanned checkpoint shares with the one `start` judged (they differ in `values` only).
     summary: dict
 
     @classmethod
-    def start(
-        cls,
-        ckpt: Checkpoint,
-        *,
-        target: str,
-        label: str,
-        runtime: str | None = None,
-        hardware_ids: Sequence[str] = (),
-        skipped_reason: str | None = None,
-        silenced: Sequence[tuple[str, str]] = (),
-        producer_schema: bool = False,
-        suppressions: Sequence[Suppression] = (),
-        extra: dict | None = None,
-        values_later: bool = False,
-    ) -> Judging:
+    def start(cls, ckpt: Checkpoint, settings: JudgeSettings, *, values_later: bool = False) -> Judging:
         """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
-        det = detect(ckpt, runtime)
+        det = detect(ckpt, settings.runtime)
         profiles: tuple[Hardware, ...] = (
-            tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
+            tuple(hardware(h) for h in settings.hardware_ids) if settings.hardware_ids else hardware_profiles()
         )
-        schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
-        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
-        per_rule, deferred = _run_rules(ctx, skipped, skipped_reason, dict(silenced), values_later)
+        schema, skipped = _producer_schema(ckpt, det) if settings.producer_schema else (None, [])
+        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=settings.target, producer_schema=schema)
+        per_rule, deferred = _run_rules(ctx, skipped, settings.skipped_reason, dict(settings.silenced), values_later)
         for _slot, rule_cls in deferred:  # their header-only part, while the scan runs
             rule_cls.prepare(ctx)
-        settings = {
-            "target": target,
-            "label": label,
-            "runtime": runtime,
-            "hardware_ids": tuple(hardware_ids),
-            "skipped_reason": skipped_reason,
-            "silenced": tuple(silenced),
-            "producer_schema": producer_schema,
-            "suppressions": tuple(suppressions),
-            "extra": dict(extra or {}),
-        }
-        summary = checkpoint_summary(ckpt, det, profiles if hardware_ids else ())
-        return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, extra or {}, settings, summary)
+        summary = checkpoint_summary(ckpt, det, profiles if settings.hardware_ids else ())
+        return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, settings, summary)
 
     def interim(self) -> Analysis:
         """The verdict so far, on the checkpoint as `start` judged it: every finding but the deferred value rules'
@@ -316,14 +240,14 @@ class Judging:
 
     def _analysis(self, ctx: Context, per_rule: list[list[Finding]] | None = None) -> Analysis:
         found = [f for found in (self.per_rule if per_rule is None else per_rule) for f in found]
-        findings, suppressed = apply_suppressions(found, self.settings["suppressions"])
+        findings, suppressed = apply_suppressions(found, self.settings.suppressions)
         report = Report(
-            target=self.settings["label"],
+            target=self.settings.label,
             checkpoint=dict(self.summary),
             findings=tuple(findings),
             skipped=tuple(self.skipped),
             suppressed=tuple(suppressed),
-            extra=self.extra,
+            extra=dict(self.settings.extra),
         )
         return Analysis(ctx.ckpt, self.det, report, self.settings)
 
@@ -466,12 +390,7 @@ def checkpoint_summary(ckpt: Checkpoint, det: Detection, chosen: Sequence[Hardwa
 
 
 def _scheme_counts(det: Detection) -> dict[str, int]:
-    # Rows share a handful of scheme objects: count them by identity (in C, and whatever a hostile config put in a
-    # scheme's detail), then label each distinct one once.
-    declared = list(map(attrgetter("declared"), det.rows))
-    by_id = Counter(map(id, declared))
-    scheme_of = dict(zip(map(id, declared), declared, strict=True))
     counts: Counter[str] = Counter()
-    for key, n in by_id.items():
-        counts[scheme_of[key].label] += n
+    for row_class in det.classes:  # every row is in exactly one class, whose rows share the declared scheme
+        counts[row_class.declared.label] += len(row_class.names)
     return dict(sorted(counts.items()))

@@ -10,8 +10,7 @@ from tests.corrupt import GENUINE, copy_fixture, genuine_entries
 
 os.environ.setdefault("CKPT_NO_PROGRESS", "1")
 os.environ.setdefault("NO_COLOR", "1")
-# Parsed rules files are cached per user (`knowledge._parse_cache`): the tests, and every command they run, keep
-# theirs in a folder of their own, never the user's.
+# The tests, and every command they run, keep any per-user cache (the Hub client's) in a folder of their own.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ckpt-tests-cache-")
 
 

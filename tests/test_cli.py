@@ -335,8 +335,8 @@ try:
     console()
 finally:
     from ckpt_tools.cli.app import State
-    [(plan, analyses)] = State.kept
-    print("KEPT", type(plan).__name__, [type(a) is Analysis for a in analyses], file=sys.stderr)
+    [analyses] = State.kept
+    print("KEPT", [type(a) is Analysis for a in analyses], file=sys.stderr)
 """
 
 
@@ -352,11 +352,11 @@ def test_serve_commands_keep_their_analyses_until_exit(tmp_path: Path) -> None:
     args = ["serve-flags", target, "--headers-only", "--drafter", str(drafter), "--fail-on", "none"]
     proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == "KEPT ServePlan [True, True]"
+    assert proc.stderr.strip().splitlines()[-1] == "KEPT [True, True]"
     plan = serve_flags(target, headers_only=True, drafter=str(drafter))
     assert proc.stdout == argv_line(plan) and "--speculative-config" in proc.stdout
 
     args = ["check-serve", target, "--headers-only", "-f", "json", "--", *plan.argv]
     proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
-    assert proc.stderr.strip().splitlines()[-1] == "KEPT CheckServeResult [True]", proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "KEPT [True]", proc.stderr
     assert json.loads(proc.stdout)["suggested_argv"] == list(plan.argv)

@@ -94,20 +94,19 @@ def test_only_jobs_planned_from_header_findings_plan_ahead(tmp_path, monkeypatch
 def test_judging_in_two_steps_is_judge(tmp_path):
     folder = _nan_scale_checkpoint(tmp_path)
     analysis = analyze(str(folder))
-    whole = judge(analysis.checkpoint, **analysis.settings)
-    later = Judging.start(analysis.checkpoint, **analysis.settings, values_later=True)
+    whole = judge(analysis.checkpoint, analysis.settings)
+    later = Judging.start(analysis.checkpoint, analysis.settings, values_later=True)
     assert later.deferred and "CK501" not in {f.code for f in later.interim().report.findings}
     assert later.finish(analysis.checkpoint).report.to_dict() == whole.report.to_dict() == analysis.report.to_dict()
 
 
-def test_statistics_no_rename_touches_are_shared_and_the_rest_renamed(tmp_path):
-    # The misnested vision tower has no measured tensor: the after-state shares the before-state's statistics
-    # object (its value rules' memos answer from the pass already made) and its verdict is still a fresh doctor's.
+def test_statistics_are_renamed_with_their_tensors(tmp_path):
+    # The misnested vision tower has no measured tensor: the after-state holds the same statistics.
     folder = copy_of(MISNESTED, tmp_path)
     kept: list = []
     real = run(str(folder), fix_prefix.job(), dry_run=True, keep=kept.append)
     before, after = kept
-    assert before.checkpoint.values is not None and after.checkpoint.values is before.checkpoint.values
+    assert before.checkpoint.values is not None and after.checkpoint.values == before.checkpoint.values
     assert real.predicted is not None and "CK502" in {f.code for f in real.predicted.findings}
     # A rename of a measured tensor: new statistics, under the new name only.
     folder = _nan_scale_checkpoint(tmp_path / "nan")

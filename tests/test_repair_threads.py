@@ -1,5 +1,5 @@
-"""A repair hashes on a thread of its own (`repair._thread.InThread`): the index's old hash while its step is
-compiled, the journal while the value scan's result is read. What the thread returns must be what the call in place
+"""A repair encodes its journal on a thread of its own (`repair._thread.InThread`) while the value scan's result is
+read. What the thread returns must be what the call in place
 gives, and its failure must reach the caller."""
 
 from __future__ import annotations

@@ -71,13 +71,13 @@ def serve_flags_command(
     import sys
 
     from ..errors import UsageError
-    from ..serve import emitters, serve_flags_and_analyses
+    from ..serve import emitters, serve_flags
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
     hardware = one_hardware(hardware_given, "serve-flags")
     container = emit_as != Emit.argv
-    plan, analyses = serve_flags_and_analyses(
+    plan = serve_flags(
         target,
         runtime=runtime,
         hardware=hardware,
@@ -91,8 +91,8 @@ def serve_flags_command(
         revision=revision,
         repo_id=repo_id,
         served_model_name=served_model_name,
+        keep=keep_until_exit,
     )
-    keep_until_exit((plan, analyses))
     code = plan.exit_code(fail_on)
     if format == TextOrJson.json:
         emit(emitters.json_report(plan))  # the JSON carries the verdict itself
@@ -138,20 +138,20 @@ def check_serve_command(
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
     report also carries doctor's findings on the checkpoint (one verdict)."""
     from ..report.formats import render
-    from ..serve import check_serve_and_analyses
+    from ..serve import check_serve
 
     if not command:
         from ..errors import UsageError
 
         raise UsageError("no command to check: pass it after `--`, e.g. `ckpt check-serve MODEL -- vllm serve ...`")
-    result, analyses = check_serve_and_analyses(
+    result = check_serve(
         target,
         command,
         runtime=runtime,
         hardware=one_hardware(hardware_given, "check-serve"),
         headers_only=headers_only,
+        keep=keep_until_exit,
     )
-    keep_until_exit((result, analyses))
     text = render(result.report, format.value, color=use_color())
     emit(echo_first_line(text) if format == Format.text else text)
     raise typer.Exit(result.report.exit_code(fail_on))

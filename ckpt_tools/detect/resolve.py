@@ -7,14 +7,12 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-import copy
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_, or_
+from itertools import chain, filterfalse
+from operator import attrgetter, itemgetter, methodcaller
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -38,8 +36,7 @@ class ModuleRow(NamedTuple):
     """One linear layer or expert projection: what vLLM builds for it (declared) and what the tensors are (disk).
 
     An immutable record like the frozen dataclasses elsewhere, but a tuple: detection makes one per module (tens of
-    thousands on a big MoE), and tuples of a class's shared fields are made in C (`tuple.__new__` over zipped
-    columns) instead of through a Python `__init__` per module."""
+    thousands on a big MoE), without a frozen `__init__` each."""
 
     name: str
     component: str
@@ -78,11 +75,9 @@ class RowClass:
         return ModuleRow(self.names[0], self.component, self.declared, self.disk, self.covered_by, self.group)
 
     def rows(self, names: Iterable[str] | None = None) -> list[ModuleRow]:
-        """The rows of `names` (members of this class; default all of them), made in C."""
-        shared = map(repeat, (self.component, self.declared, self.disk, self.covered_by, self.group))
-        # repeat() is endless: the names end the zip
-        fields = zip(self.names if names is None else names, *shared, strict=False)
-        return list(map(_new_row, repeat(ModuleRow), fields))
+        """The rows of `names` (members of this class; default all of them)."""
+        shared = (self.component, self.declared, self.disk, self.covered_by, self.group)
+        return [ModuleRow(name, *shared) for name in (self.names if names is None else names)]
 
 
 @dataclass(frozen=True)
@@ -122,16 +117,18 @@ class Detection:
     vllm_quantization: str | None
     rejection: str | None  # vLLM's error text when it would refuse this checkpoint
     kv_cache: str | None
-    rows: tuple[ModuleRow, ...] = field(repr=False)
     components: tuple[str, ...] = ()
     made_by: str | None = None  # the tool that wrote the quantization config ("Intel AutoRound 0.16.1"), if known
-    # The rows grouped into classes (every row in exactly one), sorted by first member: what a rule judges once.
+    # One row per linear module, grouped into classes (every row in exactly one), sorted by first member: what a rule
+    # judges once.
     classes: tuple[RowClass, ...] = field(default=(), repr=False)
-    # What a repair's after-state may carry over instead of detecting again (`carry_detection`); None when this
-    # detection cannot be carried (another producer, no modules).
-    carry: _Carry | None = field(default=None, repr=False, compare=False)
     # Config regexes given up under their time budget (`matching.RegexBudget`): pattern -> why. CK304 reports them.
     slow_patterns: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def rows(self) -> tuple[ModuleRow, ...]:
+        """Every linear module's row, sorted by name: the classes' members, each with its class's fields."""
+        return tuple(sorted(chain.from_iterable(map(RowClass.rows, self.classes)), key=itemgetter(0)))
 
     @cached_property
     def row_by_name(self) -> Mapping[str, ModuleRow]:
@@ -377,152 +374,34 @@ def component_lookup(family: Family) -> Callable[[str], str]:
     return lookup
 
 
-_PREFIX = itemgetter(0)  # of a name's rpartition(".")
-_HEAD = itemgetter(slice(0, 4))  # the first four segments of a split(".", 4)
-
-
 def components_of(names: Sequence[str], family: Family) -> list[str]:
-    """`component_lookup(family)` of every name, in order (`component_batches` in one batch)."""
-    return component_batches(family)(names)
-
-
-def component_batches(family: Family) -> Callable[[Sequence[str]], list[str]]:
-    """`component_lookup(family)` for batches of names (a checkpoint's, a slice at a time, so that the per-name
-    lists stay small), in whole-list steps and one `of_module` call per four-segment head rather than per name.
-    WHY this is exact: the lookup answers a name with its prefix's `of_module(prefix, first name of the prefix)`
-    (made at the prefix's first appearance), or, where that is None, with `component_of` of the name itself;
-    `of_module` is None for a prefix of fewer than four segments, and otherwise the answer its per-head cache holds
-    for the prefix's first four segments (`.`-joined, as `split(".", 4)[:4]` gives them), filled at the head's
-    first prefix: the call made here, in the same order, since batches come in order and a prefix new to the
-    lookup meets its first name in the batch that holds it."""
-    of_module = module_component_lookup(family)
-    by_head: dict[str, str | None] = {}
-    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
-
-    def batch(names: Sequence[str]) -> list[str]:
-        prefixes = list(map(_PREFIX, map(str.rpartition, names, repeat("."))))
-        new = [p for p in dict.fromkeys(prefixes) if p not in shared]
-        if new:
-            first = dict(zip(reversed(prefixes), reversed(names), strict=True))  # prefix -> its first name
-            parts = list(map(methodcaller("split", ".", 4), new))
-            for prefix, head, segments in zip(new, map(".".join, map(_HEAD, parts)), map(len, parts), strict=True):
-                if segments < 4:
-                    shared[prefix] = None
-                    continue
-                if head not in by_head:
-                    by_head[head] = of_module(prefix, first[prefix])
-                shared[prefix] = by_head[head]
-        found = list(map(shared.__getitem__, prefixes))
-        if None in found:  # the names that decide for themselves (top-level ones, at least): few
-            for i in compress(range(len(found)), map(is_, found, repeat(None))):
-                found[i] = component_of(names[i], family)
-        return found  # type: ignore[return-value]  # no None is left
-
-    return batch
+    """`component_lookup(family)` of every name, in order."""
+    return list(map(component_lookup(family), names))
 
 
 def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:
     """The components of every tensor name of `modules` (`component_of` of each), answered once per four-segment
-    head where the head fixes them. WHY this is exact: a module holds the tensors whose name's prefix is its name, so
-    a name's prefix has four segments or more exactly when its module's name does, and then its head is the module
-    name's first four segments; where `component_fixed_by(head)`, `component_of` answers the same for every name
-    below the head (`module_component_lookup` relies on it too), so one name of the first module under the head
-    answers for all; every other name (shorter prefixes, heads that fix nothing) is answered by `component_of`."""
-    return set(_head_components(modules, family).found)
-
-
-@dataclass(frozen=True)
-class _HeadComponents:
-    """`module_components` by four-segment head: what a repair's after-state carries over (`tensor_components`)."""
-
-    family: Family
-    counts: Mapping[str, int]  # head -> how many modules lie under it
-    fixed: Mapping[str, str]  # head that fixes its names' component -> that component
-    undecided: Mapping[str, frozenset[str]]  # module under any other head -> the components of its tensor names
-    found: frozenset[str]
-
-
-def _head_of(prefix: str) -> str:
-    return ".".join(prefix.split(".", 4)[:4])
-
-
-def _first_name(module: Module) -> str:
-    return next(iter(module.tensors.values())).name
-
-
-def _head_components(modules: Mapping[str, Module], family: Family) -> _HeadComponents:
+    head where the head fixes them (`component_fixed_by`: then `component_of` answers the same for every name below
+    the head, so one name of the first module under it answers for all)."""
     prefixes = list(modules)
-    parts = list(map(methodcaller("split", ".", 4), prefixes))
-    heads = list(map(".".join, map(_HEAD, parts)))
+    heads = [".".join(prefix.split(".", 4)[:4]) for prefix in prefixes]
     first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
-    fixed: dict[str, str] = {}
-    undecided_heads: set[str] = set()  # heads whose names each decide
+    found: set[str] = set()
+    undecided: set[str] = set()  # heads whose names each decide
     for head, prefix in first.items():
         if component_fixed_by(head, family):  # four segments at least, below a root
-            fixed[head] = component_of(_first_name(modules[prefix]), family)
+            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
         else:
-            undecided_heads.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
-    undecided = {
-        prefix: frozenset(component_of(t.name, family) for t in modules[prefix].tensors.values())
-        for prefix in compress(prefixes, map(undecided_heads.__contains__, heads))
-    }
-    found = frozenset(fixed.values()).union(*undecided.values())
-    return _HeadComponents(family, Counter(heads), fixed, undecided, found)
-
-
-_COMPONENTS = "_tensor_components"  # a Checkpoint's `__dict__` key: its `_HeadComponents`, once computed
+            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
+    for prefix, head in zip(prefixes, heads, strict=True):
+        if head in undecided:
+            found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
+    return found
 
 
 def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
-    """`module_components(ckpt.modules, family)`, remembered on `ckpt`; for a repair's after-state offered its
-    before-state's detection (`carry_detection`), carried from the before-state's by head (`_carried_components`)."""
-    held = vars(ckpt).get(_COMPONENTS)
-    if held is None or held.family is not family:
-        before_det = vars(ckpt).get(_CARRY_HINT)
-        held = None
-        if before_det is not None:
-            before = before_det.carry.ckpt
-            base = vars(before).get(_COMPONENTS)
-            if base is not None and base.family is family:
-                held = _carried_components(ckpt, before, base)
-        if held is None:
-            held = _head_components(ckpt.modules, family)
-        ckpt.__dict__[_COMPONENTS] = held  # a derived view of the header fields, as the cached ones are
-    return held.found
-
-
-def _carried_components(ckpt: Checkpoint, before: Checkpoint, base: _HeadComponents) -> _HeadComponents | None:
-    """`_head_components(ckpt.modules, ...)` from `base`, the same of `before.modules`, when few modules differ.
-
-    WHY this is exact: the result is, per head with a module under it, the fixed head's one component (a function of
-    the head and the family: `component_fixed_by`) or the components of the tensor names of each module under an
-    undecided head. A module of `ckpt` that is `before`'s very object has the same tensors; each other one (gone,
-    new, or another object under the same name) leaves its head's count and answers, and each new one joins them,
-    answered as `_head_components` answers it."""
-    new = ckpt.modules
-    changed, leaving = _changes_since(before, ckpt)
-    if len(changed) + len(leaving) > _CARRY_AT_MOST * len(new):
-        return None
-    family = base.family
-    counts, fixed, undecided = dict(base.counts), dict(base.fixed), dict(base.undecided)
-    for prefix in leaving:
-        head = _head_of(prefix)
-        counts[head] -= 1
-        undecided.pop(prefix, None)
-        if not counts[head]:
-            del counts[head]
-            fixed.pop(head, None)
-    for prefix in changed:
-        head = _head_of(prefix)
-        counts[head] = counts.get(head, 0) + 1
-        if head in fixed:
-            continue
-        if component_fixed_by(head, family):
-            fixed[head] = component_of(_first_name(new[prefix]), family)
-        else:
-            undecided[prefix] = frozenset(component_of(t.name, family) for t in new[prefix].tensors.values())
-    found = frozenset(fixed.values()).union(*undecided.values())
-    return _HeadComponents(family, counts, fixed, undecided, found)
+    """`module_components(ckpt.modules, family)`."""
+    return module_components(ckpt.modules, family)
 
 
 def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
@@ -737,16 +616,9 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         producer = "unknown"
     algo = modelopt_algo(view) if producer == "modelopt" else None
 
-    carry: _Carry | None
-    carried = _carried(ckpt, rt, producer)
-    if carried is not None:
-        classes, found_components, rows, carry, slow = carried
-    else:
-        resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
-        classes, found_components, carry = _row_classes(ckpt, family, resolver)
-        rows = list(chain.from_iterable(map(RowClass.rows, classes)))
-        rows.sort(key=itemgetter(0))
-        slow = resolver.regex_budget.slow
+    resolver = _Resolver(ckpt, view, family, rt, producer, algo, method)
+    classes, found_components = _row_classes(ckpt, family, resolver)
+    slow = resolver.regex_budget.slow
 
     # Judged per class: every row has its class's schemes, and the classes hold every row. The first row in name
     # order with an unknown declared scheme is the first member of the first such class (classes are sorted by
@@ -775,23 +647,15 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         vllm_quantization=vllm_method,
         rejection=rejection,
         kv_cache=_kv_cache(view, producer),
-        rows=tuple(rows),
         components=tuple(comps),
         made_by=formats.made_by(view.data),
         classes=tuple(classes),
-        carry=carry,
         slow_patterns=MappingProxyType(dict(slow)),
     )
 
 
-_new_row = tuple.__new__  # tuple.__new__(ModuleRow, fields): a row made in C, with no Python frame per module
-
-
-def _row_classes(
-    ckpt: Checkpoint, family: Family, resolver: _Resolver
-) -> tuple[list[RowClass], set[str], _Carry | None]:
-    """The rows of every linear module, as classes sorted by first member, the components of all modules, and what
-    a repair's after-state may carry over (`_Carry`, for the producers whose schemes read module names alone).
+def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str]]:
+    """The rows of every linear module, as classes sorted by first member, and the components of all modules.
 
     Expert projections are judged per (experts prefix, projection, layout), on the members `Checkpoint.experts`
     files under them. WHY every member gets the same row but its name:
@@ -806,19 +670,13 @@ def _row_classes(
     resolver.find_forced(modules)
     judge = _ModuleJudge(ckpt, family, resolver)
     out, found, claimed = _expert_classes(ckpt, family, resolver, judge)
-    expert_classes, expert_found = tuple(out), frozenset(found)
-    keep = resolver.producer in _CARRIED_PRODUCERS
-    unclaimed: dict[str, tuple[str, RowClass | None]] = {}
     for name in filterfalse(claimed.__contains__, modules):
         component, row_class = judge.module(name, modules[name])
         found.add(component)
         if row_class is not None:
             out.append(row_class)
-        if keep:
-            unclaimed[name] = (component, row_class)
     out.sort(key=lambda c: c.names[0])
-    carry = _Carry(ckpt, resolver.rt, resolver, expert_classes, expert_found, unclaimed) if keep else None
-    return out, found, carry
+    return out, found
 
 
 class _ModuleJudge:
@@ -912,135 +770,6 @@ def _expert_classes(
                     if same:
                         emit(lid, component, disk, sorted(same), judged)
     return out, found, claimed
-
-
-# ---- carrying a detection into a repair's after-state --------------------------------------------------------------
-
-# The producers whose declared schemes (`_Resolver._declared`) read a module's name and the config alone, never the
-# checkpoint's modules (the formats' resolvers read a module's disk scheme by name).
-_CARRIED_PRODUCERS = frozenset({"modelopt", "compressed-tensors"})
-# A repair that changes more modules than this share detects its after-state afresh (carrying would cost as much).
-_CARRY_AT_MOST = 0.25
-_CARRY_HINT = "_detection_to_carry"  # a Checkpoint's `__dict__` key: the detection `carry_detection` offers it
-
-
-@dataclass(frozen=True)
-class _Carry:
-    """A detection's per-module results, kept for a repair's after-state (`carry_detection`)."""
-
-    ckpt: Checkpoint  # the checkpoint detected
-    runtime: Runtime
-    resolver: _Resolver
-    expert_classes: tuple[RowClass, ...]  # the classes of the expert projections `ckpt.experts` files
-    expert_found: frozenset[str]  # their components
-    # every other module -> (its component, its one-member class or None when it is no linear layer)
-    unclaimed: Mapping[str, tuple[str, RowClass | None]]
-
-
-def _module_changes(old: Mapping[str, Module], new: Mapping[str, Module]) -> tuple[list[str], list[str]]:
-    """(the names of `new` whose module is not `old`'s very object under that name, the names of `old` whose module
-    is not `new`'s very object under that name: gone, or replaced).
-
-    When both have as many entries, only the positions where the two differ in name or object are looked at, in C
-    over the two orders (a repair keeps every untouched module in place). WHY that is all of them: at any other
-    position both hold the same name and the same object, so that name is unchanged in both."""
-    if len(old) == len(new):
-        at = list(compress(range(len(new)), map(or_, map(ne, new, old), map(is_not, new.values(), old.values()))))
-        if len(at) <= _CARRY_AT_MOST * len(new):
-            new_names, old_names = list(new), list(old)
-            changed = [name for name in map(new_names.__getitem__, at) if old.get(name) is not new[name]]
-            leaving = [name for name in map(old_names.__getitem__, at) if new.get(name) is not old[name]]
-            return changed, leaving
-    changed = [name for name in new if old.get(name) is not new[name]]
-    leaving = [name for name in old if new.get(name) is not old[name]]
-    return changed, leaving
-
-
-_CHANGES = "_module_changes_since"  # a Checkpoint's `__dict__` key: (the checkpoint, `_module_changes` from it)
-
-
-def _changes_since(before: Checkpoint, after: Checkpoint) -> tuple[list[str], list[str]]:
-    """`_module_changes(before.modules, after.modules)`, made once per pair (detection and the components share it)."""
-    held = vars(after).get(_CHANGES)
-    if held is None or held[0] is not before:
-        held = (before, *_module_changes(before.modules, after.modules))
-        after.__dict__[_CHANGES] = held
-    return held[1], held[2]
-
-
-def carry_detection(after: Checkpoint, before: Detection) -> None:
-    """Offer `before` (the detection of the checkpoint a repair starts from) to `detect(after)`: it then judges only
-    the modules the repair changed and carries the rest over (`_carried`, which checks when that is exact and
-    otherwise detects `after` afresh)."""
-    if before.carry is not None:
-        after.__dict__[_CARRY_HINT] = before
-
-
-def _carried(
-    ckpt: Checkpoint, rt: Runtime, producer: str
-) -> tuple[list[RowClass], set[str], list[ModuleRow], _Carry, Mapping[str, str]] | None:
-    """`_row_classes(ckpt, ...)`'s classes and components, the sorted rows, the new carry and the config regexes
-    given up (`Detection.slow_patterns`), from the detection
-    `carry_detection` offered `ckpt`, or None (detect afresh) when they may differ.
-
-    WHY this is exact when it answers: the offered detection judged a checkpoint `before` with the same config
-    objects (so the same family, quantization view, producer and resolver settings) and runtime; `ckpt`'s modules
-    differ from `before`'s only in `drop` (modules gone, or whose `Module` object is another), none of which has
-    `.experts.` in its name; its expert groups are `before`'s very object and its layout table is equal to
-    `before`'s (so an unchanged module has the same layout id). Then:
-    - every expert class is the same: the expert loop reads the expert groups, the layout ids and modules of their
-      members (none in `drop`, so the same objects), the family, and the resolver's answers, which for these
-      producers are a function of the name and the config alone (`_CARRIED_PRODUCERS`; the forced-unquantized
-      patterns are matched per name; `declared_at`'s cache holds such answers: an expert key always comes with
-      its own experts prefix, a module name with none);
-    - a module judged on its own is judged from its name, its `Module` and layout id and those same answers, so
-      each one not in `drop` keeps its component and class; the modules of `ckpt` in `drop` are judged afresh,
-      with their forced-unquantized patterns matched first, as `_row_classes` does for every module;
-    - the rows are the classes' rows sorted by name (names are unique): `before`'s rows without those of `drop`
-      (single-member classes, as no name in `drop` is an expert's) and the new classes' rows."""
-    before_det = vars(ckpt).get(_CARRY_HINT)
-    if before_det is None:
-        return None
-    carry = before_det.carry
-    before = carry.ckpt
-    if (
-        carry.runtime is not rt
-        or carry.resolver.producer != producer
-        or ckpt.config is not before.config
-        or ckpt.hf_quant_config is not before.hf_quant_config
-        or ckpt.experts is not before.experts
-        or ckpt.layouts.layouts != before.layouts.layouts
-    ):
-        return None
-    new = ckpt.modules
-    changed, leaving = _changes_since(before, ckpt)
-    drop = {*changed, *leaving}
-    if len(drop) > _CARRY_AT_MOST * len(new) or any(".experts." in name for name in drop):
-        return None
-    resolver = copy.copy(carry.resolver)  # its answers are the after-state's too; new ones go to copies
-    resolver.ckpt, resolver.cache, resolver.forced = ckpt, dict(resolver.cache), dict(resolver.forced)
-    resolver.find_forced(changed)
-    judge = _ModuleJudge(ckpt, resolver.family, resolver)
-    out = list(carry.expert_classes)
-    found = set(carry.expert_found)
-    unclaimed = {name: kept for name, kept in carry.unclaimed.items() if name not in drop}
-    fresh: list[RowClass] = []
-    for name in changed:
-        component, row_class = unclaimed[name] = judge.module(name, new[name])
-        if row_class is not None:
-            fresh.append(row_class)
-    for component, row_class in unclaimed.values():
-        found.add(component)
-        if row_class is not None:
-            out.append(row_class)
-    out.sort(key=lambda c: c.names[0])
-    rows = list(before_det.rows)
-    if drop:
-        rows = list(compress(rows, map(not_, map(drop.__contains__, map(itemgetter(0), rows)))))
-    rows += chain.from_iterable(map(RowClass.rows, fresh))
-    rows.sort(key=itemgetter(0))
-    carried = _Carry(ckpt, rt, resolver, carry.expert_classes, carry.expert_found, unclaimed)
-    return out, found, rows, carried, resolver.regex_budget.slow
 
 
 def _producer_from_tensors(ckpt: Checkpoint) -> str:

@@ -19,7 +19,6 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from ..errors import CkptError
-from . import _parse_cache
 
 T = TypeVar("T")
 _BRACE = re.compile(r"\{")
@@ -305,23 +304,14 @@ def parse(name: str, text: str) -> Table:
     """The root table of a rules file's text (`name` is how errors show the file)."""
     source = Source(name, text)
     try:
-        data = _loads(name, text)
+        data = toml_module().loads(text)
     except toml_module().TOMLDecodeError as exc:
         raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
     return Table(source, data, (), lambda: 1, "the file")
 
 
-def _loads(name: str, text: str) -> dict[str, Any]:
-    """`tomllib.loads(text)`, or the parse of this same text kept from an earlier run (`_parse_cache`)."""
-    data = _parse_cache.load(name, text)
-    if data is None:
-        data = toml_module().loads(text)
-        _parse_cache.store(name, text, data)
-    return data
-
-
 def toml_module() -> Any:
-    """The TOML parser, imported when a file is parsed (a cached parse needs none)."""
+    """The TOML parser: the standard library's from Python 3.11, `tomli` before."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -363,11 +353,11 @@ def top_keys(name: str, text: str) -> Mapping[str, Any]:
     cut = next((i for i, line in enumerate(lines) if line.startswith("[")), None)
     if cut is not None:
         try:
-            return MappingProxyType(_loads(f"{name} (before its tables)", "".join(lines[:cut])))
+            return MappingProxyType(toml_module().loads("".join(lines[:cut])))
         except toml_module().TOMLDecodeError:
             pass
     try:
-        return MappingProxyType(_loads(name, text))
+        return MappingProxyType(toml_module().loads(text))
     except toml_module().TOMLDecodeError as exc:
         raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
 

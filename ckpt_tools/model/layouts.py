@@ -32,22 +32,16 @@ class Layouts:
 def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], Layouts, dict[str, ExpertGroup]]:
     """Modules (`group_modules`), their layouts (`group_layouts`) and the MoE experts (`group_experts`) of tensors in
     load order, in one pass over the tensors and one over the modules: the same objects, in the same order, as the
-    three functions give one after the other (`Module.expert` is filled in on the way, as `group_experts` does).
-
-    The expert modules of one experts prefix come one after another (a writer stores a layer's tensors together,
-    sorted by name), so each module's coordinates are read against the previous one's prefix (`_next_expert`), and
-    it is filed under that prefix's bank without looking it up again."""
+    three functions give one after the other."""
     buckets = tensor_buckets(tensors)
     modules: dict[str, Module] = {}
     ids: dict[Layout, int] = {}
     of: dict[str, int] = {}
     members: list[list[str]] = []
     layers: dict[str, dict[int, dict[str, Module]]] = {}
-    layer = head = ""  # the last experts prefix met, and it with its dot ("" before the first)
-    bank: dict[int, dict[str, Module]] = {}  # layers[layer]
-    numbers = _ExpertIds()
     for name, ts in buckets.items():
-        module = modules[name] = Module(name, MappingProxyType(ts))
+        where = expert_of(name)
+        module = modules[name] = Module(name, MappingProxyType(ts), where)
         layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape), as `group_layouts`
         lid = ids.get(layout)
         if lid is None:
@@ -56,45 +50,14 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
         else:
             members[lid].append(name)
         of[name] = lid
-        if ".experts." in name:
-            where = _next_expert(name, layer, head, numbers) if head and name.startswith(head) else expert_of(name)
-            module.__dict__["expert"] = where  # what `Module.expert` computes (and caches there) on first use
-            if where is not None:
-                if where[0] != layer:
-                    layer = where[0]
-                    head = layer + "."
-                    bank = layers.setdefault(layer, {})
-                projs = bank.get(where[1])
-                if projs is None:
-                    projs = bank[where[1]] = {}
-                projs[where[2]] = module
+        if where is not None:
+            layer, expert, proj = where
+            layers.setdefault(layer, {}).setdefault(expert, {})[proj] = module
     experts = {
         layer: ExpertGroup(MappingProxyType({e: MappingProxyType(p) for e, p in ex.items()}))
         for layer, ex in layers.items()
     }
     return modules, Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members))), experts
-
-
-class _ExpertIds(dict[str, int]):
-    """An expert id's digits -> `int` of them, converted on first sight: a checkpoint repeats the same few hundred
-    ids in every MoE layer, and the lookup costs less than `int` on a string. One per grouping, so it never outlives
-    the checkpoint it read."""
-
-    def __missing__(self, digits: str) -> int:
-        value = self[digits] = int(digits)
-        return value
-
-
-def _next_expert(name: str, layer: str, head: str, numbers: _ExpertIds) -> tuple[str, int, str] | None:
-    """`expert_of(name)` for a name that starts with `head`, which is `layer` (an experts prefix `expert_of` gave)
-    and a dot. WHY it is the same: when the rest of the name is digits, a dot and a projection without a dot,
-    `expert_of`'s last two dots are the one after `head` and the one after the digits, so it splits the name into
-    `layer` (which passed its tests when it was found), the digits and the projection; any other rest is read by
-    `expert_of` itself."""
-    expert, dot, proj = name[len(head) :].partition(".")
-    if dot and proj and "." not in proj and expert.isdecimal():
-        return layer, numbers[expert], proj
-    return expert_of(name)
 
 
 def group_layouts(modules: Mapping[str, Module]) -> Layouts:

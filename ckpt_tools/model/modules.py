@@ -7,10 +7,10 @@ vLLM's parameters (vllm/model_executor/layers/quantization/compressed_tensors/sc
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import NamedTuple
 
 from .tensors import TensorInfo
 
@@ -67,39 +67,20 @@ SCALE_ROLES = frozenset(
     {"weight_scale", "weight_global_scale", "input_scale", "pre_quant_scale", "kv_scale", "signed_weight_scale"}
 )
 
-V = TypeVar("V")
 _EXPERT = re.compile(r"^(?P<layer>.+\.experts)\.(?P<expert>\d+)\.(?P<proj>[^.]+)$")
 
 
-class _computed_once(Generic[V]):
-    """`functools.cached_property` without its per-class lock (Python < 3.12 takes it on every first access, which
-    costs more than the value itself when tens of thousands of modules are read once each)."""
-
-    def __init__(self, fn: Callable[[Any], V]) -> None:
-        self.fn = fn
-        self.name = fn.__name__
-        self.__doc__ = fn.__doc__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> V:
-        if obj is None:
-            return self  # type: ignore[return-value]  # the descriptor itself, looked up on the class
-        value = obj.__dict__[self.name] = self.fn(obj)  # a frozen dataclass's __setattr__ is bypassed on purpose
-        return value
-
-
-@dataclass(frozen=True)
-class Module:
+class Module(NamedTuple):
     """The tensors that share one module prefix, keyed by suffix (e.g. `weight_packed`, `input_global_scale`).
 
-    Derived views are computed once per module (detection and several rules read them for every module)."""
+    An immutable record like the frozen dataclasses elsewhere, but a tuple (as `detect.resolve.ModuleRow`): a large
+    checkpoint has tens of thousands of modules, made in one pass, and a tuple is made without a frozen `__init__`."""
 
     name: str
     tensors: Mapping[str, TensorInfo]
+    expert: tuple[str, int, str] | None  # (experts prefix, expert id, projection) for a per-expert module: `expert_of`
 
-    @_computed_once
+    @property
     def weight(self) -> TensorInfo | None:
         t = self.tensors
         return (
@@ -113,11 +94,6 @@ class Module:
     @property
     def suffixes(self) -> frozenset[str]:
         return frozenset(self.tensors)
-
-    @_computed_once
-    def expert(self) -> tuple[str, int, str] | None:
-        """(experts prefix, expert id, projection) for a per-expert module, else None."""
-        return expert_of(self.name)
 
 
 @dataclass(frozen=True)
@@ -178,7 +154,7 @@ def tensor_buckets(tensors: Iterable[TensorInfo]) -> dict[str, dict[str, TensorI
 
 
 def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
-    return {p: Module(p, MappingProxyType(ts)) for p, ts in tensor_buckets(tensors).items()}
+    return {p: Module(p, MappingProxyType(ts), expert_of(p)) for p, ts in tensor_buckets(tensors).items()}
 
 
 def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:

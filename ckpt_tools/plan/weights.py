@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from itertools import compress, islice
-from operator import itemgetter, sub
 
-from ..detect.resolve import component_batches
+from ..detect.resolve import component_lookup
 from ..knowledge.architectures import Family
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
 from . import facts
-
-_NAME, _SHAPE, _BEGIN, _END = itemgetter(0), itemgetter(2), itemgetter(4), itemgetter(5)  # TensorInfo fields
 
 
 @dataclass(frozen=True)
@@ -25,27 +21,19 @@ class Weights:
     split_bytes: int
 
 
-BATCH = 4096  # tensors per whole-list step: the per-name lists of one step stay about a MB on any checkpoint
-
-
 def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
-    """Exact weight bytes of `tensors`, per component (`component_lookup`, answered per module prefix by
-    `component_batches`) and per rank under `tp`-way tensor parallelism, in whole-list steps over batches of
-    tensors rather than a Python step per tensor."""
+    """Exact weight bytes of `tensors`, per component (`component_lookup`) and per rank under `tp`-way tensor
+    parallelism."""
     by_component: dict[str, int] = {}
     total = split = 0
-    components_of = component_batches(family)
-    it = iter(tensors)
-    while batch := list(islice(it, BATCH)):
-        names = list(map(_NAME, batch))
-        sizes = list(map(sub, map(_END, batch), map(_BEGIN, batch)))  # TensorInfo.nbytes
-        components = components_of(names)
-        for c in dict.fromkeys(components):
-            by_component[c] = by_component.get(c, 0) + sum(compress(sizes, map(c.__eq__, components)))
-        total += sum(sizes)
-        if tp > 1:  # which tensors tensor parallelism splits: a name pattern per tensor
-            ndims = map(len, map(_SHAPE, batch))
-            split += sum(compress(sizes, map(facts.split_across_ranks, names, ndims)))
+    component = component_lookup(family)
+    for t in tensors:
+        size = t.nbytes
+        c = component(t.name)
+        by_component[c] = by_component.get(c, 0) + size
+        total += size
+        if tp > 1 and facts.split_across_ranks(t.name, len(t.shape)):  # which tensors tensor parallelism splits
+            split += size
     replicated = total - split
     per_device = replicated + -(-split // tp)
     return Weights(
@@ -58,17 +46,8 @@ def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
 
 
 def checkpoint_weights(ckpt: Checkpoint, family: Family, tp: int) -> Weights:
-    """`weights` of a checkpoint's tensors, made once per checkpoint, family and `tp`: serve-flags plans the same
-    checkpoint twice (fitting its own command, then checking it as check-serve does). Kept in the checkpoint's
-    `__dict__`, as its cached views are: a frozen `Checkpoint` never changes its tensors, and `replace` makes a new
-    one without the memo. The family object is kept with the answer and compared by identity (so an id is never
-    mistaken for another's)."""
-    memo = ckpt.__dict__.setdefault("_plan_weights", {})
-    key = (id(family), tp)
-    hit = memo.get(key)
-    if hit is None or hit[0] is not family:
-        hit = memo[key] = (family, weights(ckpt.tensors.values(), family, tp))
-    return hit[1]
+    """`weights` of a checkpoint's tensors."""
+    return weights(ckpt.tensors.values(), family, tp)
 
 
 def combine(a: Weights, b: Weights, component: str) -> Weights:

@@ -205,10 +205,7 @@ def prepare_index(root: Folder, step: IndexStep, writer: Writer, tag: str) -> bo
     current = root.read(step.file)
     if current == step.new:
         return False
-    # WHY the old bytes stand for their hash when the step records them: `old_sha256` is their hash (a step is
-    # compiled from one read of the file, and a journal whose two disagree is refused as damaged), so the file holds
-    # the old bytes exactly when it holds them, with no hash of a many-megabyte index on the way.
-    if not (current == step.old if step.old is not None else sha256(current) == step.old_sha256):
+    if sha256(current) != step.old_sha256:
         raise _changed(step.file, "the index")
     write_temp(root, step.file, step.new, writer, crash=tag)
     return True

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CkptError
-from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze
+from ..pipeline import Analysis, Judging, analyze
 from ..report.model import Report
 from ..rules.base import Finding
 from . import drop_orphans, fix_prefix, scrub_nan
@@ -97,12 +97,11 @@ def fix_all(
     as for `runner.run`). A dry run writes nothing, so it takes no lock (as a job's own dry run); a run that writes
     holds the folder's lock throughout."""
     local = resolve_local(target)  # refuse Hub targets before reading anything
-    with _cyclic_gc_paused():  # as for one job (`runner.run`): the analyses' objects live until the run ends
-        if dry_run:
-            refuse_pending(local)
-            return _fix_all(target, local, dry_run, progress, runtime, force, keep or _drop)
-        with Lock(local.root):
-            return _fix_all(target, local, dry_run, progress, runtime, force, keep or _drop)
+    if dry_run:
+        refuse_pending(local)
+        return _fix_all(target, local, dry_run, progress, runtime, force, keep or _drop)
+    with Lock(local.root):
+        return _fix_all(target, local, dry_run, progress, runtime, force, keep or _drop)
 
 
 def _fix_all(

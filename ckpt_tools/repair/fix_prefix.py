@@ -8,20 +8,16 @@ not (safetensors src/tensor.rs, safetensors 0.8 (docs/reference/safetensors.md Â
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import compress, repeat
-from operator import attrgetter
 from types import MappingProxyType
 
 from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
-from ..rules.ck103_index_tensor_mismatch import known_where_indexed
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
 from .plan import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "fix-prefix"
-_NAME = attrgetter("name")
 
 
 def job(pairs: Sequence[tuple[str, str]] = ()) -> Job:
@@ -80,12 +76,10 @@ def _renames(ckpt: Checkpoint, pairs: Sequence[tuple[str, str]]) -> tuple[dict[s
     return renames, counts
 
 
-def _starting_with(names: Iterable[str], pairs: Sequence[tuple[str, str]]) -> Iterable[str]:
-    """The names that start with some pair's old prefix, in their order: one `str.startswith` per name, called from
-    C (`compress` over `map`), so the (many) names no pair renames cost no Python step each."""
+def _starting_with(names: Iterable[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The names that start with some pair's old prefix, in their order."""
     olds = tuple(old for old, _new in pairs)
-    names = list(names)
-    return compress(names, map(str.startswith, names, repeat(olds)))
+    return [name for name in names if name.startswith(olds)]
 
 
 def _plan(
@@ -94,11 +88,7 @@ def _plan(
     _check_collisions(ckpt, renames)
     edits = {file: ShardEdit(renames=MappingProxyType(mine)) for file, mine in _per_shard(ckpt, renames).items()}
     index_renames: dict[str, str] = {}
-    if ckpt.index is not None and _keys_are_the_tensors(ckpt):
-        # WHY the same: the index's keys are exactly the loaded tensor names, over which `renames` was made with the
-        # same pairs, first match first.
-        index_renames = dict(renames)
-    elif ckpt.index is not None:
+    if ckpt.index is not None:
         # Index keys follow the same prefixes, including keys of tensors the shards do not hold (a prefix rename
         # must not leave half of a component under the old name).
         for key in _starting_with(ckpt.index.weight_map, pairs):
@@ -121,30 +111,14 @@ def _plan(
 
 
 def _per_shard(ckpt: Checkpoint, renames: dict[str, str]) -> dict[str, dict[str, str]]:
-    """Shard file -> (old name -> new name) of the renamed tensors it holds, in header order, shards in their order.
-    When every shard loads and no name is in two, each renamed tensor's own shard is the one that holds it (a
-    look-up per renamed name; `renames` is in load order, so each shard's entries come in header order); otherwise
-    every shard's names are filtered, stray and unreadable shards included."""
+    """Shard file -> (old name -> new name) of the renamed tensors it holds, in header order, shards in their order:
+    stray and unreadable shards included (a copy of a renamed tensor there is renamed too)."""
     out: dict[str, dict[str, str]] = {}
-    if len(ckpt.loaded_shards) == len(ckpt.shards) and not ckpt.duplicate_tensors:
-        tensors = ckpt.tensors
-        for old, new in renames.items():
-            out.setdefault(tensors[old].shard, {})[old] = new
-        order = {shard.name: r for r, shard in enumerate(ckpt.shards)}
-        return dict(sorted(out.items(), key=lambda item: order[item[0]]))
     for shard in ckpt.shards:
-        mine = {name: renames[name] for name in filter(renames.__contains__, map(_NAME, shard.tensors))}
+        mine = {t.name: renames[t.name] for t in shard.tensors if t.name in renames}
         if mine:
             out[shard.name] = mine
     return out
-
-
-def _keys_are_the_tensors(ckpt: Checkpoint) -> bool:
-    """The index's keys are exactly the loaded tensor names, known without a pass over them: index-tensor-mismatch
-    found every loaded tensor indexed (`where_indexed`, which it asks only without a name in two loaded shards), and
-    the index has as many keys."""
-    assert ckpt.index is not None
-    return known_where_indexed(ckpt) and len(ckpt.index.weight_map) == len(ckpt.tensors)
 
 
 def _check_collisions(ckpt: Checkpoint, renames: dict[str, str]) -> None:

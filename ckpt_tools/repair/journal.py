@@ -129,8 +129,6 @@ def journal_pieces(job: str, root: Path, steps: tuple[Step, ...]) -> list[bytes]
         item: dict[str, Any] = {"kind": step.kind}
         spliced = _splice(step)
         for f in fields(step):
-            if f.metadata.get("journal", True) is False:
-                continue  # derived in memory, not part of the record
             value = getattr(step, f.name)
             if f.name == "new" and spliced is not None:
                 i, j, middle = spliced
@@ -432,8 +430,6 @@ def inverse_steps(folder: Folder, job: str, steps: tuple[Step, ...]) -> list[Ste
                     old=step.new,
                     old_sha256=sha256(step.new),
                     note="restore",
-                    parsed=None,
-                    renamed_from=None,
                 )
             )
     return out

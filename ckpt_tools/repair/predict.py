@@ -10,24 +10,20 @@ renames and drops, the after-check itself.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
-from ..detect.resolve import Detection, carry_detection
-from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
+from ..model.checkpoint import Checkpoint, with_value_data
 from ..model.tensors import Index, Shard
-from ..pipeline import _with_views
-from ..rules.ck103_index_tensor_mismatch import carry_where_indexed
 from .plan import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 
-def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det: Detection | None = None) -> Checkpoint:
-    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied. `det`, `ckpt`'s detection, is offered
-    to the after-state's (`detect.resolve.carry_detection`: the modules no step changed keep their rows)."""
+def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...]) -> Checkpoint:
+    """`ckpt` as it will be once `steps` (compiled from `plan`) are applied."""
     renames, drops, patches = edit_maps(ckpt, plan)
     shards = []
     files = dict(ckpt.files)
@@ -44,17 +40,12 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det:
     index_step = next((s for s in steps if isinstance(s, IndexStep)), None)
     if index_step is not None and index is not None:
         files[index.name] = len(index_step.new)
-        if index_step.parsed is not None:  # what compiling the step parsed it into (no second parse of a big index)
-            weight_map, metadata = index_step.parsed
-        else:  # a step decoded from a journal
-            data = orjson.loads(index_step.new)
-            weight_map, metadata = data.get("weight_map") or {}, data.get("metadata")
-        # The step's parsed map is its own, made for it and never changed: read-only views of it, not a copy of
-        # every entry.
+        data = orjson.loads(index_step.new)  # as the loader reads it back (`read.configs.read_index`)
+        metadata = data.get("metadata")
         index = Index(
             index.name,
-            MappingProxyType(weight_map if type(weight_map) is dict else dict(weight_map)),
-            MappingProxyType(dict(metadata) if isinstance(metadata, dict) else {}),
+            MappingProxyType(data.get("weight_map") or {}),
+            MappingProxyType(metadata if isinstance(metadata, dict) else {}),
         )
     problems = tuple(
         dataclasses.replace(p, tensor=renames.get(p.tensor, p.tensor)) if p.tensor else p
@@ -62,21 +53,9 @@ def after_checkpoint(ckpt: Checkpoint, plan: Plan, steps: tuple[Step, ...], det:
         if p.tensor not in drops
     )
     carried = carry_values(ckpt, renames, drops, patches)
-    after = dataclasses.replace(
+    return dataclasses.replace(
         ckpt, shards=tuple(shards), files=MappingProxyType(files), index=index, problems=problems, **carried
     )
-    if renames and not drops:
-        carry_tensor_index(ckpt, after)  # the tensor map, entered again from the first renamed shard on
-        carry_grouping(ckpt, after)  # the modules no rename touches, as the before-state grouped them
-        # index-tensor-mismatch's proof that every tensor is where the index says, when the rename keeps it true
-        renamed_from = index_step.renamed_from if index_step is not None else None
-        carry_where_indexed(ckpt, after, renames, plan.index_renames, renamed_from)
-    if index_step is not None and index_step.renamed_from is ckpt.index and "indexed_files" in vars(ckpt):
-        # WHY the same files: the new weight map is the analysed one with keys renamed, each beside its old file.
-        after.__dict__["indexed_files"] = ckpt.indexed_files  # a cached view, as computed
-    if det is not None:
-        carry_detection(after, det)
-    return after
 
 
 def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[str], dict[str, list[BytePatch]]]:
@@ -98,14 +77,10 @@ def edit_maps(ckpt: Checkpoint, plan: Plan) -> tuple[dict[str, str], frozenset[s
 def with_scanned_values(after: Checkpoint, scanned: Checkpoint, plan: Plan) -> Checkpoint:
     """`after_checkpoint(scanned, plan, steps)`, given `after`, the same made from the checkpoint `scanned` is before
     its value scan ended (`scanned` with no value statistics yet): `after` with `scanned`'s value data carried over,
-    and the derived views `after` computed meanwhile (its tensor map, modules, layouts).
-
-    WHY this is exact: the scan adds value statistics and changes no other field (`pipeline._analyze` makes `scanned`
-    by replacing `values` alone), `after_checkpoint` makes every field but the value data from fields the two share,
-    and takes the value data from `carry_values` of its input alone; every cached view of a `Checkpoint` is computed
-    from its files, shards, index and configs and none reads the value data (`pipeline._with_views`)."""
+    and the derived views `after` computed meanwhile. The scan adds value statistics and changes no other field, and
+    `after_checkpoint` takes the value data from `carry_values` of its input alone."""
     renames, drops, patches = edit_maps(scanned, plan)
-    return _with_views(dataclasses.replace(after, **carry_values(scanned, renames, drops, patches)), after)
+    return with_value_data(after, **carry_values(scanned, renames, drops, patches))
 
 
 def _edited_shard(
@@ -146,13 +121,6 @@ def carry_values(
             mapping: dict[str, str | None] = dict.fromkeys(drops)
             mapping.update({old: new for old, new in renames.items() if old not in drops})
             mapping.update(dict.fromkeys(patches))  # statistics cannot be patched in memory
-            if isinstance(data, Container) and not any(map(data.__contains__, mapping)):
-                # WHY the statistics themselves: `renamed` changes only the names `mapping` holds, so statistics that
-                # hold none of them are their own renamed copy (equal field by field); shared, they let the value
-                # rules' memos per statistics object (`rules._memo.once_per`) answer the after-state from the pass
-                # they made on the before-state.
-                out[f.name] = data
-                continue
             out[f.name] = data.renamed(mapping)
             continue
         if not isinstance(data, Mapping):

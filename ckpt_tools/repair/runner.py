@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TargetError, UsageError
-from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze, rejudge
+from ..pipeline import Analysis, Judging, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding, all_rules
 from ._thread import InThread
@@ -144,6 +144,10 @@ def _progress_bar(steps: tuple[Step, ...], progress: bool | None):
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable, leave=False)
 
 
+def _drop(analysis: Analysis) -> None:
+    return None
+
+
 def run(
     target: str,
     job: Job,
@@ -167,41 +171,7 @@ def run(
     job and ran `recover` under it first (`fix_all`, which chains jobs): the job plans on it instead of locking,
     recovering and analyzing itself; the state a written job leaves is the analysis whose report is `after`, handed
     to `keep`. `ahead`, with `before`: this job planned while `before`'s value scan ran (`analyze(meanwhile=ahead)`)."""
-    # The cyclic collector stays paused for the whole job, as for an analysis: planning, predicting and writing
-    # allocate per-tensor objects too (the planned headers, the after-state), and a full collection meanwhile would
-    # re-walk every object of the analysis for nothing (a fifth of a seed-size fix-prefix's planning time).
-    with _cyclic_gc_paused():
-        return _run(
-            target,
-            job,
-            dry_run=dry_run,
-            progress=progress,
-            runtime=runtime,
-            force=force,
-            headers_only=headers_only,
-            keep=keep or _drop,
-            before=before,
-            ahead=ahead,
-        )
-
-
-def _drop(analysis: Analysis) -> None:
-    return None
-
-
-def _run(
-    target: str,
-    job: Job,
-    *,
-    dry_run: bool,
-    progress: bool | None,
-    runtime: str | None,
-    force: bool,
-    headers_only: bool,
-    keep: Callable[[Analysis], None],
-    before: Analysis | None = None,
-    ahead: _Ahead | None = None,
-) -> RepairResult:
+    keep = keep or _drop
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
@@ -286,7 +256,7 @@ def predict(
     (`keep` receives the after-state's analysis)."""
     from .predict import after_checkpoint
 
-    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps, analysis.detection))  # paused there
+    after = rejudge(analysis, after_checkpoint(analysis.checkpoint, plan, steps))  # paused there
     if keep is not None:
         keep(after)
     return after.report
@@ -324,8 +294,8 @@ class _Ahead:
         after = None
         if steps:
             after = Judging.start(
-                after_checkpoint(interim.checkpoint, plan, steps, interim.detection),
-                **interim.settings,
+                after_checkpoint(interim.checkpoint, plan, steps),
+                interim.settings,
                 values_later=True,
             )
         self.planned = (plan, steps, after)

@@ -21,11 +21,9 @@ import json
 import os
 import re
 import struct
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from itertools import compress, islice
-from operator import attrgetter, itemgetter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +31,9 @@ import orjson
 
 from ..errors import TargetError
 from ..model.checkpoint import Checkpoint
-from ..model.tensors import Index, Shard, TensorInfo
+from ..model.tensors import Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
-from ._thread import InThread
 from .fsio import temp_name
 from .plan import BytePatch, Plan, ShardEdit
 
@@ -126,16 +123,6 @@ class IndexStep:
     new: bytes
     note: str
     old: bytes | None = None  # the whole old index, which `ckpt repair --rollback` writes back
-    # (weight map, metadata) of `new` as the loader reads it back (`read.configs.read_index`), for the predicted
-    # after-state, which then parses no index; never journaled (`new` is the record), absent in a decoded journal.
-    parsed: tuple[Mapping[str, str], Mapping[str, object]] | None = field(
-        default=None, compare=False, repr=False, metadata={"journal": False}
-    )
-    # The analysis's index when `new` is exactly its weight map with keys through the plan's `index_renames` and
-    # nothing dropped (the file on disk was the analysis's index: `_parsed_index`); None otherwise. What lets the
-    # after-state carry index-tensor-mismatch's proof over (`rules.ck103_index_tensor_mismatch.carry_where_indexed`);
-    # never journaled, absent in a decoded journal.
-    renamed_from: Index | None = field(default=None, compare=False, repr=False, metadata={"journal": False})
 
     kind = "index"
 
@@ -179,7 +166,7 @@ def read_prefix(path: Path, shard: Shard) -> bytes:
 def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) -> list[Step]:
     path = root / shard.name
     prefix = read_prefix(path, shard)
-    header, metadata, as_written = _reader_view_of(shard, prefix)
+    header, metadata = _reader_view(shard, prefix)
     drops = edit.drops
     kept = [(name, info) for name, info in header.items() if name not in drops] if drops else list(header.items())
 
@@ -192,31 +179,25 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
             new_begin[name] = offset
             offset += info["data_offsets"][1] - info["data_offsets"][0]
     renames = edit.renames
-    # Names through `renames`, in C (a rename touches few entries of a large header); a collision shows as a
-    # shorter map, and the loop below names the first one.
-    entries: dict[str, Any] = {} if drops else dict(zip(map(renames.get, header, header), header.values(), strict=True))
-    if drops or len(entries) != len(header):
-        entries = {}
-        for name, info in kept:
-            new_name = renames.get(name, name)
-            if new_name in entries:
-                raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
-            if drops:
-                begin, end = info["data_offsets"]
-                info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
-            entries[new_name] = info
+    entries: dict[str, Any] = {}
+    for name, info in kept:
+        new_name = renames.get(name, name)
+        if new_name in entries:
+            raise TargetError(f"{shard.name}: two tensors would both be named `{new_name}`; nothing was changed")
+        if drops:
+            begin, end = info["data_offsets"]
+            info = {**info, "data_offsets": [new_begin[name], new_begin[name] + end - begin]}
+        entries[new_name] = info
 
     note = _note(edit)
     size = os.stat(path).st_size
     linked = os.stat(path).st_nlink > 1
     if not drops and not linked:
-        new_header = _renamed_in_place(prefix[8:], shard, renames) if as_written else None
-        if new_header is None:
-            try:
-                new_header = encode_header(entries, metadata, exact_length=shard.header_len)
-            except ValueError:
-                new_header = None
-        if new_header is not None:
+        try:
+            new_header = encode_header(entries, metadata, exact_length=shard.header_len)
+        except ValueError:  # it does not fit
+            pass
+        else:
             return _in_place(shard, prefix, prefix[:8] + new_header, edit, size, note)
     reason = "tensors dropped" if drops else "hard-linked file" if linked else "header outgrows its old length"
     new_header = encode_header(entries, metadata)
@@ -243,74 +224,18 @@ def _shard_steps(root: Path, shard: Shard, edit: ShardEdit, ckpt: Checkpoint) ->
     ]
 
 
-def _renamed_in_place(raw: bytes, shard: Shard, renames: Mapping[str, str]) -> bytes | None:
-    """`encode_header` of `raw`'s entries with `renames` applied, padded to `raw`'s length, as `raw` with each renamed
-    key's text replaced; None when it does not fit (or a name is not found, which cannot happen for a header written
-    from the shard's view). `raw` must be exactly `encode_header` of the shard's reader view (`_reader_view_of`'s
-    third answer) and the renames collision-free (the caller's map of renamed entries is as long as the header).
-
-    WHY it is the encoding: the header is compact JSON, one `"name":{"dtype":...}` entry per tensor in the shard's
-    order, each key encoded on its own as orjson encodes the string; inside any encoded string a quote is escaped,
-    so the text `"name":{"dtype":` can only begin the entry whose key is exactly `name` (keys are unique), found in
-    header order one after the other; renaming changes those keys' text alone, and the padding fills the rest."""
-    names = list(map(_NAME, shard.tensors))
-    cuts: list[bytes] = []
-    at = 0
-    for name in compress(names, map(renames.__contains__, names)):  # header order
-        key = orjson.dumps(name)
-        found = raw.find(key + b':{"dtype":', at)
-        if found < 0:
-            return None
-        cuts += (raw[at:found], orjson.dumps(renames[name]))
-        at = found + len(key)
-    end = len(raw.rstrip(b" "))  # the JSON ends with its brace; the rest is padding
-    if at > end:
-        return None
-    cuts.append(raw[at:end])
-    text = b"".join(cuts)
-    if len(text) > len(raw):
-        return None
-    return text + b" " * (len(raw) - len(text))
+def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
+    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
 
 
 def _reader_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """`_reader_view_of` without its last answer."""
-    header, metadata, _as_written = _reader_view_of(shard, prefix)
-    return header, metadata
-
-
-def _reader_view_of(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None, bool]:
-    """The header's entries and metadata exactly as the safetensors reader reads them, or a one-line refusal; and
-    whether the header bytes are exactly `encode_header` of them (padded to their length).
+    """The header's entries and metadata exactly as the safetensors reader reads them, parsed again from the bytes
+    on disk, or a one-line refusal.
 
     A repair rewrites the header from this view, so it must be the reader's: a shard the reader rejects is never
     rewritten, nor one it reads by dropping something (a repeated tensor name keeps only the last entry). Entries
     are written back in the reader's terms (dtype, shape, data_offsets); fields the reader ignores are not kept.
     """
-    header = _entries_of(shard.tensors)
-    metadata = dict(shard.metadata) if shard.metadata is not None else None
-    if shard.valid and _encodes_as(header, metadata, prefix[8:]):
-        # WHY this is the reader's view without parsing the header again: the bytes on disk are exactly what writing
-        # the analysis's view of this shard gives (as safetensors writes a header, padded to the same length), and
-        # the reader reads a header written from a view as that view; the analysis read this shard without a
-        # problem (`guard.check_checkpoint` refuses any), and the file size is the one it read (`read_prefix`).
-        return header, metadata, True
-    return (*_parsed_view(shard, prefix), False)
-
-
-def _entries_of(tensors: tuple[TensorInfo, ...]) -> dict[str, Any]:
-    return {t.name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]} for t in tensors}
-
-
-def _encodes_as(header: dict[str, Any], metadata: dict[str, str] | None, raw: bytes) -> bool:
-    try:
-        return encode_header(header, metadata, exact_length=len(raw)) == raw
-    except ValueError:  # does not fit: certainly not these bytes
-        return False
-
-
-def _parsed_view(shard: Shard, prefix: bytes) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """`_reader_view` by parsing the header on disk again."""
     read = parse_header(shard.name, shard.size, prefix[8:])
     if read.shard is None or not read.shard.valid or read.problems:
         message = read.problems[0].message if read.problems else "not a safetensors file"
@@ -415,22 +340,14 @@ def _note(edit: ShardEdit) -> str:
 def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     assert ckpt.index is not None
     raw = (root / ckpt.index.name).read_bytes()
-    old_sha256 = InThread(lambda: sha256(raw))  # without the interpreter lock, beside the work below
-    data, as_analysed = _parsed_index(ckpt.index, raw)
+    data = orjson.loads(raw)
     weight_map: dict[str, str] = data["weight_map"]
     drops, renames = plan.index_drops, plan.index_renames
     keys = list(weight_map)
     in_order = keys == sorted(keys)  # HF writers sort the map; a repaired one stays sorted
-    if drops:
-        kept = [(k, f) for k, f in weight_map.items() if k not in drops]
-        new_map = {renames.get(key, key): file for key, file in kept}
-        if in_order:
-            new_map = dict(sorted(new_map.items()))
-    elif in_order:
-        new_map = _sorted_renamed(weight_map, keys, renames)
-    else:
-        # Every key through `renames.get(key, key)` beside its file, in C (a rename touches few keys of a large map).
-        new_map = dict(zip(map(renames.get, keys, keys), weight_map.values(), strict=True))
+    new_map = {renames.get(key, key): file for key, file in weight_map.items() if key not in drops}
+    if in_order:
+        new_map = dict(sorted(new_map.items()))
     # A collision shows as a shorter map.
     if len(new_map) != len(weight_map) - sum(1 for k in drops if k in weight_map):
         new_map = {}
@@ -454,8 +371,7 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
         ):
             if type(meta.get(key)) is int:
                 meta[key] -= amount
-    spliced = _spliced_index(raw, keys, renames, new_map) if as_analysed and in_order and not drops else None
-    new = spliced if spliced is not None else _dump_like(data, raw)
+    new = _dump_like(data, raw)
     if new == raw:
         return None
     # Counted over the plan's (few) keys: each names at most one entry of the map.
@@ -464,110 +380,13 @@ def _index_step(root: Path, ckpt: Checkpoint, plan: Plan) -> IndexStep | None:
     note = ", ".join(
         p for p in (f"{renamed} key(s) renamed" if renamed else "", f"{removed} key(s) removed" if removed else "") if p
     )
-    # WHY `parsed` is what reading `new` back gives: `new` is `data` dumped (key order kept, strings and integers
-    # written exactly, floats by their round-tripping repr), and the loader keeps the weight map and a metadata object
-    # as parsed (any other metadata reads as empty).
-    parsed = (new_map, meta if isinstance(meta, dict) else {})
     return IndexStep(
         file=ckpt.index.name,
-        old_sha256=old_sha256.result(),
+        old_sha256=sha256(raw),
         new=new,
         note=note or "rewritten",
         old=raw,
-        parsed=parsed,
-        renamed_from=ckpt.index if as_analysed and not drops else None,
     )
-
-
-def _sorted_renamed(weight_map: dict[str, str], keys: list[str], renames: Mapping[str, str]) -> dict[str, str]:
-    """`dict(sorted(zip(map(renames.get, keys, keys), weight_map.values()), key=itemgetter(0)))` for a map whose
-    `keys` are in order, in list slices and whole-dict steps: the (few) renamed keys are cut out of the sorted key
-    list where a binary search finds them and their new names merged in where it places them; the map is a copy of
-    the old one up to the first place the two orders differ, and only the keys from there on are entered again.
-    WHY this is the same: without two equal keys the sorted order is unique, and cutting keys out of a sorted list
-    and merging a sorted run into it keeps it sorted; equal keys (a collision) make a shorter map in both, which the
-    caller refuses whatever the order or the files."""
-    olds = sorted(k for k in renames if k in weight_map)
-    out = weight_map.copy()
-    if not olds:
-        return out
-    moved = sorted(((renames[k], weight_map[k]) for k in olds), key=itemgetter(0))
-    kept: list[str] = []
-    at = 0
-    for old in olds:  # each is a key of the map, so the search finds it exactly
-        where = bisect_left(keys, old, lo=at)
-        kept += keys[at:where]
-        at = where + 1
-    kept += keys[at:]
-    order: list[str] = []
-    at = 0
-    for new, _file in moved:
-        where = bisect_left(kept, new, lo=at)
-        order += kept[at:where]
-        order.append(new)
-        at = where
-    order += kept[at:]
-    # `keys` and `order` agree before the first renamed key and before the first new one (`kept` is `keys` there).
-    same = min(bisect_left(keys, olds[0]), bisect_left(kept, moved[0][0]))
-    for key in keys[same:]:
-        del out[key]
-    tail = order[same:]
-    files: dict[str, Any] = dict(moved)  # a JSON index may hold anything as a file
-    out.update(zip(tail, map(files.get, tail, map(weight_map.get, tail)), strict=True))
-    return out
-
-
-def _spliced_index(raw: bytes, keys: list[str], renames: Mapping[str, str], new_map: dict[str, Any]) -> bytes | None:
-    """`_dump_like` of the index with its sorted weight map `new_map` in place of the one `raw` holds, as `raw` with
-    the entries that differ cut out and the new ones written in (the rest of a many-megabyte file is copied, not
-    encoded again), or None where that cannot be shown to be the same bytes (the caller dumps the whole).
-
-    `raw` must be exactly the dump of the analysis's index, whose sorted keys are `keys`, and `new_map` those keys
-    with the renamed ones cut out and their new names merged in (`_sorted_renamed`), collision-free. WHY the splice is
-    the dump: in HF's layout (indent 2, `": "`, `","`) with no backslash in the file (so no escaped character
-    anywhere, and no newline inside a string), each weight-map entry is one line `\n    "key": value`, entries are
-    joined by commas, and such a line can only start an entry of a depth-2 object, so the first one after the
-    top-level `"weight_map"` key that names a key is that key's entry. Every removed key and every place a new one
-    goes lie within old entries [lo, hi); the new map agrees with the old one before lo and from hi on (sorted
-    merge), so only the entries between are written, between the old text up to entry lo and from entry hi (or the
-    map's braces at either end): each as its line,
-    encoded by orjson as the dump encodes it (a string value, and no backslash: no escape, which both encoders would
-    otherwise have to spell alike)."""
-    if b"\\" in raw or _layout(raw) != (2, ": ", ","):
-        return None
-    olds = [k for k in renames if _holds(keys, k)]  # the renamed keys of the old map
-    removed = [bisect_left(keys, k) for k in olds]
-    placed = [bisect_left(keys, renames[k]) for k in olds]  # where each new name goes among the old keys
-    if not removed:
-        return None
-    n = len(keys)
-    lo = min(min(removed), min(placed))
-    hi = max(max(removed) + 1, max(placed))
-    opening = b'\n  "weight_map": {'
-    start = raw.find(opening)
-    if start < 0:
-        return None
-    # The text before entry lo (up to the end of entry lo - 1, or the map's opening brace) and from entry hi on (its
-    # separating comma, or the map's closing brace: the weight map is the file's last key, so its `\n  }` is the
-    # last one).
-    at_lo = raw.find(b"\n    " + orjson.dumps(keys[lo]) + b": ", start) - 1 if lo else start + len(opening)
-    at_hi = raw.find(b"\n    " + orjson.dumps(keys[hi]) + b": ", at_lo) - 1 if hi < n else raw.rfind(b"\n  }")
-    if at_lo < start or at_hi < at_lo:
-        return None
-    middle = list(islice(new_map.items(), lo, len(new_map) - (n - hi)))
-    if not middle or not all(type(v) is str for _k, v in middle):
-        return None
-    lines = b",".join(b"\n    " + orjson.dumps(k) + b": " + orjson.dumps(v) for k, v in middle)
-    if b"\\" in lines or not lines.isascii():
-        return None
-    view = memoryview(raw)  # slices of a view copy nothing: the join is the one copy of the file
-    return b"".join((view[:at_lo], b"," if lo else b"", lines, view[at_hi:]))
-
-
-def _holds(keys: list[str], key: str) -> bool:
-    """`key` is one of the sorted `keys`."""
-    at = bisect_left(keys, key)
-    return at < len(keys) and keys[at] == key
 
 
 def _layout(raw: bytes) -> tuple[int | None, str, str]:
@@ -587,28 +406,6 @@ def _layout(raw: bytes) -> tuple[int | None, str, str]:
 
 
 _LEADING_SPACES = re.compile(rb" *")
-
-
-def _parsed_index(index: Index, raw: bytes) -> tuple[dict[str, Any], bool]:
-    """`raw` (the index file as read now) parsed, as fresh objects the caller may change, and whether it is the
-    analysis's index (its weight map and metadata, copied; nothing else in the file). When `raw` is exactly the
-    analysis's index written back in the file's own layout, that is the analysis's index, copied: WHY exact: JSON
-    written from values reads back as the same values, so bytes equal to what those values write read as them (a
-    file with other top-level keys, or changed since the analysis, differs and is parsed). Writing a 100k-entry map
-    costs a fraction of parsing it."""
-    # `.copy()` of the read-only views copies the dicts underneath in C (`dict(view)` would go key by key).
-    known: dict[str, Any] = {"weight_map": _copy(index.weight_map)}
-    if index.metadata:
-        known = {"metadata": _copy(index.metadata), **known}
-    if _dump_like(known, raw) == raw:
-        return known, True
-    return orjson.loads(raw), False  # same objects as json.loads, several times faster on a 100k-entry index
-
-
-def _copy(mapping: Mapping[str, Any]) -> dict[str, Any]:
-    copy = getattr(mapping, "copy", None)
-    out = copy() if copy is not None else None
-    return out if type(out) is dict else dict(mapping)
 
 
 def _has_float(value: Any) -> bool:

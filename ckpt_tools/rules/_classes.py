@@ -14,15 +14,12 @@ on the digits.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TypeVar
 
 from ..detect.resolve import RowClass
-from ._memo import once_per
 from .base import Context
 
-_DECLARED, _DISK, _COVERED = attrgetter("declared"), attrgetter("disk"), attrgetter("covered_by")
-_GROUP, _COMPONENT = attrgetter("group"), attrgetter("component")
 _DIGITS = str.maketrans("0123456789", "#" * 10)
 V = TypeVar("V")
 
@@ -36,48 +33,9 @@ def name_templates(names: list[str]) -> list[str]:
     return joined.translate(_DIGITS).split("\n") if names else []
 
 
-@once_per
 def row_classes(ctx: Context) -> tuple[RowClass, ...]:
-    """The detection rows in classes (`detect.resolve.RowClass`): detection's own (`Detection.classes`), taken as they
-    are, no pass over the rows. A detection made without them (rows only) is grouped here, the key built column by
-    column in C: layout id (by name), the schemes (by identity: rows share a few scheme objects, alive as long as the
-    rows), ignore entry, group, component, so that a class's rows share every field but the name, as detection's do."""
-    det = ctx.det
-    if det.classes or not det.rows:
-        return det.classes
-    rows = det.rows
-    names = [r.name for r in rows]
-    keys = zip(
-        map(ctx.ckpt.layouts.of.__getitem__, names),
-        map(id, map(_DECLARED, rows)),
-        map(id, map(_DISK, rows)),
-        map(_COVERED, rows),
-        map(_GROUP, rows),
-        map(_COMPONENT, rows),
-        strict=True,
-    )
-    members: dict[tuple[int, int, int, str | None, str | None, str], list[int]] = {}
-    for i, key in enumerate(keys):
-        held = members.get(key)
-        if held is None:
-            members[key] = [i]
-        else:
-            held.append(i)
-    out = []
-    for key, ids in members.items():
-        first = rows[ids[0]]
-        out.append(
-            RowClass(
-                layout=key[0],
-                component=first.component,
-                declared=first.declared,
-                disk=first.disk,
-                covered_by=first.covered_by,
-                group=first.group,
-                names=tuple(map(names.__getitem__, ids)),
-            )
-        )
-    return tuple(out)
+    """The detection's rows in classes (`Detection.classes`)."""
+    return ctx.det.classes
 
 
 def templates_of(names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:

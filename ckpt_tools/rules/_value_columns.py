@@ -1,9 +1,8 @@
-"""The value statistics read column by column, in C, so that the value rules cost a few C passes over the measured
-tensors instead of a Python step per tensor.
+"""The value statistics read column by column, shared by the value rules.
 
 A large checkpoint has ~100k measured scale tensors; almost all are clean (no NaN, no zero, no negative value) and
 hold a usable global scale or a clean block scale. `unusual` names the few tensors any per-tensor value verdict can
-be about; `usable_scalars` gives one-element scales as a float column that rules compare with C-level maps, and
+be about; `usable_scalars` gives one-element scales as a float column, and
 `member_scalars` keeps those columns for the members of the detection's row classes, so that the rules that read
 the same global scales (mixed-scale-convention, fused-scale-mismatch) look each up once.
 """
@@ -11,24 +10,19 @@ the same global scales (mixed-scale-convention, fused-scale-mismatch) look each 
 from __future__ import annotations
 
 import math
-import weakref
-from collections import deque
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain, compress, repeat
-from operator import add, attrgetter, is_not, itemgetter
+from itertools import accumulate, chain, compress
+from operator import attrgetter
 
 from ..model.modules import join_name
-from ..model.values import WIDE_FLOAT_DTYPES, ValueStats
+from ..model.values import ValueStats
 from ._classes import row_classes
 from ._memo import once_per, once_per_detection
 from ._values import usable_scalar
 from .base import Context
 
 _NAN, _INF, _ZERO, _NEGATIVE, _ZERO_ROWS = map(attrgetter, ("nan", "inf", "zero", "negative", "zero_rows"))
-_VALUES, _DTYPE = attrgetter("values"), attrgetter("dtype")
-_FIRST = itemgetter(0)
-_POSITIVE = (0.0).__lt__  # 0 < v: False for NaN
-_BELOW_INF = math.inf.__gt__  # v < inf: False for NaN
+_VALUES = attrgetter("values")
 
 
 @once_per
@@ -59,22 +53,8 @@ def unusual(values: ValueStats) -> tuple[str, ...]:
 def usable_scalars(values: ValueStats, names: Sequence[str]) -> list[float]:
     """Per name, `_values.usable_scalar` of what the scan measured: the value of a one-element F32 / BF16 / F16 tensor
     when it is finite and above zero, else NaN: what fused-scale-mismatch and mixed-scale-convention compare, as a
-    column.
-
-    The common cases (every name measured, every value one finite positive wide float; or no name measured) are a
-    few C passes; any other column is built element by element with the same test."""
-    stats = list(map(values.tensors.get, names))
-    # counted by identity, in C (`None in stats` would call the dataclass's `__eq__` once per element)
-    measured = sum(map(is_not, stats, repeat(None)))
-    if not measured:  # a suffix this checkpoint does not use (the other producer's name)
-        return [math.nan] * len(stats)
-    if measured == len(stats) and WIDE_FLOAT_DTYPES.issuperset(map(_DTYPE, stats)):
-        held = list(map(_VALUES, stats))
-        if None not in held and all(map((1).__eq__, map(len, held))):
-            column = list(map(_FIRST, held))
-            if all(map(_POSITIVE, column)) and all(map(_BELOW_INF, column)):
-                return column
-    return list(map(usable_scalar, stats))
+    column."""
+    return [usable_scalar(values.tensors.get(name)) for name in names]
 
 
 class MemberTable:
@@ -91,17 +71,11 @@ class MemberTable:
         self._tensors: dict[tuple[str, int], list[str]] = {}
 
     def tensor_names(self, suffix: str, k: int) -> list[str]:
-        """The names `<member>.<suffix>` of class `k`'s members, in member order (made once; their hashes too, so
-        looking them up in the statistics costs no hashing later)."""
+        """The names `<member>.<suffix>` of class `k`'s members, in member order (made once)."""
         names = self._tensors.get((suffix, k))
         if names is None:
             members = self.classes[k].names
-            if "" in members:  # a top-level module: its tensors have no prefix
-                names = [join_name(m, suffix) for m in members]
-            else:
-                names = list(map(add, members, repeat(f".{suffix}")))
-            deque(map(hash, names), maxlen=0)  # hashes are cached on the strings: computed now, in C
-            self._tensors[(suffix, k)] = names
+            names = self._tensors[(suffix, k)] = [join_name(m, suffix) for m in members]
         return names
 
 
@@ -121,22 +95,12 @@ class MemberScalars:
     so no member of that class has a measured `<member>.<suffix>`."""
 
     def __init__(self, ctx: Context) -> None:
-        global _last
         self.values = ctx.ckpt.values
         table = member_table(ctx)
         self.table = table
         self.classes, self.starts, self.names = table.classes, table.starts, table.names
         self._columns: dict[str, list[float]] = {}
         self._filled: dict[str, set[int]] = {}
-        self._looked_up: dict[str, set[int]] = {}  # per suffix, the classes whose members were looked up in `values`
-        # The previous judgement's columns over the very same statistics (a repair's before-state, whose after-state
-        # carries its statistics and its detection's classes over): their classes' slices are taken as they are.
-        donor = _last() if _last is not None else None
-        self._donor = donor if donor is not None and self.values is not None and donor.values is self.values else None
-        if self._donor is not None:
-            self._donor._donor = None  # one donor at a time: no chain of judgements kept alive (it only costs lookups)
-        self._donor_class: dict[int, int] | None = None  # id of a donor's class -> its index there
-        _last = weakref.ref(self)
 
     def column(self, suffix: str, classes: Iterable[int]) -> list[float]:
         """The flat column of `suffix` (index: `starts[k] + member`), with at least `classes` (indices into
@@ -151,11 +115,6 @@ class MemberScalars:
         todo = [k for k in todo if suffix in self.table.suffixes[k]]
         if not todo or self.values is None:
             return column
-        self._looked_up.setdefault(suffix, set()).update(todo)
-        if self._donor is not None:
-            todo = self._from_donor(suffix, todo, column)
-            if not todo:
-                return column
         names = list(chain.from_iterable(self.table.tensor_names(suffix, k) for k in todo))
         found = usable_scalars(self.values, names)
         at = 0
@@ -164,30 +123,6 @@ class MemberScalars:
             column[start:end] = found[at : at + end - start]
             at += end - start
         return column
-
-    def _from_donor(self, suffix: str, todo: list[int], column: list[float]) -> list[int]:
-        """Fill the slices of `todo`'s classes that the donor looked up for `suffix`; returns the other classes.
-
-        WHY a donor's slice is this one: a class's slice is `usable_scalars` of its members' `<member>.<suffix>`
-        names, element by element (`_values.usable_scalar` of each name's statistics); the same class object has the
-        same members in the same order, and the donor read the very same statistics object."""
-        donor = self._donor
-        assert donor is not None
-        if self._donor_class is None:
-            self._donor_class = {id(c): k for k, c in enumerate(donor.classes)}
-        looked_up = donor._looked_up.get(suffix, set())
-        source = donor._columns.get(suffix)
-        left: list[int] = []
-        for k in todo:
-            d = self._donor_class.get(id(self.classes[k]))
-            if d is None or d not in looked_up or source is None:
-                left.append(k)
-                continue
-            column[self.starts[k] : self.starts[k + 1]] = source[donor.starts[d] : donor.starts[d + 1]]
-        return left
-
-
-_last: weakref.ref[MemberScalars] | None = None  # the last `MemberScalars` made (the donor of the next one)
 
 
 @once_per

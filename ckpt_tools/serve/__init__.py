@@ -5,7 +5,7 @@ checks/ (one module per CS code, under the CK rules' contract)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,17 +20,15 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
-    from ..pipeline import Analysis, Judging
+    from ..pipeline import Judging
 
 __all__ = [
     "CheckServeResult",
     "PlannedFlag",
     "ServePlan",
     "check_serve",
-    "check_serve_and_analyses",
     "planned_command",
     "serve_flags",
-    "serve_flags_and_analyses",
     "serve_verdict",
 ]
 
@@ -61,51 +59,16 @@ def serve_flags(
     progress: bool | None = None,
     repo_id: str | None = None,
     served_model_name: str | None = None,
+    keep: Callable[[tuple[object, ...]], None] | None = None,
 ) -> ServePlan:
     """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
     `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
     `container=True` (the recipes of `--emit docker|compose|model-card`) never names a local path: the model is the
     Hub repo id (`repo_id`, else inferred from a Hub target, a Hugging Face cache snapshot or a Hub git clone) or the
     /model mount, the drafter /drafter, and `--served-model-name` is set (`served_model_name`, else the repo id or
-    the folder's name). Raises `CkptError` when the target or drafter cannot be read."""
-    return serve_flags_and_analyses(
-        target,
-        runtime=runtime,
-        hardware=hardware,
-        drafter=drafter,
-        max_model_len=max_model_len,
-        colocated=colocated,
-        container=container,
-        speculative_method=speculative_method,
-        revision=revision,
-        headers_only=headers_only,
-        deep=deep,
-        progress=progress,
-        repo_id=repo_id,
-        served_model_name=served_model_name,
-    )[0]
-
-
-def serve_flags_and_analyses(
-    target: str | os.PathLike[str],
-    *,
-    runtime: str | None = None,
-    hardware: str | None = None,
-    drafter: str | os.PathLike[str] | None = None,
-    max_model_len: int | None = None,
-    colocated: bool = False,
-    container: bool = False,
-    speculative_method: str | None = None,
-    revision: str | None = None,
-    headers_only: bool = False,
-    deep: bool = False,
-    progress: bool | None = None,
-    repo_id: str | None = None,
-    served_model_name: str | None = None,
-) -> tuple[ServePlan, tuple[Analysis, ...]]:
-    """`serve_flags`, and the analyses it judged (the checkpoint's, then the drafter's if any), for a caller that
-    decides when they are freed: `ckpt serve-flags` leaves them to process exit, as doctor leaves its own (freeing a
-    124k-tensor analysis object by object costs ~0.08 CPU s), since the plan itself keeps none of them."""
+    the folder's name). `keep` receives the analyses judged (the checkpoint's, then the drafter's if any), for a
+    caller that decides when they are freed (`ckpt serve-flags` leaves them to process exit). Raises `CkptError`
+    when the target or drafter cannot be read."""
     from .. import _inputs
     from ..pipeline import analyze
 
@@ -145,8 +108,9 @@ def serve_flags_and_analyses(
     planned = plan(analysis, rt, hw, options, drafter=drafter_analysis, alternatives=alternatives)
     fitted = fit_serve_plan(planned, analysis, drafter_analysis, max_model_len)
     verdict = serve_verdict(analysis, planned_command(fitted), rt, hw, fitted, drafter_path=drafter)
-    analyses = (analysis,) if drafter_analysis is None else (analysis, drafter_analysis)
-    return replace(fitted, findings=verdict), analyses
+    if keep is not None:
+        keep((analysis,) if drafter_analysis is None else (analysis, drafter_analysis))
+    return replace(fitted, findings=verdict)
 
 
 def _load_serving(_judging: Judging) -> None:
@@ -205,35 +169,11 @@ def check_serve(
     headers_only: bool = False,
     deep: bool = False,
     progress: bool | None = None,
+    keep: Callable[[tuple[object, ...]], None] | None = None,
 ) -> CheckServeResult:
     """Lint an existing `vllm serve` / `docker run` command (one string, or an argv list) against the checkpoint
     and the profiles; the report also carries doctor's findings on the checkpoint. Without `runtime`, a
-    `docker run` of a known image picks that image's profile."""
-    return check_serve_and_analyses(
-        target,
-        command,
-        runtime=runtime,
-        hardware=hardware,
-        revision=revision,
-        headers_only=headers_only,
-        deep=deep,
-        progress=progress,
-    )[0]
-
-
-def check_serve_and_analyses(
-    target: str | os.PathLike[str],
-    command: str | Sequence[str],
-    *,
-    runtime: str | None = None,
-    hardware: str | None = None,
-    revision: str | None = None,
-    headers_only: bool = False,
-    deep: bool = False,
-    progress: bool | None = None,
-) -> tuple[CheckServeResult, tuple[Analysis, ...]]:
-    """`check_serve`, and the analysis it judged, for a caller that decides when it is freed (as
-    `serve_flags_and_analyses`)."""
+    `docker run` of a known image picks that image's profile. `keep` receives the analysis judged, as for `serve_flags`."""
     from .. import _inputs
     from ..pipeline import analyze
     from .parser import parse_command, split_command
@@ -285,7 +225,9 @@ def check_serve_and_analyses(
         },
         command="check-serve",
     )
-    return CheckServeResult(report, replace(the_plan, findings=findings)), (analysis,)
+    if keep is not None:
+        keep((analysis,))
+    return CheckServeResult(report, replace(the_plan, findings=findings))
 
 
 def _image_of(words: Sequence[str]) -> str | None:
