@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the
 # whole pipeline (PEP 562 module __getattr__).

@@ -65,7 +65,7 @@ class Inspection:
 
     def to_dict(self) -> dict[str, Any]:
         """The `ckpt inspect --format json` object."""
-        from . import __version__
+        from ._version import __version__
 
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,

@@ -201,7 +201,7 @@ _install_plain_coercion()
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from .._version import __version__
 
         print(f"ckpt {__version__}")
         raise typer.Exit(0)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware, hardware
 from ..knowledge.memory import memory

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .. import __version__
+from .._version import __version__
 from ..errors import TargetError
 from .hub_errors import HubContext, http_library_errors, hub_errors
 from .hub_target import HubTarget

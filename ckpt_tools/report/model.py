@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from .. import __version__
+from .._version import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import orjson
 
-from .. import __version__
+from .._version import __version__
 from ..model.modules import ROLES
 from ..rules.base import Documented, Finding, all_rules, documented, rule_family
 from ..suppress import SuppressedFinding

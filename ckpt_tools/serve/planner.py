@@ -103,7 +103,7 @@ class ServePlan:
         return shlex.join(self.argv)
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from .._version import __version__
 
         return {
             "schema_version": 1,
