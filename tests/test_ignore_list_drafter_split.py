@@ -5,7 +5,7 @@ differ: none under a dropped prefix, all of them, a mix in either order, several
 from __future__ import annotations
 
 from ckpt_tools.detect.resolve import RowClass
-from ckpt_tools.detect.schemes import UNQUANTIZED
+from ckpt_tools.model.schemes import UNQUANTIZED
 from ckpt_tools.rules.ck301_ignore_list_mismatch import _split_drafter
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_tools.detect.schemes import Scheme
 from ckpt_tools.kernels import capability, kernels_for, layer_kind, select, selections
 from ckpt_tools.knowledge.hardware import hardware
 from ckpt_tools.knowledge.hardware import profiles as hardware_profiles
+from ckpt_tools.model.schemes import Scheme
 from ckpt_tools.pipeline import analyze
 from ckpt_tools.rules.base import Context
 from ckpt_tools.rules.ck405_kernel_selection import KernelSelection

@@ -23,9 +23,10 @@ from ckpt_tools.detect.resolve import (
     is_linear_candidate,
     modelopt_algo,
 )
-from ckpt_tools.detect.schemes import UNQUANTIZED, disk_scheme
+from ckpt_tools.detect.schemes import disk_scheme
 from ckpt_tools.knowledge.architectures import family_for
 from ckpt_tools.knowledge.runtimes import runtime as load_runtime
+from ckpt_tools.model.schemes import UNQUANTIZED
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..knowledge.formats import NO_DEFAULT as _MISSING
 from ..knowledge.formats import Format, format_for, made_by_table
-from .schemes import UNQUANTIZED, Scheme
+from ..model.schemes import UNQUANTIZED, Scheme
 
 
 def _value(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any = _MISSING) -> Any:

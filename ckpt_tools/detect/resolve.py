@@ -25,9 +25,10 @@ from ..knowledge.runtimes import Runtime
 from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
+from ..model.schemes import UNQUANTIZED, Scheme
 from . import formats
 from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
-from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
+from .schemes import ct_scheme, disk_scheme, modelopt_scheme
 
 # Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
 FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ._load import Table, build_file
 
 if TYPE_CHECKING:
-    from ..detect.schemes import Scheme
+    from ..model.schemes import Scheme
 
 SCHEME_KINDS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int4", "int8")
 LAYER_KINDS = ("linear", "moe")
