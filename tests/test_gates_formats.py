@@ -14,8 +14,8 @@ import pytest
 
 from ckpt_tools import doctor
 from ckpt_tools.report import sarif
-from ckpt_tools.report.formats import render_many
 from ckpt_tools.report.model import Report
+from ckpt_tools.report.renderers import render_many
 from ckpt_tools.rules.base import Finding, all_rules
 from tests.corrupt import GENUINE, copy_fixture, drop, edit_json, patch_tensor_bytes, rename, shards
 

@@ -56,8 +56,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ckpt_tools.pipeline import analyze
-from ckpt_tools.report.formats import RENDERERS, render
 from ckpt_tools.report.model import Report
+from ckpt_tools.report.renderers import OUTPUT_FORMATS, render
 from ckpt_tools.serve import check_serve
 from tests import case_ops
 from tests.corrupt import GENUINE, copy_fixture
@@ -172,7 +172,7 @@ def test_rule_case(rule: str, case: dict[str, Any], tmp_path: Path) -> None:
     for key, value in case.get("checkpoint", {}).items():
         assert report.checkpoint.get(key) == value, f"checkpoint.{key} = {report.checkpoint.get(key)!r}"
     # Every format renders the findings (details included) without error; JSON round-trips.
-    for fmt in RENDERERS:
+    for fmt in OUTPUT_FORMATS:
         text = render(report, fmt)
         if fmt in ("json", "sarif"):
             json.loads(text)

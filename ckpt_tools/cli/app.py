@@ -16,6 +16,7 @@ import typer
 import typer.core
 
 from ..errors import UsageError
+from ..report.renderers import OUTPUT_FORMATS
 
 app = typer.Typer(
     name="ckpt",
@@ -272,11 +273,8 @@ def write_output(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    sarif = "sarif"
+# `--format` of the commands that print a report: one member per name in report/renderers.py's list.
+OutputFormat = Enum("OutputFormat", {name: name for name in OUTPUT_FORMATS}, type=str)  # type: ignore[misc]
 
 
 class TextOrJson(str, Enum):

@@ -6,7 +6,7 @@ import sys
 import typer
 
 from ..errors import UsageError
-from .app import FailOn, Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .app import FailOn, OutputFormat, app, echo_first_line, emit, keep_until_exit, use_color, write_output
 
 
 @app.command()
@@ -18,7 +18,7 @@ def doctor(
         "hf://org/name); several are judged one by one (Hub repos concurrently) with a summary table, exit code the "
         "worst; with --pre-commit, the files to check.",
     ),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    format: OutputFormat = typer.Option("text", "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: FailOn = typer.Option(
         FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
     ),
@@ -54,7 +54,7 @@ def doctor(
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
     from ..pipeline import analyze  # the pipeline is imported when a command runs, not to print help
-    from ..report.formats import render, render_many
+    from ..report.renderers import render, render_many
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
@@ -86,8 +86,8 @@ def doctor(
         )
         keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
-        if format in (Format.text, Format.markdown):
-            text += _summary_table(reports, fail_on.value, markdown=format == Format.markdown)
+        if format.value in ("text", "markdown"):
+            text += _summary_table(reports, fail_on.value, markdown=format.value == "markdown")
         code = max(r.exit_code(fail_on.value) for r in reports)
     else:
         result = analyze(
@@ -102,7 +102,7 @@ def doctor(
         keep_until_exit(result)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on.value)
-    if format == Format.text and not pre_commit and len(targets) == 1:
+    if format.value == "text" and not pre_commit and len(targets) == 1:
         text = echo_first_line(text)
     if output:
         write_output(output, text)

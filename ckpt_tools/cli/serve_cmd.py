@@ -6,7 +6,7 @@ from enum import Enum
 
 import typer
 
-from .app import FailOn, Format, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
+from .app import FailOn, OutputFormat, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
 
 
 class Emit(str, Enum):
@@ -139,7 +139,7 @@ def check_serve_command(
     hardware: str | None = typer.Option(
         None, "--hardware", help="Hardware profile the command runs on: gb10, h100, h200, b200, rtx5090 (any case)."
     ),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    format: OutputFormat = typer.Option("text", "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: FailOn = typer.Option(
         FailOn.error, "--fail-on", help="Exit 1 when a finding is at or above this.", case_sensitive=False
     ),
@@ -147,7 +147,7 @@ def check_serve_command(
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
     report also carries doctor's findings on the checkpoint (one verdict)."""
-    from ..report.formats import render
+    from ..report.renderers import render
     from ..serve import check_serve_and_analyses
 
     if not command:
@@ -159,5 +159,5 @@ def check_serve_command(
     )
     keep_until_exit((result, analyses))
     text = render(result.report, format.value, color=use_color())
-    emit(echo_first_line(text) if format == Format.text else text)
+    emit(echo_first_line(text) if format.value == "text" else text)
     raise typer.Exit(result.report.exit_code(fail_on.value))

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from .model import Report
+if TYPE_CHECKING:
+    from .model import Report
+
 
 ICONS = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 SHOWN_FILES = 10
@@ -83,3 +87,8 @@ def render(report: Report, *, color: bool = False) -> str:
     for reason, codes in by_reason.items():
         lines.append(f"_Not run: {', '.join(codes)} ({_cell(reason)})._")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_many(reports: Sequence[Report], *, color: bool = False) -> str:
+    """The reports one after another."""
+    return "\n".join(render(r, color=color) for r in reports)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import orjson
@@ -21,7 +21,9 @@ from .._version import __version__
 from ..model.modules import ROLES
 from ..rules.base import Documented, Finding, all_rules, documented, rule_family
 from ..suppress import SuppressedFinding
-from .model import Report
+
+if TYPE_CHECKING:
+    from .model import Report
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFO_URI = "https://github.com/ckpt-tools/ckpt-tools"
@@ -34,7 +36,7 @@ def render(report: Report, *, color: bool = False) -> str:
     return render_many([report])
 
 
-def render_many(reports: Iterable[Report]) -> str:
+def render_many(reports: Iterable[Report], *, color: bool = False) -> str:
     """One SARIF log holding one run per report (`ckpt doctor --pre-commit` checks several folders at once)."""
     return orjson.dumps(sarif_log(reports), option=orjson.OPT_INDENT_2).decode() + "\n"
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .model import Report
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .model import Report
+
 
 COLORS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m"}
 RESET = "\033[0m"
@@ -95,3 +100,8 @@ def render(report: Report, *, color: bool = False) -> str:
         out.append(_paint("No findings.", "bold", color))
     out.append(f"{summary['error']} error(s), {summary['warning']} warning(s), {summary['info']} info")
     return "\n".join(out) + "\n"
+
+
+def render_many(reports: Sequence[Report], *, color: bool = False) -> str:
+    """The reports one after another."""
+    return "\n".join(render(r, color=color) for r in reports)
