@@ -15,13 +15,13 @@ from ckpt_tools.errors import CkptError
 from ckpt_tools.knowledge import (
     architectures,
     dtypes,
-    formats,
     hardware,
     kernels,
     kv_scales,
     layouts,
     memory,
     modules,
+    quant_formats,
     runtimes,
     scales,
     serving,
@@ -34,7 +34,7 @@ tomllib = toml_module()
 LOADERS = {
     "architectures.toml": architectures.architectures,
     "dtypes.toml": dtypes.dtype_support,
-    "formats.toml": formats.knowledge,
+    "formats.toml": quant_formats.knowledge,
     "hardware.toml": hardware.profiles,
     "kernels.toml": kernels.kernel_table,
     "kv_scales.toml": kv_scales.kv_scales,

@@ -17,20 +17,20 @@ from itertools import chain, compress, filterfalse, repeat
 from operator import attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_, or_
 from typing import Any, NamedTuple
 
-from ..knowledge import formats as format_table
+from ..knowledge import quant_formats as format_table
 from ..knowledge.architectures import Family, family_for, markers
-from ..knowledge.formats import format_for, unsupported_hints
 from ..knowledge.modules import model_config, model_unquantized
+from ..knowledge.quant_formats import format_for, unsupported_hints
 from ..knowledge.runtimes import Runtime
 from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
 from ..model.schemes import UNQUANTIZED, Scheme
-from . import formats
+from . import quant_formats
 from .matching import CtMatcher, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
 from .schemes import ct_scheme, disk_scheme, modelopt_scheme
 
-# Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
+# Formats whose per-layer schemes detect/quant_formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
 FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})
 
 
@@ -247,7 +247,7 @@ def _resolve_method(
     if fmt is not None:
         # The config class's override_quantization_method renames the method (gptq -> auto_gptq, awq -> auto_awq,
         # auto-round -> inc), then from_config validates it (rules/formats.toml).
-        vllm_method, problem = formats.resolve_method(method, data, rt.quantization.methods, model_type)
+        vllm_method, problem = quant_formats.resolve_method(method, data, rt.quantization.methods, model_type)
         return method, vllm_method, problem
     if method == "compressed-tensors":
         sparsity = data.get("sparsity_config")
@@ -643,7 +643,7 @@ class _Resolver:
         if self.producer in FORMAT_PRODUCERS:
             module = self.ckpt.modules.get(name)
             disk_q = module is not None and disk_scheme(module).quantized
-            scheme, covered = formats.declared_scheme(
+            scheme, covered = quant_formats.declared_scheme(
                 self.producer, self.view.data or {}, name, self.family.to_vllm(name), disk_q
             )
             return scheme, covered, (self.producer if scheme.quantized else None)
@@ -771,7 +771,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         kv_cache=_kv_cache(view, producer),
         rows=tuple(rows),
         components=tuple(comps),
-        made_by=formats.made_by(view.data),
+        made_by=quant_formats.made_by(view.data),
         classes=tuple(classes),
         carry=carry,
     )

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..detect.formats import format_for
+from ..detect.quant_formats import format_for
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware
 from ..knowledge.runtimes import Runtime, runtime_ids

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..knowledge.formats import NO_DEFAULT as _MISSING
-from ..knowledge.formats import Format, format_for, made_by_table
+from ..knowledge.quant_formats import NO_DEFAULT as _MISSING
+from ..knowledge.quant_formats import QuantFormat, format_for, made_by_table
 from ..model.schemes import UNQUANTIZED, Scheme
 
 
@@ -24,7 +24,7 @@ def _value(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any = _MISSIN
     return default
 
 
-def rejection(fmt: Format, cfg: Mapping[str, Any]) -> str | None:
+def rejection(fmt: QuantFormat, cfg: Mapping[str, Any]) -> str | None:
     """vLLM's error text when `fmt.config_class.from_config` (and its __init__ checks) refuse this config."""
     for a in fmt.accepts:
         keys = (a.key, *a.aliases)

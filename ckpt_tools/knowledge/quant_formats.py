@@ -1,6 +1,6 @@
 """rules/formats.toml: the quantization formats beyond ModelOpt / compressed-tensors (what `--quantization` a
 `quant_method` becomes, which config values its class accepts), the methods a release has no class for, and how a
-config names the tool that wrote it. detect/formats.py applies them."""
+config names the tool that wrote it. detect/quant_formats.py applies them."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class Accept:
 
 
 @dataclass(frozen=True)
-class Format:
+class QuantFormat:
     id: str
     name: str
     vllm_method: str
@@ -63,7 +63,7 @@ class MadeBy:
 
 @dataclass(frozen=True)
 class Formats:
-    formats: Mapping[str, Format]
+    formats: Mapping[str, QuantFormat]
     unsupported: tuple[Unsupported, ...]
     made_by: tuple[MadeBy, ...]
 
@@ -84,9 +84,9 @@ def _accept(t: Table) -> Accept:
     )
 
 
-def _format(t: Table) -> Format:
+def _format(t: Table) -> QuantFormat:
     fid = t.string("id")
-    return Format(
+    return QuantFormat(
         id=fid,
         name=t.string("name"),
         vllm_method=t.string("vllm_method"),
@@ -121,11 +121,11 @@ def knowledge() -> Formats:
     return build_file("formats.toml", parse, "formats/1")
 
 
-def formats() -> Mapping[str, Format]:
+def formats() -> Mapping[str, QuantFormat]:
     return knowledge().formats
 
 
-def format_for(method: str | None) -> Format | None:
+def format_for(method: str | None) -> QuantFormat | None:
     return formats().get(method or "")
 
 
