@@ -285,7 +285,7 @@ def test_repair_steps_refuse_what_the_reader_rejects(tmp_path: Path) -> None:
     same size) is refused there too, not rewritten keeping the last duplicate."""
     from ckpt_tools.read import open_source
     from ckpt_tools.read.loader import load_checkpoint
-    from ckpt_tools.repair.plan import Plan, ShardEdit
+    from ckpt_tools.repair.edits import Plan, ShardEdit
     from ckpt_tools.repair.steps import compile_plan
 
     good = '{"a":{%s},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}' % E

@@ -221,7 +221,7 @@ def test_index_rewrite_counts_and_refuses_colliding_keys(tmp_path: Path) -> None
 
     from ckpt_tools.read.loader import load_checkpoint
     from ckpt_tools.read.local import LocalSource
-    from ckpt_tools.repair.plan import Plan
+    from ckpt_tools.repair.edits import Plan
     from ckpt_tools.repair.steps import IndexStep, compile_plan
     from ckpt_tools.write.header import build_file
 

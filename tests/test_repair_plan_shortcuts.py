@@ -16,8 +16,8 @@ import pytest
 from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.read.local import LocalSource
 from ckpt_tools.repair import steps
+from ckpt_tools.repair.edits import Plan
 from ckpt_tools.repair.journal import decode_journal, encode_journal
-from ckpt_tools.repair.plan import Plan
 from ckpt_tools.write.header import build_file
 from tests.corrupt import genuine_entries
 from tests.repair_helpers import fixture_path

@@ -100,7 +100,7 @@ def test_prediction_equals_doctor_after_byte_patches(tmp_path):
 def test_carry_values_renames_whatever_value_data_the_checkpoint_holds(tmp_path):
     import dataclasses
 
-    from ckpt_tools.repair.plan import BytePatch
+    from ckpt_tools.repair.edits import BytePatch
 
     ckpt = analyze(str(copy_of(MISNESTED, tmp_path))).checkpoint
     name = next(iter(ckpt.values))  # the scan's statistics

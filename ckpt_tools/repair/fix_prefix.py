@@ -17,7 +17,7 @@ from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
 from ..rules.ck103_index_tensor_mismatch import known_where_indexed
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
-from .plan import Plan, ShardEdit, nothing
+from .edits import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "fix-prefix"

@@ -16,8 +16,8 @@ from pathlib import Path
 from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
 from ..read import open_source
+from .edits import Plan
 from .fsio import symlink_refusal
-from .plan import Plan
 
 _HUB_ID = re.compile(r"^(hf://)?(models/)?[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$")
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")

@@ -21,7 +21,7 @@ from ..model.checkpoint import Checkpoint, carry_grouping, carry_tensor_index
 from ..model.tensors import Index, Shard
 from ..pipeline import _with_views
 from ..rules.ck103_index_tensor_mismatch import carry_where_indexed
-from .plan import BytePatch, Plan
+from .edits import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 

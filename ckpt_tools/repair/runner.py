@@ -19,10 +19,10 @@ from ..pipeline import Analysis, Judging, _cyclic_gc_paused, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding, all_rules
 from ._thread import InThread
+from .edits import Plan
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, journal_pieces, recover, run_journaled
-from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
 

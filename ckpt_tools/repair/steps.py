@@ -37,8 +37,8 @@ from ..model.tensors import Index, Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
 from ._thread import InThread
+from .edits import BytePatch, Plan, ShardEdit
 from .fsio import temp_name
-from .plan import BytePatch, Plan, ShardEdit
 
 _NAME = attrgetter("name")
 
