@@ -1,6 +1,6 @@
 """Serve flags: the exact `vllm serve` command for a checkpoint on a runtime and hardware profile, and the checks of
-existing commands. Modules: profiles (data views), facts (checkpoint facts), planner, emitters, parser, memory, and
-checks/ (one module per CS code, under the CK rules' contract)."""
+existing commands. Modules: facts (checkpoint facts), flags (the argument vector, every flag with its reason),
+emitters, parser, memory, and checks/ (one module per CS code, under the CK rules' contract)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..knowledge.runtimes import runtime as runtime_profile
 from ..report.model import Report
 from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
-from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
+from .flags import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
     from ..pipeline import Analysis, Judging

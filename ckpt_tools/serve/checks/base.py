@@ -21,8 +21,8 @@ from ...knowledge.runtimes import Runtime
 from ...pipeline import Analysis
 from ...rules.base import Documented, Finding, Registry
 from ..facts import CheckpointFacts
+from ..flags import ServePlan
 from ..parser import ParsedCommand
-from ..planner import ServePlan
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 
