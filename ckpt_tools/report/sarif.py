@@ -19,7 +19,7 @@ import orjson
 
 from .._version import __version__
 from ..model.modules import ROLES
-from ..rules.base import Documented, Finding, all_rules, documented, rule_family
+from ..rules.base import Check, Finding, all_rules, documented, rule_family
 from ..suppress import SuppressedFinding
 
 if TYPE_CHECKING:
@@ -53,10 +53,10 @@ def sarif_log(reports: Iterable[Report]) -> dict[str, Any]:
     }
 
 
-def described(reports: Iterable[Report]) -> list[type[Documented]]:
+def described(reports: Iterable[Report]) -> list[type[Check]]:
     """Every CK rule, then the checks of the other codes the reports name (check-serve's CS checks): SARIF consumers
     expect every `ruleId` described in the run's `tool.driver.rules`."""
-    rules: list[type[Documented]] = [*all_rules()]
+    rules: list[type[Check]] = [*all_rules()]
     known = {r.code for r in rules}
     named = {f.code for r in reports for f in r.findings}
     named |= {str(s["code"]) for r in reports for s in [*r.suppressed, *r.skipped] if s.get("code")}
@@ -67,7 +67,7 @@ def described(reports: Iterable[Report]) -> list[type[Documented]]:
 # ---- rules ----------------------------------------------------------------------------------------------------------
 
 
-def _rule_descriptor(rule: type[Documented]) -> dict[str, Any]:
+def _rule_descriptor(rule: type[Check]) -> dict[str, Any]:
     doc = rule.doc_sections()
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
     help_text = "\n\n".join(f"{k}\n{v}" for k, v in sections) or rule.title
