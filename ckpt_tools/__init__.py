@@ -23,7 +23,8 @@ _EXPORTS = {
     "doctor": ".pipeline",
     "Report": ".report.model",
     "Inspection": ".census",
-    "inspect": ".census",
+    "inspect_checkpoint": ".census",
+    "inspect": ".census:inspect_checkpoint",  # the name of `ckpt inspect`, kept for existing callers
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -35,7 +36,7 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a re-export (PEP 484)
     from .census import Inspection as Inspection
-    from .census import inspect as inspect
+    from .census import inspect_checkpoint as inspect_checkpoint
     from .errors import CkptError as CkptError
     from .errors import TargetError as TargetError
     from .errors import UsageError as UsageError
@@ -48,12 +49,15 @@ if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a 
     from .serve import check_serve as check_serve
     from .serve import serve_flags as serve_flags
 
+    inspect = inspect_checkpoint
+
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'ckpt_tools' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+    module, _, attribute = where.partition(":")
+    value = getattr(import_module(module, __name__), attribute or name)
     globals()[name] = value
     return value
 

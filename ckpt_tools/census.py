@@ -165,7 +165,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     )
 
 
-def inspect(
+def inspect_checkpoint(
     path_or_repo: str | os.PathLike[str],
     *,
     tensors: str | None = None,
