@@ -822,7 +822,7 @@ class _ModuleJudge:
         self.by_layout: dict[int, tuple[bool | None, Scheme]] = {}
         self.embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
 
-    def tensors_say(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
+    def layout_facts(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
         # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
         said = self.by_layout.get(lid)
         if said is None:
@@ -843,7 +843,7 @@ class _ModuleJudge:
         where = module.expert
         component = component_of(name + "." if name else "", family)
         lid = self.of[name]
-        fit, disk = self.tensors_say(lid, module)
+        fit, disk = self.layout_facts(lid, module)
         if not self.linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
             return component, None
         judged = self.resolver.declared(module)
@@ -888,7 +888,7 @@ def _expert_classes(
                 each = {n: component_of(n + ".", family) for n in names}
                 found.update(each.values())
             for lid, lid_names in by_lid.items():
-                fit, disk = judge.tensors_say(lid, modules[lid_names[0]])
+                fit, disk = judge.layout_facts(lid, modules[lid_names[0]])
                 if not judge.linear(fit, proj):
                     continue
                 judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)

@@ -125,7 +125,7 @@ def _fix_all(
         results.append(result)
         if result.after is not None:
             present = fixable_slugs(result.after, keep=present)
-            state = _left(result, made, target, runtime, progress, keep)
+            state = _state_after(result, made, target, runtime, progress, keep)
     handled = {job.slug for job in jobs}
     others = tuple(f for f in report.sorted_findings() if f.fix and f.slug not in handled)
     return FixAllResult(target, dry_run, report, tuple(results), others)
@@ -181,7 +181,7 @@ def _recover(
     return again, recovered
 
 
-def _left(
+def _state_after(
     result: RepairResult,
     made: list[Analysis],
     target: str,
@@ -195,9 +195,9 @@ def _left(
     for analysis in reversed(made):
         if analysis.report is result.after:
             return analysis
-    left = analyze(target, runtime=runtime, progress=progress)  # not handed over: read the checkpoint again
-    keep(left)
-    return left
+    again = analyze(target, runtime=runtime, progress=progress)  # not handed over: read the checkpoint again
+    keep(again)
+    return again
 
 
 def _recording(made: list[Analysis], keep: Callable[[Analysis], None]) -> Callable[[Analysis], None]:
