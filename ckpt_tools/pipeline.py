@@ -91,13 +91,13 @@ def analyze(
     progress: bool | None = None,
     producer_schema: bool = False,
     lone_shard: bool = False,
-    meanwhile: Callable[[Judging], None] | None = None,
+    while_scanning: Callable[[JudgementInProgress], None] | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
-    `meanwhile`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
+    `while_scanning`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
     """
     with _cyclic_gc_paused():
         return _analyze(
@@ -110,7 +110,7 @@ def analyze(
             progress=progress,
             producer_schema=producer_schema,
             lone_shard=lone_shard,
-            meanwhile=meanwhile,
+            while_scanning=while_scanning,
         )
 
 
@@ -140,7 +140,7 @@ def _analyze(
     progress: bool | None,
     producer_schema: bool,
     lone_shard: bool,
-    meanwhile: Callable[[Judging], None] | None = None,
+    while_scanning: Callable[[JudgementInProgress], None] | None = None,
 ) -> Analysis:
     source = open_source(target, revision)
     if not lone_shard:
@@ -177,7 +177,7 @@ def _analyze(
         return judge(
             ckpt,
             scanned=lambda: _with_views(replace(ckpt, values=scan.result()), ckpt),
-            meanwhile=meanwhile,
+            while_scanning=while_scanning,
             **settings,
         )
     finally:
@@ -208,16 +208,16 @@ def judge(
     suppressions: Sequence[Suppression] = (),
     extra: dict | None = None,
     scanned: Callable[[], Checkpoint] | None = None,
-    meanwhile: Callable[[Judging], None] | None = None,
+    while_scanning: Callable[[JudgementInProgress], None] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
     (code, reason) of value rules not run because a suppression silences them outright. With `scanned` (a value
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
-    `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
+    `scanned()` returns: `ckpt` with its statistics. `while_scanning`, with `scanned`, is called once the header rules are
     done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
-    (`Judging.interim`, made only when asked), serve-flags loads what it reads next."""
-    judging = Judging.start(
+    (`JudgementInProgress.interim`, made only when asked), serve-flags loads what it reads next."""
+    judging = JudgementInProgress.start(
         ckpt,
         target=target,
         label=label,
@@ -232,13 +232,13 @@ def judge(
     )
     if scanned is None:
         return judging.finish()
-    if meanwhile is not None:
-        meanwhile(judging)
+    if while_scanning is not None:
+        while_scanning(judging)
     return judging.finish(scanned())
 
 
 @dataclass(frozen=True)
-class Judging:
+class JudgementInProgress:
     """One judgement in two steps: detection and every rule but the value rules a scan has yet to feed (`start`),
     then those on the scanned checkpoint (`finish`). `judge` is both at once; a repair starts its after-state's
     judgement while the before-state's scan runs, and finishes it with the value statistics carried over."""
@@ -271,7 +271,7 @@ class Judging:
         suppressions: Sequence[Suppression] = (),
         extra: dict | None = None,
         values_later: bool = False,
-    ) -> Judging:
+    ) -> JudgementInProgress:
         """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
         det = detect(ckpt, runtime)
         profiles: tuple[Hardware, ...] = (

@@ -1,11 +1,11 @@
-"""A repair planned while the value scan runs (`runner._Ahead`): its plan and predicted verdict are the ones planning
+"""A repair planned while the value scan runs (`runner._PlanWhileScanning`): its plan and predicted verdict are the ones planning
 after the scan gives (`runner.predict`: the after-state built from the scanned checkpoint and judged whole), and
 the after-check equals a fresh `ckpt doctor` of the repaired files. The checkpoints here have value findings on the
 renamed tensors, so statistics not carried over, or carried under the old names, would change the verdict."""
 
 from __future__ import annotations
 
-from ckpt_tools.pipeline import Judging, analyze, doctor, judge
+from ckpt_tools.pipeline import JudgementInProgress, analyze, doctor, judge
 from ckpt_tools.repair import drop_orphans, fix_prefix, run, runner, scrub_nan
 from ckpt_tools.repair.guard import resolve_local
 from tests.corrupt import patch_tensor_bytes
@@ -16,16 +16,16 @@ SCALE = "model.layers.0.mlp.down_proj.weight_scale"
 RENAME = ("model.layers.0.mlp.down_proj", "model.layers.0.mlp.down_moved")
 
 
-def _spy(monkeypatch) -> list[runner._Ahead]:
+def _spy(monkeypatch) -> list[runner._PlanWhileScanning]:
     """The planners-ahead the runner calls (a test that passes without the shortcut taken proves nothing)."""
-    called: list[runner._Ahead] = []
-    original = runner._Ahead.__call__
+    called: list[runner._PlanWhileScanning] = []
+    original = runner._PlanWhileScanning.__call__
 
     def call(self, interim):
         called.append(self)
         return original(self, interim)
 
-    monkeypatch.setattr(runner._Ahead, "__call__", call)
+    monkeypatch.setattr(runner._PlanWhileScanning, "__call__", call)
     return called
 
 
@@ -95,7 +95,7 @@ def test_judging_in_two_steps_is_judge(tmp_path):
     folder = _nan_scale_checkpoint(tmp_path)
     analysis = analyze(str(folder))
     whole = judge(analysis.checkpoint, **analysis.settings)
-    later = Judging.start(analysis.checkpoint, **analysis.settings, values_later=True)
+    later = JudgementInProgress.start(analysis.checkpoint, **analysis.settings, values_later=True)
     assert later.deferred and "CK501" not in {f.code for f in later.interim().report.findings}
     assert later.finish(analysis.checkpoint).report.to_dict() == whole.report.to_dict() == analysis.report.to_dict()
 

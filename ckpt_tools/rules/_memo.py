@@ -26,7 +26,7 @@ def once_per(fn: Callable[[T], R]) -> Callable[[T], R]:
 
 def once_per_detection(fn: Callable[[C], R]) -> Callable[[C], R]:
     """`once_per` keyed by `ctx.det`, remembering the last two detections: a repair judges its planned after-state
-    between the two steps of its before-state's judgement (`pipeline.Judging`), and each keeps its view.
+    between the two steps of its before-state's judgement (`pipeline.JudgementInProgress`), and each keeps its view.
 
     Only for views made of the detection and the checkpoint's header views (tensor map, modules, layouts), never of
     its value statistics: WHY one detection stands for them is that a judgement detects once and its value rules'

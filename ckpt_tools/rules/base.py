@@ -150,7 +150,7 @@ class Rule(Check):
 
     @classmethod
     def prepare(cls, ctx: Context) -> None:
-        """A value rule's header-only work, done while the value scan still runs (`pipeline.Judging.start`): views
+        """A value rule's header-only work, done while the value scan still runs (`pipeline.JudgementInProgress.start`): views
         of `ctx` that read no value statistics, memoized per detection (`_memo.once_per_detection`) so that `check`
         on the scanned checkpoint finds them made. Optional: `check` makes whatever was not prepared."""
 

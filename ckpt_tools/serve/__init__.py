@@ -20,7 +20,7 @@ from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
 from .flags import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
-    from ..pipeline import Analysis, Judging
+    from ..pipeline import Analysis, JudgementInProgress
 
 __all__ = [
     "CheckServeResult",
@@ -121,7 +121,7 @@ def serve_flags_and_analyses(
         deep=deep,
         revision=revision,
         progress=progress,
-        meanwhile=_load_serving,
+        while_scanning=_load_serving,
     )
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
@@ -149,8 +149,8 @@ def serve_flags_and_analyses(
     return replace(fitted, findings=verdict), analyses
 
 
-def _load_serving(_judging: Judging) -> None:
-    """While the value scan runs (`analyze(meanwhile=...)`): import what planning and judging the command read next
+def _load_serving(_judging: JudgementInProgress) -> None:
+    """While the value scan runs (`analyze(while_scanning=...)`): import what planning and judging the command read next
     (the memory planner, the command parser, every serve check), which would otherwise wait for the scan to end."""
     from .checks import all_checks
     from .memory import fit_serve_plan  # noqa: F401
@@ -257,7 +257,7 @@ def check_serve_and_analyses(
         deep=deep,
         revision=revision,
         progress=progress,
-        meanwhile=_load_serving,
+        while_scanning=_load_serving,
     )
     in_container = (
         cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(cmd.model)
