@@ -118,7 +118,7 @@ def analyze(
 def _cyclic_gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a checkpoint is read and judged. An analysis allocates a few objects
     per tensor (hundreds of thousands) and frees none of them until it ends, so every full collection meanwhile
-    re-walks all of them for nothing (a fifth of the header path's CPU time on a 190k-tensor checkpoint); reference
+    re-walks all of them for nothing (docs/performance.md); reference
     counting still frees everything as usual, and the collector's previous state is restored afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()
