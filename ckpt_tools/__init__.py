@@ -25,6 +25,7 @@ _EXPORTS = {
     "Inspection": ".census",
     "inspect_checkpoint": ".census",
     "inspect": ".census:inspect_checkpoint",  # the name of `ckpt inspect`, kept for existing callers
+    "memory_plan": ".memory_plan",
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a 
     from .errors import CkptError as CkptError
     from .errors import TargetError as TargetError
     from .errors import UsageError as UsageError
+    from .memory_plan import memory_plan as memory_plan
     from .pipeline import Analysis as Analysis
     from .pipeline import analyze as analyze
     from .pipeline import doctor as doctor

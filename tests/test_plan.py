@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from ckpt_tools.errors import CkptError, UsageError
-from ckpt_tools.plan import Settings, memory_plan
+from ckpt_tools.memory_plan import Settings, memory_plan
 from ckpt_tools.plan.facts import GIB
 from tests.corrupt import GENUINE, genuine_entries
 

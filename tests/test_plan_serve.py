@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_tools.plan import Settings, memory_plan
+from ckpt_tools.memory_plan import Settings, memory_plan
 from ckpt_tools.serve import check_serve, serve_flags
 from tests.memory_models import dense_70b_bf16, qwen36_35b_a3b_nvfp4
 
