@@ -478,7 +478,7 @@ def test_the_checkpoint_says_why_values_were_not_read() -> None:
 def test_wide_floats_are_decoded_a_bounded_step_at_a_time(
     dtype: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ckpt_tools.model.values as values
+    import ckpt_tools.read.value_measure as values
 
     monkeypatch.setattr(values, "WIDE_STEP", 12)  # a multiple of every item size, far below the piece
     tensors = crafted(dtype, random.Random(7))
@@ -738,7 +738,8 @@ def test_residency_is_taken_per_bounded_window_before_the_window_is_read(
 def test_all_plain_finds_one_special_code_in_any_step(dtype: str) -> None:
     """A read is judged step by step (`PLAIN_STEP` bytes per min / max pair): a single code outside the plain run,
     in the first step, a later one, the last byte or a short last step, makes it not plain."""
-    from ckpt_tools.model.values import PLAIN_STEP, all_plain, float8_table
+    from ckpt_tools.model.values import float8_table
+    from ckpt_tools.read.value_measure import PLAIN_STEP, all_plain
 
     lo, hi = float8_table(dtype).plain_range
     size = 3 * PLAIN_STEP + 1000  # a short last step
