@@ -7,17 +7,38 @@ from __future__ import annotations
 
 import random
 from dataclasses import fields
+from types import MappingProxyType
 
 import pytest
 
-from ckpt_tools.model.layouts import group_checkpoint, group_layouts
-from ckpt_tools.model.modules import Module, group_experts, group_modules
+from ckpt_tools.model.layouts import Layout, Layouts, group_checkpoint
+from ckpt_tools.model.modules import Module, group_experts, tensor_buckets
 from ckpt_tools.model.tensors import TensorInfo
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint
 from tests.corrupt import GENUINE, genuine_entries
 
 FIXTURES = genuine_entries()
+
+
+def group_modules(tensors: list[TensorInfo]) -> dict[str, Module]:
+    """The modules of tensors in load order, the plain way: one per name prefix."""
+    return {p: Module(p, MappingProxyType(ts)) for p, ts in tensor_buckets(tensors).items()}
+
+
+def group_layouts(modules: dict[str, Module]) -> Layouts:
+    """The layouts of modules, the plain way: numbered in order of first appearance."""
+    ids: dict[Layout, int] = {}
+    of: dict[str, int] = {}
+    members: list[list[str]] = []
+    for name, module in modules.items():
+        layout = tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()])
+        lid = ids.setdefault(layout, len(ids))
+        if lid == len(members):
+            members.append([])
+        of[name] = lid
+        members[lid].append(name)
+    return Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))
 
 
 def _same(tensors: list[TensorInfo]) -> None:

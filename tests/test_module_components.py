@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_tools.detect.resolve import component_of, module_components
-from ckpt_tools.model.modules import group_modules
+from ckpt_tools.model.layouts import group_checkpoint
 from ckpt_tools.model.tensors import TensorInfo
 from ckpt_tools.pipeline import analyze
 from tests.corrupt import GENUINE, genuine_entries
@@ -46,7 +46,7 @@ def test_module_components_on_names_their_head_does_not_decide(fixture: str) -> 
     pairs = [[a, b] for a in odd for b in odd if a is not b]  # small sets: a component answered wrongly shows
     for tensors in ([*odd, *genuine], [*genuine, *odd[::-1]], *pairs, *([t, *genuine[:9]] for t in odd)):
         expected = {component_of(t.name, family) for t in tensors}
-        assert module_components(group_modules(tensors), family) == expected
+        assert module_components(group_checkpoint(tensors)[0], family) == expected
     # Each decides on its own: a vision name below a text root, an MTP one, and the rest.
-    assert {"vision", "mtp", "text"} <= module_components(group_modules(odd), family)
+    assert {"vision", "mtp", "text"} <= module_components(group_checkpoint(odd)[0], family)
     assert module_components({}, family) == set()

@@ -30,9 +30,8 @@ class Layouts:
 
 
 def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], Layouts, dict[str, ExpertGroup]]:
-    """Modules (`group_modules`), their layouts (`group_layouts`) and the MoE experts (`group_experts`) of tensors in
-    load order, in one pass over the tensors and one over the modules: the same objects, in the same order, as the
-    three functions give one after the other (`Module.expert` is filled in on the way, as `group_experts` does).
+    """Modules, their layouts and the MoE experts (`group_experts`) of tensors in load order, in one pass over the
+    tensors and one over the modules (`Module.expert` is filled in on the way, as `group_experts` does).
 
     The expert modules of one experts prefix come one after another (a writer stores a layer's tensors together,
     sorted by name), so each module's coordinates are read against the previous one's prefix (`_next_expert`), and
@@ -48,7 +47,7 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     numbers = _ExpertIds()
     for name, ts in buckets.items():
         module = modules[name] = Module(name, MappingProxyType(ts))
-        layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape), as `group_layouts`
+        layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape)
         lid = ids.get(layout)
         if lid is None:
             lid = ids[layout] = len(members)
@@ -95,18 +94,3 @@ def _next_expert(name: str, layer: str, head: str, numbers: _ExpertIds) -> tuple
     if dot and proj and "." not in proj and expert.isdecimal():
         return layer, numbers[expert], proj
     return expert_of(name)
-
-
-def group_layouts(modules: Mapping[str, Module]) -> Layouts:
-    ids: dict[Layout, int] = {}
-    of: dict[str, int] = {}
-    members: list[list[str]] = []
-    for name, module in modules.items():
-        layout = tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()])
-        lid = ids.get(layout)
-        if lid is None:
-            lid = ids[layout] = len(ids)
-            members.append([])
-        of[name] = lid
-        members[lid].append(name)
-    return Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))

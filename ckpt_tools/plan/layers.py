@@ -16,7 +16,6 @@ from ..knowledge.memory import KvDtype, memory
 from . import facts
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
-ATTENTION_KINDS = (FULL, SLIDING, MLA)
 
 
 @dataclass(frozen=True)
@@ -33,10 +32,6 @@ class LayerCache:
     state_bytes: int = 0
     state_shapes: tuple[tuple[int, ...], ...] = ()
     state_dtypes: tuple[str, ...] = ()
-
-    @property
-    def is_attention(self) -> bool:
-        return self.kind in ATTENTION_KINDS
 
 
 @dataclass(frozen=True)
