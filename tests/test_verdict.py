@@ -98,3 +98,16 @@ def test_api_uses_the_same_analysis() -> None:
     assert plan.exit_code("error") == report.exit_code("error") == 1
     data = plan.to_dict()
     assert data["summary"]["error"] == 1 and data["findings"][0]["code"] == "CK401"
+
+
+def test_check_serve_returns_a_report_with_the_clis_verdict() -> None:
+    """`ckpt_tools.check_serve` returns the `Report` the README documents: its summary, exit code and JSON are the
+    CLI's, and the attributes of earlier releases (`report`, `plan`) still answer."""
+    command = f"vllm serve {MISSING_SCALES}"
+    result = ckpt_tools.check_serve(MISSING_SCALES, command, hardware="gb10")
+    cli = ckpt("check-serve", MISSING_SCALES, "--hardware", "gb10", "-f", "json", "--", *shlex.split(command))
+    assert isinstance(result, ckpt_tools.Report)
+    assert result.summary == json.loads(cli.stdout)["summary"] and result.summary["error"] >= 1
+    assert result.exit_code("error") == cli.returncode == 1 and result.exit_code("none") == 0
+    assert json.loads(result.render("json")) == json.loads(cli.stdout)
+    assert result.report is result and result.plan is not None and result.plan.argv[:2] == ("vllm", "serve")

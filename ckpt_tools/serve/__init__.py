@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware
@@ -181,18 +181,18 @@ def serve_verdict(
 
 
 @dataclass(frozen=True)
-class CheckServeResult:
-    """Findings of `ckpt check-serve`, as a `Report` (same JSON contract as `ckpt doctor`) plus the plan used."""
+class CheckServeResult(Report):
+    """The verdict of `ckpt check-serve`: a `Report` (doctor's findings on the checkpoint, then the command's; the same
+    JSON contract, `summary`, `exit_code(fail_on)` and `render(format)` as the CLI's), plus the serve plan the command
+    was compared with (`plan`)."""
 
-    report: Report
-    plan: ServePlan
+    plan: ServePlan | None = None
+    command: str = "check-serve"
 
     @property
-    def findings(self) -> tuple[Finding, ...]:
-        return self.report.findings
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.report.to_dict()
+    def report(self) -> Report:
+        """The report itself (earlier releases held it in this attribute)."""
+        return self
 
 
 def check_serve(
@@ -271,7 +271,7 @@ def check_serve_and_analyses(
     )
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
     findings = serve_verdict(analysis, cmd, rt, hw, the_plan, drafter_path=spec_drafter)
-    report = Report(
+    result = CheckServeResult(
         target=analysis.report.target,
         checkpoint=dict(analysis.report.checkpoint),
         findings=findings,
@@ -283,9 +283,9 @@ def check_serve_and_analyses(
             "command": list(words),
             "suggested_argv": list(the_plan.argv),
         },
-        command="check-serve",
+        plan=replace(the_plan, findings=findings),
     )
-    return CheckServeResult(report, replace(the_plan, findings=findings)), (analysis,)
+    return result, (analysis,)
 
 
 def _image_of(words: Sequence[str]) -> str | None:
