@@ -77,21 +77,25 @@ def _readme_block(marker: str) -> str:
 def test_the_readme_api_example_uploads_a_good_export_and_stops_a_broken_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The block runs exactly as printed, in a folder where its `./llama-3.1-8b-nvfp4` is a genuine export."""
     import huggingface_hub
 
     uploads: list[dict] = []
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, **kw: uploads.append(kw))
-    code = _readme_block("<!-- api-example -->")
-    assert 'export_dir = "' in code
+    code = compile(_readme_block("<!-- api-example -->"), "README", "exec")
 
-    good = copy_fixture("modelopt-llama-nvfp4", tmp_path / "good")
-    exec(compile(code.replace('"./llama-3.1-8b-nvfp4"', repr(str(good))), "README", "exec"), {})
-    assert uploads == [{"folder_path": str(good), "repo_id": "acme/llama-3.1-8b-nvfp4"}]
+    (tmp_path / "good").mkdir()
+    monkeypatch.chdir(tmp_path / "good")
+    copy_fixture("modelopt-llama-nvfp4", tmp_path / "good").rename(tmp_path / "good" / "llama-3.1-8b-nvfp4")
+    exec(code, {})
+    assert uploads == [{"folder_path": "./llama-3.1-8b-nvfp4", "repo_id": "acme/llama-3.1-8b-nvfp4"}]
 
-    bad = copy_fixture("modelopt-llama-nvfp4", tmp_path / "bad")
+    (tmp_path / "bad").mkdir()
+    monkeypatch.chdir(tmp_path / "bad")
+    bad = copy_fixture("modelopt-llama-nvfp4", tmp_path / "bad").rename(tmp_path / "bad" / "llama-3.1-8b-nvfp4")
     patch_tensor_bytes(bad, "model.layers.0.self_attn.q_proj.weight_scale", {0: 0x7F})
     with pytest.raises(SystemExit) as stopped:
-        exec(compile(code.replace('"./llama-3.1-8b-nvfp4"', repr(str(bad))), "README", "exec"), {})
+        exec(code, {})
     assert "ERROR   CK501 nan-fp8-scale" in str(stopped.value.code)
     assert len(uploads) == 1  # nothing more was uploaded
 
@@ -164,12 +168,13 @@ def test_serve_flags_api_is_typed_and_follows_the_contract(genuine: str) -> None
     assert plan.argv[:3] == ("vllm", "serve", str(GENUINE / genuine)) and plan.command == shlex.join(plan.argv)
 
 
-def test_the_readme_serve_api_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code = _readme_block("<!-- serve-api-example -->")
-    exec(compile(code, "README", "exec"), {"export_dir": str(GENUINE / "llmc-qwen35moe-nvfp4")})
+def test_the_readme_serve_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The block runs exactly as printed from the repository root: the serve command with its reasons, then
+    check-serve's verdict on a command with the wrong --quantization, as `ckpt check-serve` counts and exits."""
+    monkeypatch.chdir(ROOT)
+    exec(compile(_readme_block("<!-- serve-api-example -->"), "README", "exec"), {})
     out = capsys.readouterr().out
     assert out.startswith("vllm serve ") and "--quantization compressed-tensors" in out
     assert "--gpu-memory-utilization 0.85:" in out
-    with pytest.raises(SystemExit) as stopped:
-        exec(compile(code, "README", "exec"), {"export_dir": str(GENUINE / "modelopt-llama-nvfp4-awq")})
-    assert "aeon-v0.26.0" in str(stopped.value.code)
+    assert re.search(r"^\{'error': [1-9]\d*, .*\} 1$", out, re.M), out
+    assert "CS110 quantization-mismatch" in out

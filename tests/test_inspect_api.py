@@ -56,11 +56,13 @@ def test_refusals_are_ckpt_errors(tmp_path: Path) -> None:
         ckpt_tools.inspect(42)  # type: ignore[arg-type]
 
 
-def test_the_readme_inspect_api_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(re.escape("<!-- inspect-api-example -->") + r"\s*```python\n(.*?)```", readme, re.S)
-    assert match, "README lost its inspect-api-example block"
-    exec(compile(match.group(1), "README", "exec"), {"export_dir": str(MOE)})
+def test_the_docs_inspect_api_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/python-api.md's inspect example runs exactly as printed, from the repository root."""
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    match = re.search(re.escape("<!-- inspect-api-example -->") + r"\s*```python\n(.*?)```", page, re.S)
+    assert match, "docs/python-api.md lost its inspect-api-example block"
+    monkeypatch.chdir(ROOT)
+    exec(compile(match.group(1), "docs/python-api.md", "exec"), {})
     out = capsys.readouterr().out
     assert "vision BF16" in out and "model.language_model.layers.0 " in out
     assert "model.language_model.layers.0.mlp.gate.weight" in out
