@@ -46,7 +46,7 @@ class Example:
     def text(self, outputs: tuple[str, ...] | None = None) -> str:
         """The block's body with these outputs (default: the ones printed in the file)."""
         printed = outputs if outputs is not None else tuple(out for _, out in self.steps)
-        return "".join(f"$ {command}\n{out}" for command, out in zip(self.commands, printed))
+        return "".join(f"$ {command}\n{out}" for command, out in zip(self.commands, printed, strict=True))
 
 
 def examples(text: str) -> list[Example]:
