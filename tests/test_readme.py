@@ -64,3 +64,12 @@ def test_every_link_of_the_readme_and_docs_leads_somewhere() -> None:
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_docs_name_every_value_rule() -> None:
+    """docs/doctor.md lists the rules the value scan feeds; the list is the catalogue's `needs_values` rules."""
+    page = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
+    listed = re.search(r"<!-- value-rules -->\n(.*?)\n\n", page, re.S)
+    assert listed, "docs/doctor.md lost its list of value rules"
+    named = set(re.findall(r"CK\d{3}\s+`([a-z0-9-]+)`", listed.group(1)))
+    assert named == {rule.slug for rule in all_rules() if rule.needs_values}
