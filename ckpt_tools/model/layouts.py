@@ -2,8 +2,8 @@
 
 A large checkpoint has tens of thousands of modules but a handful of layouts (every expert projection of a layer
 looks alike), and whatever depends only on a module's layout (its disk scheme, whether its scales fit their weight)
-is the same for every module that shares it. `group_layouts` numbers the layouts in one pass (`group_checkpoint` groups
-the modules, numbers their layouts and files the experts in one); `Layouts.members` lists the modules of each
+is the same for every module that shares it. `group_checkpoint` groups the modules, numbers their layouts and files
+the experts in one pass; `Layouts.members` lists the modules of each
 layout, so that a rule can judge a layout once and name its modules only when it has something to report.
 """
 
