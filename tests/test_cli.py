@@ -351,3 +351,17 @@ def test_serve_commands_keep_their_analyses_until_exit(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", SERVE_PROBE, *args], capture_output=True, text=True, timeout=120)
     assert proc.stderr.strip().splitlines()[-1] == "KEPT CheckServeResult [True]", proc.stderr
     assert json.loads(proc.stdout)["suggested_argv"] == list(plan.argv)
+
+
+@pytest.mark.parametrize("command", ["doctor", "check-serve"])
+def test_report_format_choices_are_the_one_list_of_output_formats(command: str) -> None:
+    """`--format` of the commands that print a report offers exactly report/renderers.py's formats, in its order."""
+    import typer.main
+
+    from ckpt_tools.cli.main import app
+    from ckpt_tools.report.renderers import OUTPUT_FORMATS
+
+    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    option = next(p for p in cmd.params if p.name == "format")
+    flags, _help = option.get_help_record(cmd.make_context(command, ["x"], resilient_parsing=True))
+    assert flags == f"-f, --format [{'|'.join(OUTPUT_FORMATS)}]"
