@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .rules.base import DOC_SECTIONS, Check, all_rules, find_documented, rule_family
+from .rules.base import DOC_SECTIONS, Check, all_rules, find_among, rule_family
 
 SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix")  # every check has these; CS checks add Source
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
@@ -28,7 +28,7 @@ def every_check() -> list[type[Check]]:
 
 def find_check(code_or_slug: str) -> type[Check] | None:
     """The CK rule or CS serve check with this code (any case) or slug."""
-    return find_documented(every_check(), code_or_slug)
+    return find_among(every_check(), code_or_slug)
 
 
 def _rule_section(rule: type[Check]) -> list[str]:

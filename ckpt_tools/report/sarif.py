@@ -19,7 +19,7 @@ import orjson
 
 from .._version import __version__
 from ..model.modules import ROLES
-from ..rules.base import Check, Finding, all_rules, documented, rule_family
+from ..rules.base import Check, Finding, all_rules, registered_check, rule_family
 from ..suppress import SuppressedFinding
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def described(reports: Iterable[Report]) -> list[type[Check]]:
     known = {r.code for r in rules}
     named = {f.code for r in reports for f in r.findings}
     named |= {str(s["code"]) for r in reports for s in [*r.suppressed, *r.skipped] if s.get("code")}
-    others = (documented(code) for code in sorted(named - known))
+    others = (registered_check(code) for code in sorted(named - known))
     return rules + [c for c in others if c is not None]
 
 

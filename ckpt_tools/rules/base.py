@@ -189,7 +189,7 @@ D = TypeVar("D", bound=Check)
 class Registry(Generic[D]):
     """The checks of one kind by code: CK rules here, CS serve checks in serve/checks/. `register` is the class
     decorator each check module applies; `all()` imports the package's `_load_all` (every check module) once and lists
-    them in code order. Every registry also answers `documented(code)`, so a renderer can describe any reported code
+    them in code order. Every registry also answers `registered_check(code)`, so a renderer can describe any reported code
     without importing the layer that reports it."""
 
     _every: ClassVar[list[Registry[Any]]] = []
@@ -213,16 +213,16 @@ class Registry(Generic[D]):
         return [self.by_code[c] for c in sorted(self.by_code)]
 
     def find(self, code_or_slug: str) -> type[D] | None:
-        return find_documented(self.all(), code_or_slug)
+        return find_among(self.all(), code_or_slug)
 
 
-def find_documented(checks: Iterable[type[D]], code_or_slug: str) -> type[D] | None:
+def find_among(checks: Iterable[type[D]], code_or_slug: str) -> type[D] | None:
     """The check among `checks` with this code (any case) or slug."""
     key = code_or_slug.strip()
     return next((c for c in checks if key.upper() == c.code or key.lower() == c.slug), None)
 
 
-def documented(code: str) -> type[Check] | None:
+def registered_check(code: str) -> type[Check] | None:
     """The registered check with this code, whichever registry holds it; None for a code no imported module
     registered (a serve check is registered once check-serve has run)."""
     return next((r.by_code[code] for r in Registry._every if code in r.by_code), None)
