@@ -1,7 +1,7 @@
 """Value statistics of scale tensors: what the streaming value scan measured, and all that value rules judge.
 
-The scan (`ckpt_tools.read.value_scan`, measuring with `read.value_measure`) turns each wanted tensor's bytes into one `TensorStats`, chunk by chunk, and
-never keeps the bytes. The classification of every code is derived from one decoder per dtype (`decode_code` for the
+The scan (`ckpt_tools.read.value_scan`, measuring with `read.value_measure`) turns each wanted tensor's bytes into one
+`TensorStats`, chunk by chunk, and never keeps the bytes. The classification of every code is derived from one decoder per dtype (`decode_code` for the
 8-bit float formats, IEEE half / bfloat / single for the wider ones), so the class tables cannot disagree with the
 values. Formats follow the OCP 8-bit float definitions (E4M3 "fn": no infinity, NaN S.1111.111; E5M2: IEEE-like;
 FNUZ: no negative zero, 0x80 is the only NaN; E8M0: exponent only, 0xFF is NaN) and IEEE 754 for F16 / BF16 / F32.

@@ -189,8 +189,8 @@ D = TypeVar("D", bound=Check)
 class Registry(Generic[D]):
     """The checks of one kind by code: CK rules here, CS serve checks in serve/checks/. `register` is the class
     decorator each check module applies; `all()` imports the package's `_load_all` (every check module) once and lists
-    them in code order. Every registry also answers `registered_check(code)`, so a renderer can describe any reported code
-    without importing the layer that reports it."""
+    them in code order. `registered_check(code)` looks in every registry, so a renderer can describe any reported
+    code without importing the layer that reports it."""
 
     _every: ClassVar[list[Registry[Any]]] = []
 
