@@ -3,7 +3,7 @@
     python -m ckpt_tools.docs            # rewrite docs/rules.md
     python -m ckpt_tools.docs --check    # exit 1 if docs/rules.md is stale
 
-tests/test_rule_catalogue.py fails when the committed file differs from what this module generates.
+tests/meta/test_rule_catalogue.py fails when the committed file differs from what this module generates.
 """
 
 from __future__ import annotations
