@@ -15,7 +15,7 @@ order, each started after `sync` and ending with fsync: the `copy_file_range` lo
 (sendfile); and, as the like-for-like baseline, `cp` to a new file then `mv` over the original (replacing a file frees
 the old one's blocks, which a copy that keeps both files never pays for). Medians and best runs are reported.
 
-Part 3 measures the window during which other loaders see a mix of old and new files (`Writer.mixed_seconds`: from
+Part 3 measures the window during which other loaders see a mix of old and new files (the Writer's first to last visible change: from
 the first change they can see to the last) in a repair that rebuilds 4 dense shards and the index, with every copy
 built before the first rename against the old order (each copy renamed as soon as it is built). Part 1 records the
 same window for its header-only repairs.
@@ -260,8 +260,8 @@ def part2(workdir: Path, copy_gb: float, repeat: int) -> dict:
 
 
 class WindowSpy:
-    """Keeps the Writer of the last journaled repair, whose `mixed_seconds` is how long the folder held a mix of old
-    and new files (first to last change other loaders can see)."""
+    """Keeps the Writer of the last journaled repair: from its first to its last change other loaders can see
+    (`Writer.first_visible` / `last_visible`), the folder held a mix of old and new files."""
 
     def __init__(self) -> None:
         from ckpt_tools.repair import journal
@@ -276,7 +276,10 @@ class WindowSpy:
 
     @property
     def seconds(self) -> float:
-        return self.writer.mixed_seconds if self.writer is not None else 0.0
+        w = self.writer
+        if w is None or w.first_visible is None or w.last_visible is None:
+            return 0.0  # no repair, or one that changed one file at once
+        return w.last_visible - w.first_visible
 
 
 def part3(workdir: Path, window_gb: float, repeat: int) -> dict:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from ._version import __version__
+
 # Not `from typing import TYPE_CHECKING`: importing typing (and re) here costs the `ckpt` command ~20 ms before its
 # Ctrl-C handler is installed (cli/main.py), time in which Ctrl-C would print a Python traceback. Type checkers
 # treat this name as typing's.
 TYPE_CHECKING = False
-
-__version__ = "0.1.0"
 
 # The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the
 # whole pipeline (PEP 562 module __getattr__).
@@ -27,7 +27,9 @@ _EXPORTS = {
     "doctor": ".pipeline",
     "Report": ".report.model",
     "Inspection": ".census",
-    "inspect": ".census",
+    "inspect_checkpoint": ".census",
+    "inspect": ".census:inspect_checkpoint",  # the name of `ckpt inspect`, kept for existing callers
+    "memory_plan": ".memory_plan",
     "CheckServeResult": ".serve",
     "ServePlan": ".serve",
     "check_serve": ".serve",
@@ -41,10 +43,11 @@ if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a 
     from typing import Any
 
     from .census import Inspection as Inspection
-    from .census import inspect as inspect
+    from .census import inspect_checkpoint as inspect_checkpoint
     from .errors import CkptError as CkptError
     from .errors import TargetError as TargetError
     from .errors import UsageError as UsageError
+    from .memory_plan import memory_plan as memory_plan
     from .pipeline import Analysis as Analysis
     from .pipeline import analyze as analyze
     from .pipeline import doctor as doctor
@@ -54,12 +57,15 @@ if TYPE_CHECKING:  # the same names for type checkers; `X as X` marks each as a 
     from .serve import check_serve as check_serve
     from .serve import serve_flags as serve_flags
 
+    inspect = inspect_checkpoint
+
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'ckpt_tools' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
+    module, _, attribute = where.partition(":")
+    value = getattr(import_module(module, __name__), attribute or name)
     globals()[name] = value
     return value
 

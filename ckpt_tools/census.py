@@ -65,7 +65,7 @@ class Inspection:
 
     def to_dict(self) -> dict[str, Any]:
         """The `ckpt inspect --format json` object."""
-        from . import __version__
+        from ._version import __version__
 
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -168,7 +168,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     )
 
 
-def inspect(
+def inspect_checkpoint(
     path_or_repo: str | os.PathLike[str],
     *,
     tensors: str | None = None,

@@ -3,7 +3,7 @@
     python -m ckpt_tools.docs            # rewrite docs/rules.md
     python -m ckpt_tools.docs --check    # exit 1 if docs/rules.md is stale
 
-tests/test_rule_catalogue.py fails when the committed file differs from what this module generates.
+tests/meta/test_rule_catalogue.py fails when the committed file differs from what this module generates.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from .rules.base import DOC_SECTIONS, Documented, all_rules, find_documented, rule_family
+from .rules.base import DOC_SECTIONS, Check, all_rules, find_among, rule_family
 
 SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix")  # every check has these; CS checks add Source
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
 
 
-def every_check() -> list[type[Documented]]:
+def every_check() -> list[type[Check]]:
     """The CK rules, then the CS serve checks: what `ckpt rules` lists, `ckpt explain` prints and this page
     documents."""
     from .serve.checks import all_checks
@@ -26,12 +26,12 @@ def every_check() -> list[type[Documented]]:
     return [*all_rules(), *all_checks()]
 
 
-def find_check(code_or_slug: str) -> type[Documented] | None:
+def find_check(code_or_slug: str) -> type[Check] | None:
     """The CK rule or CS serve check with this code (any case) or slug."""
-    return find_documented(every_check(), code_or_slug)
+    return find_among(every_check(), code_or_slug)
 
 
-def _rule_section(rule: type[Documented]) -> list[str]:
+def _rule_section(rule: type[Check]) -> list[str]:
     doc = rule.doc_sections()
     flags = [f"default severity **{rule.severity}**"]
     if rule.reported_by:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .detect.resolve import Detection, ModuleRow, RowClass
-from .detect.schemes import Scheme
 from .knowledge.hardware import Hardware, hardware
 from .knowledge.hardware import profiles as hardware_profiles
 from .knowledge.kernels import Selection, kernel_table
 from .knowledge.runtimes import Runtime
+from .model.schemes import Scheme
 
 
 @dataclass(frozen=True)

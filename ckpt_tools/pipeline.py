@@ -103,13 +103,13 @@ def analyze(
     progress: bool | None = None,
     producer_schema: bool = False,
     lone_shard: bool = False,
-    meanwhile: Callable[[Judging], None] | None = None,
+    while_scanning: Callable[[JudgementInProgress], None] | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
-    `meanwhile`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
+    `while_scanning`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
     """
     with _cyclic_gc_paused():
         source = open_source(target, revision)
@@ -145,7 +145,10 @@ def analyze(
         scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
         try:
             return judge(
-                ckpt, settings, scanned=lambda: with_value_data(ckpt, values=scan.result()), meanwhile=meanwhile
+                ckpt,
+                settings,
+                scanned=lambda: with_value_data(ckpt, values=scan.result()),
+                while_scanning=while_scanning,
             )
         finally:
             scan.close()
@@ -155,7 +158,7 @@ def analyze(
 def _cyclic_gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a checkpoint is read and judged. An analysis allocates a few objects
     per tensor (hundreds of thousands) and frees none of them until it ends, so every full collection meanwhile
-    re-walks all of them for nothing (a fifth of the header path's CPU time on a 190k-tensor checkpoint); reference
+    re-walks all of them for nothing (docs/performance.md); reference
     counting still frees everything as usual, and the collector's previous state is restored afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()
@@ -171,24 +174,24 @@ def judge(
     settings: JudgeSettings,
     *,
     scanned: Callable[[], Checkpoint] | None = None,
-    meanwhile: Callable[[Judging], None] | None = None,
+    while_scanning: Callable[[JudgementInProgress], None] | None = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). With `scanned` (a value
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
-    `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
+    `scanned()` returns: `ckpt` with its statistics. `while_scanning`, with `scanned`, is called once the header rules are
     done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
-    (`Judging.interim`, made only when asked), serve-flags loads what it reads next."""
-    judging = Judging.start(ckpt, settings, values_later=scanned is not None)
+    (`JudgementInProgress.interim`, made only when asked), serve-flags loads what it reads next."""
+    judging = JudgementInProgress.start(ckpt, settings, values_later=scanned is not None)
     if scanned is None:
         return judging.finish()
-    if meanwhile is not None:
-        meanwhile(judging)
+    if while_scanning is not None:
+        while_scanning(judging)
     return judging.finish(scanned())
 
 
 @dataclass(frozen=True)
-class Judging:
+class JudgementInProgress:
     """One judgement in two steps: detection and every rule but the value rules a scan has yet to feed (`start`),
     then those on the scanned checkpoint (`finish`). `judge` is both at once; a repair starts its after-state's
     judgement while the before-state's scan runs, and finishes it with the value statistics carried over."""
@@ -206,7 +209,7 @@ class Judging:
     summary: dict
 
     @classmethod
-    def start(cls, ckpt: Checkpoint, settings: JudgeSettings, *, values_later: bool = False) -> Judging:
+    def start(cls, ckpt: Checkpoint, settings: JudgeSettings, *, values_later: bool = False) -> JudgementInProgress:
         """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
         det = detect(ckpt, settings.runtime)
         profiles: tuple[Hardware, ...] = (

@@ -4,7 +4,6 @@ library's one header writer)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import struct
@@ -369,7 +368,3 @@ def apply(folder: Path, steps: list[Mapping[str, Any]]) -> None:
         if "from" in args:  # `from` is a Python keyword
             args["source"] = args.pop("from")
         OPS[op](folder, **args)
-
-
-def describe(steps: list[Mapping[str, Any]]) -> str:
-    return "; ".join(json.dumps(dict(s), sort_keys=True) for s in steps)

@@ -1,4 +1,4 @@
-"""Config-level corruption recipes, shared by the tests (tests/test_detect.py) and the vLLM conformance run
+"""Config-level corruption recipes, shared by the tests (tests/detect/test_genuine_fixtures.py) and the vLLM conformance run
 (bench/conformance/run.py), so both judge the same corrupted copies.
 
 Each recipe edits a writable copy of a genuine fixture in place. Tensor-level corruptions live in the rule case

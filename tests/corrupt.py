@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ckpt_tools.write.header import build_file, encode_header
+from ckpt_tools.write.header import build_file
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GENUINE = FIXTURES / "genuine"
@@ -103,11 +103,3 @@ def edit_json(path: Path, fn: Callable[[dict], object]) -> None:
     data = json.loads(path.read_text())
     fn(data)
     path.write_text(json.dumps(data, indent=2))
-
-
-def set_header(path: Path, header: dict, *, keep_length: bool = False) -> None:
-    """Replace a shard's header JSON, keeping the data bytes (for offset/dtype corruptions)."""
-    raw = path.read_bytes()
-    (n,) = struct.unpack_from("<Q", raw)
-    new = encode_header(header, None, min_length=n if keep_length else 0)
-    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n :])

@@ -1,5 +1,5 @@
 """Header-only checkpoints the size of real ones, for the memory plan: every tensor name, dtype and shape as the
-producer writes them, with sparse data regions (no disk space). Used by tests/test_plan_serve.py and
+producer writes them, with sparse data regions (no disk space). Used by tests/serve/test_memory_plan_in_serve.py and
 bench/seed_plan.py (the README sanity table).
 
 - `qwen36_35b_a3b_nvfp4`: the seed model, AEON-7 Qwen3.6-35B-A3B NVFP4 (model card: Qwen3_5MoeForConditionalGeneration,

@@ -1,5 +1,5 @@
 """Tiny but real model configs for the architecture families the fixtures do not carry (MLA, sliding window,
-Qwen3-Next's `full_attention_interval`), shared by tests/test_plan_kv.py (ckpt's plan) and
+Qwen3-Next's `full_attention_interval`), shared by tests/plan/test_kv_cache.py (ckpt's plan) and
 bench/conformance/plan_check.py (vLLM 0.33's own per-layer KV-cache specs for the same configs)."""
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ sys.path.insert(0, str(HERE))
 
 import vllm_side  # noqa: E402, F401 - sets the CPU platform before vLLM is imported
 
-from ckpt_tools.detect.schemes import Scheme  # noqa: E402
 from ckpt_tools.kernels import capability, select  # noqa: E402
 from ckpt_tools.knowledge.hardware import profiles as hardware_profiles  # noqa: E402
+from ckpt_tools.model.schemes import Scheme  # noqa: E402
 
 GROUP_SIZES = (-1, 32, 64, 128, 16)
 # vLLM's class / backend -> the family name rules/kernels.toml must start with.

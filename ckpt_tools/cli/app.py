@@ -16,6 +16,7 @@ import typer
 import typer.core
 
 from ..errors import UsageError
+from ..report.renderers import OUTPUT_FORMATS
 
 app = typer.Typer(
     name="ckpt",
@@ -44,7 +45,7 @@ class State:
 
 def keep_until_exit(result: object) -> None:
     """Leave what a command built (an analysis: a few objects per tensor) for process exit to reclaim, instead of
-    freeing it object by object when the command returns (0.09 s for a 190k-tensor checkpoint). Only when the
+    freeing it object by object when the command returns (docs/performance.md). Only when the
     process is the `ckpt` console command (`main.console`); an in-process caller of `main()` frees it as usual."""
     if State.own_process:
         State.kept.append(result)
@@ -109,7 +110,7 @@ typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[metho
 
 # ---- option values without pydantic ---------------------------------------------------------------------------------
 # typer (0.2x) coerces every option value through a pydantic TypeAdapter: importing pydantic and building one adapter
-# per option costs a command ~0.1 s before it starts. Our options are plain strings, flags, small integers, string
+# per option delays every command's start (docs/performance.md). Our options are plain strings, flags, small integers, string
 # lists and str enums; a value that is already what the adapter would return is passed as the adapter would pass it,
 # and anything else (a bad value, an annotation not listed here) goes to typer's own coercion, so its errors and
 # messages are unchanged. Older typer versions have no such layer and are left alone.
@@ -210,7 +211,7 @@ _install_plain_coercion()
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from .._version import __version__
 
         print(f"ckpt {__version__}")
         raise typer.Exit(0)
@@ -287,11 +288,8 @@ def write_output(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-class Format(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-    sarif = "sarif"
+# `--format` of the commands that print a report: one member per name in report/renderers.py's list.
+OutputFormat = Enum("OutputFormat", {name: name for name in OUTPUT_FORMATS}, type=str)  # type: ignore[misc]
 
 
 class TextOrJson(str, Enum):

@@ -5,7 +5,7 @@ import sys
 import typer
 
 from ..errors import UsageError
-from .app import Format, app, echo_first_line, emit, keep_until_exit, use_color, write_output
+from .app import OutputFormat, app, echo_first_line, emit, keep_until_exit, use_color, write_output
 from .options import TARGET_HELP, fail_on_option, hardware_ids, hardware_option, runtime_option, target_argument
 
 
@@ -15,7 +15,7 @@ def doctor(
         TARGET_HELP[:-1] + "; several are judged one by one (Hub repos concurrently) with a summary table, one row "
         "per target (a target that cannot be read too), exit code the worst; with --pre-commit, the files to check."
     ),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    format: OutputFormat = typer.Option("text", "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: str = fail_on_option("error", "Exit 1 when a finding is at or above this (warn = warning)."),
     runtime: str | None = runtime_option(),
     hardware: list[str] | None = hardware_option("Kernel notes for these (default: all)."),
@@ -43,7 +43,7 @@ def doctor(
 ) -> None:
     """Judge a checkpoint: what vLLM will make of it, and every defect that breaks serving."""
     from ..pipeline import analyze  # the pipeline is imported when a command runs, not to print help
-    from ..report.formats import render, render_many
+    from ..report.renderers import render, render_many
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
@@ -75,8 +75,8 @@ def doctor(
         )
         keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
-        if format in (Format.text, Format.markdown):
-            text += _summary_table(reports, fail_on, markdown=format == Format.markdown)
+        if format.value in ("text", "markdown"):
+            text += _summary_table(reports, fail_on, markdown=format.value == "markdown")
         code = max(r.exit_code(fail_on) for r in reports)
     else:
         result = analyze(
@@ -91,7 +91,7 @@ def doctor(
         keep_until_exit(result)
         text = render(result.report, format.value, color=color)
         code = result.report.exit_code(fail_on)
-    if format == Format.text and not pre_commit and len(targets) == 1:
+    if format.value == "text" and not pre_commit and len(targets) == 1:
         text = echo_first_line(text)
     if output:
         write_output(output, text)

@@ -55,7 +55,7 @@ def plan_command(
     """Memory plan from headers and config: weights, KV cache per token, state per sequence, the KV budget, and the
     largest context and sequence count that fit. Exit 0 when it fits, 1 when it does not, 2 on bad usage."""
     from ..knowledge.runtimes import runtime as load_runtime
-    from ..plan import Settings, memory_plan
+    from ..memory_plan import Settings, memory_plan
     from ..plan.render import notes_text, text
 
     hardware = one_hardware(hardware_given, "plan")

@@ -6,7 +6,7 @@ from enum import Enum
 
 import typer
 
-from .app import Format, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
+from .app import OutputFormat, State, TextOrJson, app, echo_first_line, emit, keep_until_exit, note, use_color
 from .options import fail_on_option, hardware_option, one_hardware, runtime_option, target_argument
 
 
@@ -131,13 +131,13 @@ def check_serve_command(
     ),
     runtime: str | None = runtime_option("Runtime profile (default: from the docker image, else {default_runtime})."),
     hardware_given: list[str] | None = hardware_option("One profile, the one the command runs on."),
-    format: Format = typer.Option(Format.text, "--format", "-f", help="Output format.", case_sensitive=False),
+    format: OutputFormat = typer.Option("text", "--format", "-f", help="Output format.", case_sensitive=False),
     fail_on: str = fail_on_option("error", "Exit 1 when a finding is at or above this (warn = warning)."),
     headers_only: bool = typer.Option(False, "--headers-only", help="Read headers only; skip the scale-value scan."),
 ) -> None:
     """Lint a `vllm serve` or `docker run` command against the checkpoint and the runtime/hardware profiles; the
     report also carries doctor's findings on the checkpoint (one verdict)."""
-    from ..report.formats import render
+    from ..report.renderers import render
     from ..serve import check_serve
 
     if not command:
@@ -153,5 +153,5 @@ def check_serve_command(
         keep=keep_until_exit,
     )
     text = render(result.report, format.value, color=use_color())
-    emit(echo_first_line(text) if format == Format.text else text)
+    emit(echo_first_line(text) if format.value == "text" else text)
     raise typer.Exit(result.report.exit_code(fail_on))

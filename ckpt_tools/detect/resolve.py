@@ -16,19 +16,20 @@ from operator import attrgetter, itemgetter, methodcaller
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from ..knowledge import formats as format_table
+from ..knowledge import quant_formats as format_table
 from ..knowledge.architectures import Family, family_for, markers
-from ..knowledge.formats import format_for, unsupported_hints
 from ..knowledge.modules import model_config, model_unquantized
+from ..knowledge.quant_formats import format_for, unsupported_hints
 from ..knowledge.runtimes import Runtime
 from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from ..model.modules import COMPRESSED_TENSORS_SUFFIXES, Module
-from . import formats
+from ..model.schemes import UNQUANTIZED, Scheme
+from . import quant_formats
 from .matching import CtMatcher, RegexBudget, ct_entry_matches, modelopt_excluded_by, modelopt_patterns
-from .schemes import UNQUANTIZED, Scheme, ct_scheme, disk_scheme, modelopt_scheme
+from .schemes import ct_scheme, disk_scheme, modelopt_scheme
 
-# Formats whose per-layer schemes detect/formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
+# Formats whose per-layer schemes detect/quant_formats.py builds (rules/formats.toml); `fp8` has its own resolver below.
 FORMAT_PRODUCERS = frozenset({"gptq", "awq", "auto-round", "quark", "fbgemm_fp8", "mxfp4"})
 
 
@@ -246,7 +247,7 @@ def _resolve_method(
     if fmt is not None:
         # The config class's override_quantization_method renames the method (gptq -> auto_gptq, awq -> auto_awq,
         # auto-round -> inc), then from_config validates it (rules/formats.toml).
-        vllm_method, problem = formats.resolve_method(method, data, rt.quantization.methods, model_type)
+        vllm_method, problem = quant_formats.resolve_method(method, data, rt.quantization.methods, model_type)
         return method, vllm_method, problem
     if method == "compressed-tensors":
         sparsity = data.get("sparsity_config")
@@ -527,7 +528,7 @@ class _Resolver:
         if self.producer in FORMAT_PRODUCERS:
             module = self.ckpt.modules.get(name)
             disk_q = module is not None and disk_scheme(module).quantized
-            scheme, covered = formats.declared_scheme(
+            scheme, covered = quant_formats.declared_scheme(
                 self.producer, self.view.data or {}, name, self.family.to_vllm(name), disk_q, self.regex_budget
             )
             return scheme, covered, (self.producer if scheme.quantized else None)
@@ -648,7 +649,7 @@ def detect(ckpt: Checkpoint, runtime_id: str | None = None) -> Detection:
         rejection=rejection,
         kv_cache=_kv_cache(view, producer),
         components=tuple(comps),
-        made_by=formats.made_by(view.data),
+        made_by=quant_formats.made_by(view.data),
         classes=tuple(classes),
         slow_patterns=MappingProxyType(dict(slow)),
     )
@@ -687,7 +688,7 @@ class _ModuleJudge:
         self.by_layout: dict[int, tuple[bool | None, Scheme]] = {}
         self.embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
 
-    def tensors_say(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
+    def layout_facts(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
         # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
         said = self.by_layout.get(lid)
         if said is None:
@@ -708,7 +709,7 @@ class _ModuleJudge:
         where = module.expert
         component = component_of(name + "." if name else "", family)
         lid = self.of[name]
-        fit, disk = self.tensors_say(lid, module)
+        fit, disk = self.layout_facts(lid, module)
         if not self.linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
             return component, None
         judged = self.resolver.declared(module)
@@ -753,7 +754,7 @@ def _expert_classes(
                 each = {n: component_of(n + ".", family) for n in names}
                 found.update(each.values())
             for lid, lid_names in by_lid.items():
-                fit, disk = judge.tensors_say(lid, modules[lid_names[0]])
+                fit, disk = judge.layout_facts(lid, modules[lid_names[0]])
                 if not judge.linear(fit, proj):
                     continue
                 judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)

@@ -4,7 +4,7 @@
 |---|---|---|
 | `architectures` | architectures.toml | `families()`, `family_for(arch, model_type)`, `markers()`, `is_explicit(...)` |
 | `dtypes` | dtypes.toml | `dtype_support()` |
-| `formats` | formats.toml | `formats()`, `format_for(method)`, `unsupported_hints()`, `made_by_table()` |
+| `quant_formats` | formats.toml | `formats()`, `format_for(method)`, `unsupported_hints()`, `made_by_table()` |
 | `hardware` | hardware.toml | `profiles()`, `hardware(id)` |
 | `kernels` | kernels.toml | `kernel_table()`: the kernel selection per scheme, layer kind and GPU (applied by `ckpt_tools/kernels.py`) |
 | `kv_scales` | kv_scales.toml | `spellings()`, `classify(name)`, `is_kv_scale_name(name)`, `attention()`, `kv_runtime(id)` |

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
 
+from ..model.schemes import Scheme
 from ._load import REQUIRED, Table, build_file
-
-if TYPE_CHECKING:
-    from ..detect.schemes import Scheme
 
 SCHEME_KINDS = ("nvfp4", "mxfp4", "mxfp8", "fp8", "int4", "int8")
 LAYER_KINDS = ("linear", "moe")

@@ -2,8 +2,8 @@
 
 A large checkpoint has tens of thousands of modules but a handful of layouts (every expert projection of a layer
 looks alike), and whatever depends only on a module's layout (its disk scheme, whether its scales fit their weight)
-is the same for every module that shares it. `group_layouts` numbers the layouts in one pass (`group_checkpoint` groups
-the modules, numbers their layouts and files the experts in one); `Layouts.members` lists the modules of each
+is the same for every module that shares it. `group_checkpoint` groups the modules, numbers their layouts and files
+the experts in one pass; `Layouts.members` lists the modules of each
 layout, so that a rule can judge a layout once and name its modules only when it has something to report.
 """
 
@@ -30,9 +30,8 @@ class Layouts:
 
 
 def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], Layouts, dict[str, ExpertGroup]]:
-    """Modules (`group_modules`), their layouts (`group_layouts`) and the MoE experts (`group_experts`) of tensors in
-    load order, in one pass over the tensors and one over the modules: the same objects, in the same order, as the
-    three functions give one after the other."""
+    """Modules, their layouts and the MoE experts (`group_experts`) of tensors in load order, in one pass over the
+    tensors and one over the modules."""
     buckets = tensor_buckets(tensors)
     modules: dict[str, Module] = {}
     ids: dict[Layout, int] = {}
@@ -42,7 +41,7 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
     for name, ts in buckets.items():
         where = expert_of(name)
         module = modules[name] = Module(name, MappingProxyType(ts), where)
-        layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape), as `group_layouts`
+        layout = tuple([(s, t[1], t[2]) for s, t in ts.items()])  # (suffix, dtype, shape)
         lid = ids.get(layout)
         if lid is None:
             lid = ids[layout] = len(members)
@@ -58,18 +57,3 @@ def group_checkpoint(tensors: Iterable[TensorInfo]) -> tuple[dict[str, Module], 
         for layer, ex in layers.items()
     }
     return modules, Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members))), experts
-
-
-def group_layouts(modules: Mapping[str, Module]) -> Layouts:
-    ids: dict[Layout, int] = {}
-    of: dict[str, int] = {}
-    members: list[list[str]] = []
-    for name, module in modules.items():
-        layout = tuple([(s, t.dtype, t.shape) for s, t in module.tensors.items()])
-        lid = ids.get(layout)
-        if lid is None:
-            lid = ids[layout] = len(ids)
-            members.append([])
-        of[name] = lid
-        members[lid].append(name)
-    return Layouts(MappingProxyType(of), tuple(ids), tuple(map(tuple, members)))

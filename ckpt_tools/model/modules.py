@@ -153,10 +153,6 @@ def tensor_buckets(tensors: Iterable[TensorInfo]) -> dict[str, dict[str, TensorI
     return buckets
 
 
-def group_modules(tensors: Iterable[TensorInfo]) -> dict[str, Module]:
-    return {p: Module(p, MappingProxyType(ts), expert_of(p)) for p, ts in tensor_buckets(tensors).items()}
-
-
 def group_experts(modules: Mapping[str, Module]) -> dict[str, ExpertGroup]:
     layers: dict[str, dict[int, dict[str, Module]]] = {}
     for name, module in modules.items():

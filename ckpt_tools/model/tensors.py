@@ -82,6 +82,9 @@ class Index:
     metadata: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
 
+JOURNAL_NAME = ".ckpt-repair.journal"  # the file a repair records what it will write in, beside the checkpoint's
+
+
 @dataclass(frozen=True)
 class PendingRepair:
     """What an interrupted repair left in a local folder: its journal (with the job it records, or why it cannot be

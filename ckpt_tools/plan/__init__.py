@@ -1,14 +1,15 @@
 """The memory plan: will a checkpoint fit on a GPU, with how much context and how many sequences (`ckpt plan`).
 
-`memory_plan(target, Settings(hardware="gb10"))` reads headers only (local folders and Hub repos) and returns a
-`MemoryPlan`; `plan_for(analysis, settings)` plans an already analysed checkpoint (serve-flags, check-serve, inspect).
+A library under serve/ and census: it imports neither serve/ nor the pipeline. `plan_for(analysis, settings)` plans an
+already analysed checkpoint (serve-flags, check-serve, inspect); `ckpt_tools.memory_plan.memory_plan(target,
+settings)` reads a target first (`ckpt plan`).
 """
 
 from __future__ import annotations
 
 from .planner import MemoryPlan, Settings, plan_checkpoint
 
-__all__ = ["MemoryPlan", "Settings", "memory_plan", "plan_for"]
+__all__ = ["MemoryPlan", "Settings", "plan_for"]
 
 
 def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_label: str | None = None) -> MemoryPlan:
@@ -30,18 +31,6 @@ def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_lab
         target=analysis.report.target,
         drafter=drafter,
     )
-
-
-def memory_plan(
-    target: str, settings: Settings, *, drafter: str | None = None, revision: str | None = None
-) -> MemoryPlan:
-    """Plan `target` (a folder, a .safetensors file or a Hub repo) from its headers and config."""
-    from ..pipeline import analyze
-
-    runtime = settings.runtime
-    analysis = analyze(target, runtime=runtime, headers_only=True, revision=revision)
-    drafter_analysis = analyze(drafter, runtime=runtime, headers_only=True) if drafter else None
-    return plan_for(analysis, settings, drafter_analysis=drafter_analysis, drafter_label=drafter)
 
 
 def memory_figures(analysis) -> dict:

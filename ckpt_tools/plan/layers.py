@@ -18,7 +18,6 @@ from . import facts
 from .limits import tensor_parallel_refusal
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
-ATTENTION_KINDS = (FULL, SLIDING, MLA)
 
 
 @dataclass(frozen=True)
@@ -35,10 +34,6 @@ class LayerCache:
     state_bytes: int = 0
     state_shapes: tuple[tuple[int, ...], ...] = ()
     state_dtypes: tuple[str, ...] = ()
-
-    @property
-    def is_attention(self) -> bool:
-        return self.kind in ATTENTION_KINDS
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware, hardware
 from ..knowledge.memory import memory
@@ -22,6 +22,7 @@ from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
 from . import facts
 from .budget import Answers, Pages, answer, pages
+from .context import derived_max_model_len
 from .layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
 from .limits import context_refusal
 from .weights import Weights, checkpoint_weights, combine
@@ -204,8 +205,6 @@ class MemoryPlan:
 def model_context(ckpt: Checkpoint, asked: int | None = None) -> int:
     """The context vLLM derives when --max-model-len is not given (the smallest of the config's length keys, RoPE
     scaling applied: the same derivation serve-flags emits)."""
-    from ..serve.facts import derived_max_model_len
-
     length, _key = derived_max_model_len(ckpt.text_config)
     if length and length > 0:
         return length

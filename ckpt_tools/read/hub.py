@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from .. import __version__
+from .._version import __version__
 from ..errors import TargetError
 from . import hub_http
 from .hub_errors import HubContext, http_library_errors, hub_errors

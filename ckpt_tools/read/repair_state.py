@@ -15,9 +15,8 @@ from pathlib import Path
 
 import orjson
 
-from ..model.tensors import PendingRepair
+from ..model.tensors import JOURNAL_NAME, PendingRepair
 
-JOURNAL_NAME = ".ckpt-repair.journal"
 JOURNAL_MAGIC = b"CKPTJRN1"
 TMP_SUFFIX = ".ckpt-tmp"
 MANIFEST_LIMIT = 64 * 1024 * 1024  # a journal's manifest lists steps' small fields; far below this

@@ -34,16 +34,13 @@ from ..model.values import (
     ITEM_SIZE,
     SMALL_TENSOR_ELEMENTS,
     STATS_DTYPES,
-    Accumulator,
     TensorStats,
     ValueStats,
-    all_plain,
-    all_zero,
     channel_layout,
-    small_stats,
     value_dtype,
 )
 from .source import Source
+from .value_measure import Accumulator, all_plain, all_zero, small_stats
 
 CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
 PREFETCH = 2 * CHUNK  # bytes asked of the disk ahead of the read being measured (page cache, not memory we hold)

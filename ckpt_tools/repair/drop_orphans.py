@@ -17,7 +17,7 @@ from ..model.checkpoint import Checkpoint
 from ..model.modules import ROLES, SCALE_ROLES, split_name
 from ..pipeline import Analysis
 from ..rules.ck302_orphan_scale import OrphanScale
-from .plan import Plan, ShardEdit, nothing
+from .edits import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "drop-orphans"

@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import CkptError
-from ..pipeline import Analysis, Judging, analyze
+from ..pipeline import Analysis, JudgementInProgress, analyze
 from ..report.model import Report
 from ..rules.base import Finding
 from . import drop_orphans, fix_prefix, scrub_nan
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, resolve_local
 from .journal import Lock, recover
-from .runner import Job, RepairResult, _Ahead, _drop, _plans_on_headers, refuse_pending, run
+from .runner import Job, RepairResult, _drop, _plans_on_headers, _PlanWhileScanning, refuse_pending, run
 
 ORDER: tuple[Callable[[], Job], ...] = (scrub_nan.job, fix_prefix.job, drop_orphans.job)
 
@@ -115,7 +115,9 @@ def _fix_all(
 ) -> FixAllResult:
     jobs = [make() for make in ORDER]
     first = _PlanFirst(jobs, target, local, writable=not dry_run)
-    found = analyze(target, runtime=runtime, progress=progress, meanwhile=first)  # the full doctor, values included
+    found = analyze(
+        target, runtime=runtime, progress=progress, while_scanning=first
+    )  # the full doctor, values included
     keep(found)
     check_checkpoint(found.checkpoint)  # unreadable shards hide findings: "nothing to do" would be a lie
     report = found.report
@@ -145,24 +147,24 @@ def _fix_all(
         results.append(result)
         if result.after is not None:
             present = fixable_slugs(result.after, keep=present)
-            state = _left(result, made, target, runtime, progress, keep)
+            state = _state_after(result, made, target, runtime, progress, keep)
     handled = {job.slug for job in jobs}
     others = tuple(f for f in report.sorted_findings() if f.fix and f.slug not in handled)
     return FixAllResult(target, dry_run, report, tuple(results), others)
 
 
 class _PlanFirst:
-    """`analyze(meanwhile=...)` for `ckpt fix`: while the value scan runs, plans the first job planned from header
-    findings that the verdict so far calls for, as a job does on its own (`runner._Ahead`). WHY that is the plan the
+    """`analyze(while_scanning=...)` for `ckpt fix`: while the value scan runs, plans the first job planned from header
+    findings that the verdict so far calls for, as a job does on its own (`runner._PlanWhileScanning`). WHY that is the plan the
     job makes on the final analysis: as for one job (`runner._plans_on_headers`); the job uses it only when it plans
     on that analysis (`state is found`): a job ahead of it in `ORDER` that only the value rules call for (scrub-nan),
     or an interrupted repair completed first, changes the checkpoint, and the plan is left unused."""
 
     def __init__(self, jobs: list[Job], target: str, local: LocalTarget, *, writable: bool) -> None:
         self.jobs, self.target, self.local, self.writable = jobs, target, local, writable
-        self.ahead: _Ahead | None = None
+        self.ahead: _PlanWhileScanning | None = None
 
-    def __call__(self, judging: Judging) -> None:
+    def __call__(self, judging: JudgementInProgress) -> None:
         interim = judging.interim()
         if interim.checkpoint.pending_repair is not None:
             return  # completed or cleaned up first, then read again (`_recover`)
@@ -170,7 +172,7 @@ class _PlanFirst:
         job = next((j for j in self.jobs if j.slug in present and _plans_on_headers(j)), None)
         if job is None:
             return
-        ahead = _Ahead(job, self.target, self.local, writable=self.writable)
+        ahead = _PlanWhileScanning(job, self.target, self.local, writable=self.writable)
         try:
             ahead(judging)
         except CkptError:
@@ -201,7 +203,7 @@ def _recover(
     return again, recovered
 
 
-def _left(
+def _state_after(
     result: RepairResult,
     made: list[Analysis],
     target: str,
@@ -215,9 +217,9 @@ def _left(
     for analysis in reversed(made):
         if analysis.report is result.after:
             return analysis
-    left = analyze(target, runtime=runtime, progress=progress)  # not handed over: read the checkpoint again
-    keep(left)
-    return left
+    again = analyze(target, runtime=runtime, progress=progress)  # not handed over: read the checkpoint again
+    keep(again)
+    return again
 
 
 def _recording(made: list[Analysis], keep: Callable[[Analysis], None]) -> Callable[[Analysis], None]:

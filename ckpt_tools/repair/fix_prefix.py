@@ -14,7 +14,7 @@ from ..errors import TargetError, UsageError
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
-from .plan import Plan, ShardEdit, nothing
+from .edits import Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "fix-prefix"

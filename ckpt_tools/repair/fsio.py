@@ -68,13 +68,6 @@ class Writer:
             self.first_visible = now
         self.last_visible = now
 
-    @property
-    def mixed_seconds(self) -> float:
-        """How long the folder held a mix of old and new files (0 for a repair that changes one file at once)."""
-        if self.first_visible is None or self.last_visible is None:
-            return 0.0
-        return self.last_visible - self.first_visible
-
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int, *, crash: str | None = None) -> None:
         """Write all of `data` at `offset`. With `crash`, the crash point of that name fires halfway through (a
         torn write, which is what a kill during a large write leaves)."""

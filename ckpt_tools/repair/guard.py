@@ -17,8 +17,8 @@ from ..errors import TargetError
 from ..model.checkpoint import INDEX_NAME, Checkpoint
 from ..read import open_source
 from ..read.hub_target import HF_SCHEME, hub_reading, parse_hub_target
+from .edits import Plan
 from .fsio import symlink_refusal
-from .plan import Plan
 
 _HUB_URL = re.compile(r"^https?://(www\.)?(huggingface\.co|hf\.co)/")
 

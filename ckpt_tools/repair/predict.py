@@ -18,7 +18,7 @@ import orjson
 
 from ..model.checkpoint import Checkpoint, with_value_data
 from ..model.tensors import Index, Shard
-from .plan import BytePatch, Plan
+from .edits import BytePatch, Plan
 from .steps import IndexStep, RewriteStep, Step
 
 

@@ -2,7 +2,7 @@
 plan, predict the after-state (doctor on the planned headers, in memory), refuse a repair that would add errors,
 apply under the journal. The after-check is the prediction (weights untouched, value data carried over), except
 after byte patches, whose scale values are read again. A job planned from header findings is planned, and its
-after-state judged up to the value rules, while the analysis' value scan still runs (`_Ahead`).
+after-state judged up to the value rules, while the analysis' value scan still runs (`_PlanWhileScanning`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TargetError, UsageError
-from ..pipeline import Analysis, Judging, analyze, rejudge
+from ..pipeline import Analysis, JudgementInProgress, analyze, rejudge
 from ..report.model import Report
 from ..rules.base import Finding, all_rules
 from ._thread import InThread
+from .edits import Plan
 from .fsio import Writer
 from .guard import LocalTarget, check_checkpoint, check_folder, check_plan, check_writable, resolve_local
 from .journal import Lock, journal_path, journal_pieces, recover, run_journaled
-from .plan import Plan
 from .steps import RewriteStep, Step, compile_plan
 
 
@@ -159,7 +159,7 @@ def run(
     headers_only: bool = False,
     keep: Callable[[Analysis], None] | None = None,
     before: Analysis | None = None,
-    ahead: _Ahead | None = None,
+    ahead: _PlanWhileScanning | None = None,
 ) -> RepairResult:
     """Run `job` on `target`. Raises `TargetError` / `UsageError` (exit 2) when it must refuse; then nothing changed.
     A repair whose predicted after-state has more errors than the checkpoint has now refuses unless `force`; a dry
@@ -170,19 +170,19 @@ def run(
     `before`: the analysis of `target` as it is now, made by a caller that holds the folder's `Lock` for the whole
     job and ran `recover` under it first (`fix_all`, which chains jobs): the job plans on it instead of locking,
     recovering and analyzing itself; the state a written job leaves is the analysis whose report is `after`, handed
-    to `keep`. `ahead`, with `before`: this job planned while `before`'s value scan ran (`analyze(meanwhile=ahead)`)."""
+    to `keep`. `ahead`, with `before`: this job planned while `before`'s value scan ran (`analyze(while_scanning=ahead)`)."""
     keep = keep or _drop
     if headers_only and job.needs_values:
         raise UsageError(f"{job.name} reads scale values; --headers-only cannot apply")
     local = resolve_local(target)
     # The repair is planned, and its after-state judged up to the value rules, while the value scan still runs.
     if before is None:
-        ahead = _Ahead(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
+        ahead = _PlanWhileScanning(job, target, local, writable=not dry_run) if _plans_on_headers(job) else None
     if dry_run:
         if before is None:
             refuse_pending(local)
         analysis = before or analyze(
-            target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead
+            target, runtime=runtime, progress=progress, headers_only=headers_only, while_scanning=ahead
         )
         keep(analysis)
         plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep, writable=False)
@@ -208,7 +208,7 @@ def run(
     with Lock(local.root) if before is None else nullcontext():
         recovered = recover(local.root, Writer()) if before is None else None
         analysis = before or analyze(
-            target, runtime=runtime, progress=progress, headers_only=headers_only, meanwhile=ahead
+            target, runtime=runtime, progress=progress, headers_only=headers_only, while_scanning=ahead
         )
         keep(analysis)
         plan, steps, predicted = _plan_and_predict(analysis, job, target, local, ahead, keep)
@@ -263,21 +263,21 @@ def predict(
 
 
 def _plans_on_headers(job: Job) -> bool:
-    """Whether `job` can be planned on the verdict so far (`Judging.interim`, while the value scan runs). WHY its plan
+    """Whether `job` can be planned on the verdict so far (`JudgementInProgress.interim`, while the value scan runs). WHY its plan
     is then the same: a job plans from the analysis' checkpoint and the findings of its slug; the checkpoint so far is
     the final one but for the value statistics, which a job that does not need values never reads, and a rule that
     reads no values has all its findings in the verdict so far."""
     return not job.needs_values and not any(r.needs_values for r in all_rules() if r.slug == job.slug)
 
 
-class _Ahead:
-    """`analyze(meanwhile=...)` for a repair: plans it on the verdict so far and starts judging its after-state
+class _PlanWhileScanning:
+    """`analyze(while_scanning=...)` for a repair: plans it on the verdict so far and starts judging its after-state
     (detection and the header rules) while the value scan still runs on the other core. The value rules of the
     after-state wait for the before-state's statistics, carried over (`_plan_and_predict`)."""
 
     def __init__(self, job: Job, target: str, local: LocalTarget, *, writable: bool) -> None:
         self.job, self.target, self.local, self.writable = job, target, local, writable
-        self.planned: tuple[Plan, tuple[Step, ...], Judging | None] | None = None
+        self.planned: tuple[Plan, tuple[Step, ...], JudgementInProgress | None] | None = None
         self._journal: InThread[list[bytes]] | None = None  # the steps' journal, encoded meanwhile (if it writes)
 
     @property
@@ -286,14 +286,14 @@ class _Ahead:
         None when none was encoded."""
         return b"".join(self._journal.result()) if self._journal is not None else None
 
-    def __call__(self, judging: Judging) -> None:
+    def __call__(self, judging: JudgementInProgress) -> None:
         from .predict import after_checkpoint
 
         interim = judging.interim()
         plan, steps = _plan(interim, self.job, self.target, self.local, writable=self.writable)
         after = None
         if steps:
-            after = Judging.start(
+            after = JudgementInProgress.start(
                 after_checkpoint(interim.checkpoint, plan, steps),
                 interim.settings,
                 values_later=True,
@@ -311,7 +311,7 @@ def _plan_and_predict(
     job: Job,
     target: str,
     local: LocalTarget,
-    ahead: _Ahead | None,
+    ahead: _PlanWhileScanning | None,
     keep: Callable[[Analysis], None],
     writable: bool = True,
 ) -> tuple[Plan, tuple[Step, ...], Report | None]:

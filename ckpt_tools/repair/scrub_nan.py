@@ -30,7 +30,7 @@ from ..read import open_source
 from ..read.value_scan import read_pieces
 from ..rules.base import Finding
 from ..rules.ck501_nan_fp8_scale import NanFp8Scale
-from .plan import BytePatch, Plan, ShardEdit, nothing
+from .edits import BytePatch, Plan, ShardEdit, nothing
 from .runner import Job, fixable_findings
 
 NAME = "scrub-nan"

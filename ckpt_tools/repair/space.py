@@ -3,14 +3,12 @@ the disk (or a quota) is full."""
 
 from __future__ import annotations
 
-import errno
 import os
 
 from ..errors import TargetError
 from .fsio import Folder
 from .steps import IndexStep, RewriteStep, Step
 
-NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 SLACK = 1024 * 1024  # directory entries, indirect blocks, the filesystem's own rounding
 
 

@@ -34,8 +34,8 @@ from ..model.checkpoint import Checkpoint
 from ..model.tensors import Shard, TensorInfo
 from ..read.header import parse_header
 from ..write.header import encode_header
+from .edits import BytePatch, Plan, ShardEdit
 from .fsio import temp_name
-from .plan import BytePatch, Plan, ShardEdit
 
 _NAME = attrgetter("name")
 

@@ -1,5 +1,2 @@
-"""The report object (ckpt report contract, schema_version 1) and its views, one module per format."""
-
-from .model import SCHEMA_VERSION, Report
-
-__all__ = ["SCHEMA_VERSION", "Report"]
+"""The report object (`model.py`: the ckpt report contract, schema_version 1) and its views, one module per output
+format; renderers.py lists them. `Report` is `ckpt_tools.Report`."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from .model import Report
+from .model import Report, Unreadable
 
 ICONS = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 SHOWN_FILES = 10
@@ -83,3 +84,13 @@ def render(report: Report, *, color: bool = False) -> str:
     for reason, codes in by_reason.items():
         lines.append(f"_Not run: {', '.join(codes)} ({_cell(reason)})._")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_many(reports: Sequence[Report | Unreadable], *, color: bool = False) -> str:
+    """The reports one after another; a target that could not be read says so in its place."""
+    return "\n".join(
+        f"## ckpt {r.command}: `{r.target}`\n\n**could not be read**: {r.error}\n"
+        if isinstance(r, Unreadable)
+        else render(r, color=color)
+        for r in reports
+    )

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from .. import __version__
+from .._version import __version__
 from ..rules.base import SEVERITIES, SEVERITY_RANK, Finding
 
 if TYPE_CHECKING:
@@ -57,9 +57,9 @@ class Report:
     def render(self, format: str = "text") -> str:
         """This report as `ckpt doctor --format FORMAT` prints it: text, json, markdown or sarif."""
         from .._inputs import choice
-        from .formats import RENDERERS
+        from .renderers import OUTPUT_FORMATS, render
 
-        return RENDERERS[choice(format, tuple(RENDERERS), "format")](self)
+        return render(self, choice(format, tuple(OUTPUT_FORMATS), "format"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

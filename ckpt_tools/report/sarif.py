@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 import orjson
 
-from .. import __version__
+from .._version import __version__
 from ..model.modules import ROLES
-from ..rules.base import Documented, Finding, all_rules, documented, rule_family
+from ..rules.base import Check, Finding, all_rules, registered_check, rule_family
 from ..suppress import SuppressedFinding
 from .model import Report, Unreadable
 
@@ -34,7 +34,7 @@ def render(report: Report, *, color: bool = False) -> str:
     return render_many([report])
 
 
-def render_many(reports: Iterable[Report | Unreadable]) -> str:
+def render_many(reports: Iterable[Report | Unreadable], *, color: bool = False) -> str:
     """One SARIF log holding one run per report (`ckpt doctor --pre-commit` checks several folders at once)."""
     return orjson.dumps(sarif_log(reports), option=orjson.OPT_INDENT_2).decode() + "\n"
 
@@ -54,21 +54,21 @@ def sarif_log(reports: Iterable[Report | Unreadable]) -> dict[str, Any]:
     }
 
 
-def described(reports: Iterable[Report]) -> list[type[Documented]]:
+def described(reports: Iterable[Report]) -> list[type[Check]]:
     """Every CK rule, then the checks of the other codes the reports name (check-serve's CS checks): SARIF consumers
     expect every `ruleId` described in the run's `tool.driver.rules`."""
-    rules: list[type[Documented]] = [*all_rules()]
+    rules: list[type[Check]] = [*all_rules()]
     known = {r.code for r in rules}
     named = {f.code for r in reports for f in r.findings}
     named |= {str(s["code"]) for r in reports for s in [*r.suppressed, *r.skipped] if s.get("code")}
-    others = (documented(code) for code in sorted(named - known))
+    others = (registered_check(code) for code in sorted(named - known))
     return rules + [c for c in others if c is not None]
 
 
 # ---- rules ----------------------------------------------------------------------------------------------------------
 
 
-def _rule_descriptor(rule: type[Documented]) -> dict[str, Any]:
+def _rule_descriptor(rule: type[Check]) -> dict[str, Any]:
     doc = rule.doc_sections()
     sections = [(k, v) for k, v in doc.items() if k != "summary" and v]
     help_text = "\n\n".join(f"{k}\n{v}" for k, v in sections) or rule.title

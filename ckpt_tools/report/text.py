@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from collections.abc import Sequence
 
-from .model import Report
+from .model import Report, Unreadable
 
 COLORS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m"}
 RESET = "\033[0m"
@@ -165,3 +166,13 @@ def render(report: Report, *, color: bool = False, width: int | None = -1) -> st
         out.append(_paint("No findings.", "bold", color))
     out.append(f"{summary['error']} error(s), {summary['warning']} warning(s), {summary['info']} info")
     return "\n".join(out) + "\n"
+
+
+def render_many(reports: Sequence[Report | Unreadable], *, color: bool = False) -> str:
+    """The reports one after another; a target that could not be read says so in its place."""
+    return "\n".join(
+        f"ckpt {r.command} {r.target}\n  could not be read: {r.error}\n"
+        if isinstance(r, Unreadable)
+        else render(r, color=color)
+        for r in reports
+    )

@@ -4,7 +4,7 @@ docstring, and a pure `check(ctx)` that yields findings. Rules never do I/O; eve
 Docstrings have four sections, in this order, each introduced by its heading on a line of its own:
 `What it catches`, `Why it matters`, `Anti-pattern`, `Fix`, optionally followed by `Source`. `ckpt explain` and
 docs/rules.md print them. The check-serve checks (ckpt_tools/serve/checks/) follow the same contract through
-`Documented`; they judge a serve command instead of a checkpoint.
+`Check`; they judge a serve command instead of a checkpoint.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class Context:
 DOC_SECTIONS = ("What it catches", "Why it matters", "Anti-pattern", "Fix", "Source")
 
 
-class Documented:
+class Check:
     """What every check shares, CK rule or CS serve check: a stable code and slug, a default severity, a title, and
     its documentation in the docstring (`doc_sections`)."""
 
@@ -139,7 +139,7 @@ class Documented:
         return {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
-class Rule(Documented):
+class Rule(Check):
     @classmethod
     def wants_values(cls, tensor: TensorInfo) -> bool:
         """Whether this rule judges `tensor`'s value statistics (`ctx.ckpt.values`). A rule with `needs_values`
@@ -150,7 +150,7 @@ class Rule(Documented):
 
     @classmethod
     def prepare(cls, ctx: Context) -> None:
-        """A value rule's header-only work, done while the value scan still runs (`pipeline.Judging.start`): views
+        """A value rule's header-only work, done while the value scan still runs (`pipeline.JudgementInProgress.start`): views
         of `ctx` that read no value statistics, memoized per detection (`_memo.once_per_detection`) so that `check`
         on the scanned checkpoint finds them made. Optional: `check` makes whatever was not prepared."""
 
@@ -183,14 +183,14 @@ class Rule(Documented):
         )
 
 
-D = TypeVar("D", bound=Documented)
+D = TypeVar("D", bound=Check)
 
 
 class Registry(Generic[D]):
     """The checks of one kind by code: CK rules here, CS serve checks in serve/checks/. `register` is the class
     decorator each check module applies; `all()` imports the package's `_load_all` (every check module) once and lists
-    them in code order. Every registry also answers `documented(code)`, so a renderer can describe any reported code
-    without importing the layer that reports it."""
+    them in code order. `registered_check(code)` looks in every registry, so a renderer can describe any reported
+    code without importing the layer that reports it."""
 
     _every: ClassVar[list[Registry[Any]]] = []
 
@@ -213,16 +213,16 @@ class Registry(Generic[D]):
         return [self.by_code[c] for c in sorted(self.by_code)]
 
     def find(self, code_or_slug: str) -> type[D] | None:
-        return find_documented(self.all(), code_or_slug)
+        return find_among(self.all(), code_or_slug)
 
 
-def find_documented(checks: Iterable[type[D]], code_or_slug: str) -> type[D] | None:
+def find_among(checks: Iterable[type[D]], code_or_slug: str) -> type[D] | None:
     """The check among `checks` with this code (any case) or slug."""
     key = code_or_slug.strip()
     return next((c for c in checks if key.upper() == c.code or key.lower() == c.slug), None)
 
 
-def documented(code: str) -> type[Documented] | None:
+def registered_check(code: str) -> type[Check] | None:
     """The registered check with this code, whichever registry holds it; None for a code no imported module
     registered (a serve check is registered once check-serve has run)."""
     return next((r.by_code[code] for r in Registry._every if code in r.by_code), None)

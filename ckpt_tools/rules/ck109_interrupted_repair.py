@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..read.repair_state import JOURNAL_NAME
+from ..model.tensors import JOURNAL_NAME
 from .base import Context, Finding, Rule, register
 
 

@@ -1,13 +1,13 @@
 """Serve flags: the exact `vllm serve` command for a checkpoint on a runtime and hardware profile, and the checks of
-existing commands. Modules: profiles (data views), facts (checkpoint facts), planner, emitters, parser, memory, and
-checks/ (one module per CS code, under the CK rules' contract)."""
+existing commands. Modules: facts (checkpoint facts), flags (the argument vector, every flag with its reason),
+emitters, parser, memory, and checks/ (one module per CS code, under the CK rules' contract)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..knowledge.hardware import Hardware
@@ -17,10 +17,10 @@ from ..knowledge.runtimes import runtime as runtime_profile
 from ..report.model import Report
 from ..rules.base import Finding
 from .emitters import DRAFTER_MOUNT, MODEL_MOUNT
-from .planner import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
+from .flags import PlannedFlag, PlanOptions, ServePlan, accepting_runtimes, plan
 
 if TYPE_CHECKING:
-    from ..pipeline import Judging
+    from ..pipeline import JudgementInProgress
 
 __all__ = [
     "CheckServeResult",
@@ -84,7 +84,7 @@ def serve_flags(
         deep=deep,
         revision=revision,
         progress=progress,
-        meanwhile=_load_serving,
+        while_scanning=_load_serving,
     )
     drafter_analysis = analyze(drafter, runtime=rt.id, headers_only=True) if drafter else None
     alternatives = accepting_runtimes(analysis, rt.id) if analysis.detection.rejection else ()
@@ -113,8 +113,8 @@ def serve_flags(
     return replace(fitted, findings=verdict)
 
 
-def _load_serving(_judging: Judging) -> None:
-    """While the value scan runs (`analyze(meanwhile=...)`): import what planning and judging the command read next
+def _load_serving(_judging: JudgementInProgress) -> None:
+    """While the value scan runs (`analyze(while_scanning=...)`): import what planning and judging the command read next
     (the memory planner, the command parser, every serve check), which would otherwise wait for the scan to end."""
     from .checks import all_checks
     from .memory import fit_serve_plan  # noqa: F401
@@ -145,18 +145,18 @@ def serve_verdict(
 
 
 @dataclass(frozen=True)
-class CheckServeResult:
-    """Findings of `ckpt check-serve`, as a `Report` (same JSON contract as `ckpt doctor`) plus the plan used."""
+class CheckServeResult(Report):
+    """The verdict of `ckpt check-serve`: a `Report` (doctor's findings on the checkpoint, then the command's; the same
+    JSON contract, `summary`, `exit_code(fail_on)` and `render(format)` as the CLI's), plus the serve plan the command
+    was compared with (`plan`)."""
 
-    report: Report
-    plan: ServePlan
+    plan: ServePlan | None = None
+    command: str = "check-serve"
 
     @property
-    def findings(self) -> tuple[Finding, ...]:
-        return self.report.findings
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.report.to_dict()
+    def report(self) -> Report:
+        """The report itself (earlier releases held it in this attribute)."""
+        return self
 
 
 def check_serve(
@@ -197,7 +197,7 @@ def check_serve(
         deep=deep,
         revision=revision,
         progress=progress,
-        meanwhile=_load_serving,
+        while_scanning=_load_serving,
     )
     in_container = (
         cmd.kind == "docker" and cmd.model is not None and cmd.model.startswith("/") and not os.path.exists(cmd.model)
@@ -211,7 +211,7 @@ def check_serve(
     )
     the_plan = plan(analysis, rt, hw, options, alternatives=alternatives)
     findings = serve_verdict(analysis, cmd, rt, hw, the_plan, drafter_path=spec_drafter)
-    report = Report(
+    result = CheckServeResult(
         target=analysis.report.target,
         checkpoint=dict(analysis.report.checkpoint),
         findings=findings,
@@ -223,11 +223,11 @@ def check_serve(
             "command": list(words),
             "suggested_argv": list(the_plan.argv),
         },
-        command="check-serve",
+        plan=replace(the_plan, findings=findings),
     )
     if keep is not None:
         keep((analysis,))
-    return CheckServeResult(report, replace(the_plan, findings=findings))
+    return result
 
 
 def _image_of(words: Sequence[str]) -> str | None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import orjson
 
-from .planner import ServePlan
+from .flags import ServePlan
 from .publish import DRAFTER_DIR_VAR, MODEL_DIR_VAR, host_mount
 
 MODEL_MOUNT = "/model"

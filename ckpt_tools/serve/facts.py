@@ -4,14 +4,13 @@ a vision tower is present and loadable, the NVFP4 activation mode, and (for a dr
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..knowledge.runtimes import Runtime
 from ..knowledge.serving import serving
 from ..model.checkpoint import Checkpoint
 from ..pipeline import Analysis
+from ..plan.context import derived_max_model_len
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
 
 
@@ -36,26 +35,6 @@ class CheckpointFacts:
     @property
     def weight_only_nvfp4(self) -> bool:
         return self.activation_mode in ("W4A16", "mixed")
-
-
-def derived_max_model_len(text_config: Mapping[str, Any]) -> tuple[int | None, str | None]:
-    """The context length vLLM derives from a text config, and the key it came from (rules/serving.toml [context])."""
-    rule = serving().context
-    best: tuple[float, str | None] = (float("inf"), None)
-    for key in rule.max_len_keys:
-        value = text_config.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < best[0]:
-            best = (value, key)
-    if best[1] is None:
-        return None, None
-    length = best[0]
-    rope = text_config.get("rope_parameters") or text_config.get("rope_scaling")
-    if isinstance(rope, dict):
-        kind = rope.get("rope_type") or rope.get("type")
-        factor = rope.get("factor")
-        if kind not in rule.rope_types_prescaled and isinstance(factor, (int, float)) and factor:
-            length *= factor
-    return int(length), best[1]
 
 
 def config_refusal(ckpt: Checkpoint) -> str | None:

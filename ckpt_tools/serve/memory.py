@@ -12,7 +12,7 @@ from ..errors import CkptError
 from ..pipeline import Analysis
 from ..plan import MemoryPlan, Settings, plan_for
 from ..plan.render import size
-from .planner import PlannedFlag, ServePlan
+from .flags import PlannedFlag, ServePlan
 
 PLAN_SOURCE = (
     "ckpt plan (rules/memory.toml: vllm/v1/kv_cache_interface.py and vllm/v1/core/kv_cache_planning.py "

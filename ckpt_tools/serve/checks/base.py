@@ -1,4 +1,4 @@
-"""The serve-check contract, the CK rules' own (ckpt_tools/rules/base.py `Documented`) applied to a serve command: a
+"""The serve-check contract, the CK rules' own (ckpt_tools/rules/base.py `Check`) applied to a serve command: a
 small class with a stable CS code and slug, a default severity, a title, documentation in its docstring (`What it
 catches`, `Why it matters`, `Anti-pattern`, `Fix`, `Source`) and a pure `check(ctx)` that yields findings. A check
 never does I/O: what it needs is in `ServeContext` (which reads the drafter's headers once, when asked); `ckpt
@@ -19,10 +19,10 @@ from ...errors import CkptError
 from ...knowledge.hardware import Hardware
 from ...knowledge.runtimes import Runtime
 from ...pipeline import Analysis
-from ...rules.base import Documented, Finding, Registry
+from ...rules.base import Check, Finding, Registry
 from ..facts import CheckpointFacts
+from ..flags import ServePlan
 from ..parser import ParsedCommand
-from ..planner import ServePlan
 from ..served_model import ServedModel, different_model
 
 HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
@@ -90,7 +90,7 @@ class ServeContext:
         return None
 
 
-class ServeCheck(Documented):
+class ServeCheck(Check):
     reported_by: ClassVar[str | None] = "ckpt check-serve"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:

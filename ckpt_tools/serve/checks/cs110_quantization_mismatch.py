@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...detect.formats import format_for
+from ...detect.quant_formats import format_for
 from ...rules.base import Finding
 from .base import ServeCheck, ServeContext, register
 
