@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.repair_helpers import run_cli
 from tests.cli.test_cli import FIXTURES, ckpt
+from tests.repair_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CLEAN = "fixtures/genuine/modelopt-llama-nvfp4"
@@ -276,8 +276,8 @@ def test_fix_reports_what_it_cannot_repair(capsys, monkeypatch):
 
 def test_fix_dry_run_shows_the_whole_chain(tmp_path, capsys):
     from tests.corrupt import patch_tensor_bytes
-    from tests.repair_helpers import MISNESTED_FIXTURE, copy_of
     from tests.repair.test_fix_all import NAN_SCALE
+    from tests.repair_helpers import MISNESTED_FIXTURE, copy_of
 
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
     patch_tensor_bytes(folder, NAN_SCALE, {1: 0x7F})

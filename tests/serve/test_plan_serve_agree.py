@@ -7,8 +7,8 @@ import json
 
 from ckpt_tools.plan import Settings, memory_plan
 from ckpt_tools.serve import check_serve, serve_flags
-from tests.corrupt import GENUINE
 from tests.cli.test_cli import ckpt
+from tests.corrupt import GENUINE
 from tests.serve.test_one_verdict import MISNESTED
 
 LLAMA = str(GENUINE / "llmc-llama-nvfp4")  # 4 attention heads, a 4,096-token context
