@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 Fate = Literal["loaded", "skipped", "fatal"]
 Judge = Literal["model", "vllm"]
+# What is wrong with a tensor's load, when the judge can say: no parameter to go into, a shape that does not fit
+# (vLLM raises, or narrows it silently), or a cross-kind dtype cast (a float tensor copied into an integer parameter).
+Problem = Literal["no-parameter", "shape", "dtype-cast"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,8 @@ class TensorFate:
     with `shard` the stacked shard id such as `q` or expert id where it fills part of a fused parameter).
     `skipped`: never looked at, with `reason` (the mapper drops it, the loader ignores the name on purpose).
     `fatal`: the load raises; `error` is vLLM's exception as `Type: text`, `reason` says why in our words.
+    `problem` classifies a fatal or silently wrong load (`Problem`); a fatal fate without one is read from its
+    error text (load/findings.py).
     """
 
     tensor: str
@@ -27,6 +32,7 @@ class TensorFate:
     shard: str | None = None
     reason: str = ""
     error: str | None = None
+    problem: Problem | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ def _fate_dict(t: TensorFate) -> dict[str, Any]:
         "shard": t.shard,
         "reason": t.reason,
         "error": t.error,
+        "problem": t.problem,
     }
 
 

@@ -47,6 +47,7 @@ RULE_FAMILIES = (
     RuleFamily("CK3", "config", "config vs tensors"),
     RuleFamily("CK4", "scales", "scale presence and shape"),
     RuleFamily("CK5", "scale-values", "scale values"),
+    RuleFamily("CK6", "load", "what vLLM's loader does with each tensor"),
     RuleFamily(
         "CS1", "serve", "serve commands (`ckpt check-serve`, and the verdict of `ckpt serve-flags` on its own command)"
     ),
