@@ -23,7 +23,8 @@ class TensorFate:
     `skipped`: never looked at, with `reason` (the mapper drops it, the loader ignores the name on purpose).
     `fatal`: the load raises; `error` is vLLM's exception as `Type: text`, `reason` says why in our words.
     `problem` classifies a fatal or silently wrong load (`Problem`); a fatal fate without one is read from its
-    error text (load/findings.py).
+    error text (load/findings.py). `owner` is the slug of the catalogue rule that already reports this defect
+    precisely (e.g. `ignore-list-mismatch`): the load findings leave it to that rule, so a defect gets one verdict.
     """
 
     tensor: str
@@ -33,6 +34,7 @@ class TensorFate:
     reason: str = ""
     error: str | None = None
     problem: Problem | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class ParameterFill:
 
     An unfilled parameter keeps `torch.empty` memory (or a default the loader sets, `default` says which): `note`
     says what the layer computes with it. `partial` lists the parts of a fused / stacked parameter that no tensor
-    filled (`k`, `v`, expert ids...).
+    filled (`k`, `v`, expert ids...). `owner` as for `TensorFate`.
     """
 
     parameter: str
@@ -51,6 +53,7 @@ class ParameterFill:
     partial: tuple[str, ...] = ()
     default: str | None = None
     note: str = ""
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def _fate_dict(t: TensorFate) -> dict[str, Any]:
         "reason": t.reason,
         "error": t.error,
         "problem": t.problem,
+        "owner": t.owner,
     }
 
 
@@ -121,4 +125,5 @@ def _fill_dict(p: ParameterFill) -> dict[str, Any]:
         "partial": list(p.partial),
         "default": p.default,
         "note": p.note,
+        "owner": p.owner,
     }

@@ -62,6 +62,8 @@ def _findings(acc: LoadAccounting) -> list[Finding]:
         return [_finding(MODEL_BUILD_FAILED, _build_message(acc), (), {"error": acc.build_error}, acc)]
     by_problem: dict[LoadCode, list[TensorFate]] = {c: [] for c in LOAD_CODES[:4]}
     for fate in acc.tensors:
+        if fate.owner is not None:
+            continue
         code = _tensor_code(fate)
         if code is not None:
             by_problem[code].append(fate)
@@ -116,7 +118,7 @@ def _grouped(
 
 
 def _unfilled(acc: LoadAccounting) -> list[Finding]:
-    fills = [p for p in acc.parameters if (not p.filled or p.partial) and not is_exempt(p)]
+    fills = [p for p in acc.parameters if (not p.filled or p.partial) and not is_exempt(p) and p.owner is None]
     if not fills:
         return []
     groups: dict[str, list[ParameterFill]] = {}
@@ -165,7 +167,8 @@ def _no_parameter_message(reason: str, fates: Sequence[TensorFate], acc: LoadAcc
 def _shape_message(reason: str, fates: Sequence[TensorFate], acc: LoadAccounting) -> str:
     first = fates[0]
     raised = [f for f in fates if f.fate == "fatal"]
-    outcome = f"vLLM raises `{raised[0].error}`" if raised and raised[0].error else "vLLM narrows it silently"
+    errors = [f.error for f in raised if f.error]
+    outcome = f"vLLM raises `{errors[0]}`" if errors else "the load fails" if raised else "vLLM narrows it silently"
     why = f" {reason.rstrip('.')}." if reason and reason != first.error else ""
     return (
         f"{len(fates)} tensor(s) do not fit the shape of the parameter vLLM builds for them (e.g. `{first.tensor}`): "

@@ -1,0 +1,444 @@
+"""The load model: rules/loader.toml and rules/scales.toml applied to a checkpoint, as vLLM's weight loader would
+apply its own code (docs/reference/load-model.md). One pass over the checkpoint's modules gives every tensor's fate
+and every parameter's fill, as a `LoadAccounting` with judge `model`.
+
+What it builds per module: the parameters of the quantization method's scale table for the scheme the config
+declares (detection's rows), an unquantized linear's `weight`, or the embedding the model class builds. Modules it
+has no knowledge of (norms, convolutions, layers of a method rules/loader.toml does not list) are accounted as
+loaded into the parameter of the same name, unchecked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..detect.resolve import Detection, ModuleRow
+from ..detect.schemes import Scheme
+from ..knowledge.kv_scales import classify, is_kv_scale_name
+from ..knowledge.loader import Method, ModelClass, loader, methods_for, model_class
+from ..knowledge.scales import ScaleScheme, TensorSpec, schemes
+from ..model.checkpoint import Checkpoint
+from ..model.modules import Module, expert_of
+from .accounting import LoadAccounting, ParameterFill, TensorFate
+
+_INT_BITS = {"int4": 4, "int8": 8}
+# The producers whose layers built against their storage (quantized vs not) ignore-list-mismatch (CK301) reports;
+# the load model leaves those layers to it, so a defect gets one verdict.
+_IGNORE_LIST_PRODUCERS = ("modelopt", "compressed-tensors")
+
+
+def load_accounting(ckpt: Checkpoint, det: Detection) -> LoadAccounting:
+    """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime."""
+    arch = _architecture(ckpt)
+    model = _Model(ckpt, det, model_class(arch))
+    for name, module in ckpt.modules.items():
+        model.module(name, module)
+    if model.build_errors:
+        return LoadAccounting(
+            "model", f"vLLM {det.runtime.vllm_version}", arch, build_error="; ".join(model.build_errors)
+        )
+    return LoadAccounting(
+        judge="model",
+        judged_by=f"vLLM {det.runtime.vllm_version}",
+        architecture=arch,
+        tensors=tuple(model.fates),
+        parameters=model.fills(),
+    )
+
+
+def _architecture(ckpt: Checkpoint) -> str | None:
+    archs = (ckpt.config or {}).get("architectures")
+    return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
+@dataclass(frozen=True)
+class _Built:
+    """The parameters vLLM registers for one module: suffix -> spec (None for an unquantized parameter), the ones a
+    tensor must fill, the ones the layer never reads (filled or not), and what it is, for messages."""
+
+    params: Mapping[str, TensorSpec | None]
+    must_fill: frozenset[str]
+    unused: frozenset[str]
+    what: str
+    scheme: ScaleScheme | None = None
+    bits: int | None = None
+
+
+@dataclass
+class _Param:
+    name: str
+    spec: TensorSpec | None
+    expected: set[str] = field(default_factory=set)  # shard ids a tensor must fill ("" for an unstacked one)
+    filled: set[str] = field(default_factory=set)
+    unused: bool = False
+    note: str = ""
+    owner: str | None = None
+
+
+class _Model:
+    def __init__(self, ckpt: Checkpoint, det: Detection, mc: ModelClass) -> None:
+        self.ckpt, self.det, self.mc = ckpt, det, mc
+        self.rows: Mapping[str, ModuleRow] = det.row_by_name
+        self.prefix_map = det.family.vllm_prefix_map
+        self.dropped = det.family.dropped_prefixes
+        self.skip = loader().skip
+        self.stacked = {shard: (fused, sid) for fused, shard, sid in mc.stacked}
+        self.siblings: dict[str, list[str]] = {}
+        for fused, _shard, sid in mc.stacked:
+            self.siblings.setdefault(fused, []).append(sid)
+        self.experts = {proj: (fused, sid) for fused, proj, sid in mc.experts}
+        self.fates: list[TensorFate] = []
+        self.build_errors: list[str] = []
+        self.params: dict[str, _Param] = {}
+        self._built: dict[tuple[Scheme, Scheme, str | None], _Built | None] = {}
+        self._scheme_by_id = {s.id: s for s in schemes()}
+        cfg = det.config
+        self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
+
+    # ---- names ---------------------------------------------------------------------------------------------------
+    def vllm_name(self, name: str) -> str | None:
+        """The name after the class's hf_to_vllm_mapper; None when the mapper drops it."""
+        if any(name.startswith(p) for p in self.dropped):
+            return None
+        for old, new in self.prefix_map:
+            if name.startswith(old):
+                return new + name[len(old) :]
+        return name
+
+    def relative(self, name: str) -> str:
+        p = self.mc.inner_prefix
+        return name[len(p) :] if p and name.startswith(p) else name
+
+    def param_of(self, vname: str, proj: str, suffix: str) -> tuple[str, str]:
+        """(vLLM parameter, shard id) a module's tensor goes into: stacked q/k/v and gate/up into their fused
+        parameter, per-expert projections into the experts' w13 / w2 parameter."""
+        head = vname[: len(vname) - len(proj) - 1]
+        hit = expert_of(vname)
+        if hit is not None and hit[2] in self.experts:
+            prefix, eid, _ = hit
+            fused, sid = self.experts[hit[2]]
+            return f"{prefix}.{fused}{suffix}", f"{eid}:{sid}"
+        if proj in self.stacked:
+            fused, sid = self.stacked[proj]
+            return f"{head}.{fused}.{suffix}", sid
+        return f"{vname}.{suffix}", ""
+
+    # ---- one module ----------------------------------------------------------------------------------------------
+    def module(self, name: str, module: Module) -> None:
+        vname = self.vllm_name(name + ".")
+        if vname is None:
+            for suffix in module.tensors:
+                self.fates.append(
+                    TensorFate(f"{name}.{suffix}", "skipped", reason="the model class's hf_to_vllm_mapper drops it")
+                )
+            return
+        vname = vname[:-1]
+        built = self.built(name, module)
+        owner = self.owner(name) if built is not None else None
+        proj = name.rpartition(".")[2]
+        for suffix, info in module.tensors.items():
+            tensor = f"{name}.{suffix}"
+            if any(p.search(tensor) for p in self.skip):
+                self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
+            elif is_kv_scale_name(tensor):
+                self.fates.append(self.kv_scale(tensor, vname, suffix))
+            elif built is None:
+                self.fates.append(TensorFate(tensor, "loaded", f"{vname}.{suffix}"))
+            else:
+                fate = self.judged(tensor, vname, proj, suffix, info.dtype, info.shape, built)
+                self.fates.append(replace(fate, owner=owner) if owner and fate.problem else fate)
+        if built is not None:
+            self.register(vname, proj, built, owner)
+
+    def register(self, vname: str, proj: str, built: _Built, owner: str | None) -> None:
+        for suffix in built.must_fill | built.unused:
+            pname, sid = self.param_of(vname, proj, suffix)
+            param = self.params.get(pname)
+            if param is None:
+                param = self.params[pname] = _Param(pname, built.params.get(suffix), unused=suffix in built.unused)
+                param.note = _note(suffix, built.what)
+                param.owner = owner
+            if sid and not sid[0].isdigit():  # a stacked parameter expects every sibling shard
+                fused = pname.rsplit(".", 2)[-2]
+                param.expected.update(self.siblings.get(fused, [sid]))
+            else:
+                param.expected.add(sid)
+
+    def judged(
+        self, tensor: str, vname: str, proj: str, suffix: str, dtype: str, shape: tuple[int, ...], built: _Built
+    ) -> TensorFate:
+        if suffix not in built.params:
+            if any(tensor.endswith(t) for t in self.mc.tolerated_suffixes):
+                return TensorFate(
+                    tensor, "skipped", reason=f"{self.mc.inner_class}.load_weights drops it: no parameter has the name"
+                )
+            rel = self.relative(f"{vname}.{suffix}")
+            have = ", ".join(f"`{p}`" for p in sorted(built.params)) or "none"
+            return TensorFate(
+                tensor,
+                "fatal",
+                error=f"ValueError: There is no module or parameter named '{rel}' in {self.mc.inner_class}",
+                reason=f"vLLM builds {built.what} with parameters {have}",
+                problem="no-parameter",
+            )
+        pname, sid = self.param_of(vname, proj, suffix)
+        param = self.params.get(pname)
+        if param is None:
+            param = self.params[pname] = _Param(pname, built.params[suffix])
+        param.filled.add(sid)
+        spec = built.params[suffix]
+        cast = _cast(dtype, spec)
+        if cast:
+            return TensorFate(
+                tensor,
+                "loaded",
+                pname,
+                sid or None,
+                reason=f"{cast} (`{suffix}` of {built.what})",
+                problem="dtype-cast",
+            )
+        misfit = self.misfit(tensor, proj, shape, spec, built)
+        if misfit is not None:
+            error, reason = misfit
+            return TensorFate(
+                tensor, "fatal" if error else "loaded", pname, sid or None, reason=reason, error=error, problem="shape"
+            )
+        return TensorFate(tensor, "loaded", pname, sid or None)
+
+    def misfit(
+        self, tensor: str, proj: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
+    ) -> tuple[str | None, str] | None:
+        """(vLLM's error or None when it narrows silently, why) for a packed weight whose input dimension does not
+        match the config's packing; None when it fits or cannot be judged from the header."""
+        if spec is None or spec.role != "weight" or len(shape) != 2:
+            return None
+        features = _features(self.ckpt, tensor.rpartition(".")[0])
+        if features is None:
+            return None
+        _, k = features
+        bits = built.bits or 4
+        want = {
+            "int-packed": (1, -(-k * bits // 32)),
+            "packed4": (1, k // 2),
+            "full": (1, k),
+            "gptq-qweight": (0, k * bits // 32),
+            "awq-qweight": (0, k),
+        }.get(spec.shape)
+        if want is None or shape[want[0]] == want[1]:
+            return None
+        axis, cols = want
+        got = shape[axis]
+        why = (
+            f"the config builds {built.what}, whose `{spec.suffix}` holds {cols} along the input for in_features {k}; "
+            f"the tensor holds {got}"
+        )
+        if proj in self.mc.row_parallel and axis == 1:
+            if got < cols:
+                return f"RuntimeError: start (0) + length ({cols}) exceeds dimension size ({got}).", why
+            return None, why + f": vLLM narrows it to the first {cols} silently"
+        return "AssertionError", why
+
+    def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate:
+        spelling = classify(tensor)
+        if spelling is not None and (
+            spelling.status in ("loaded", "deprecated")
+            or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
+        ):
+            block = vname.rpartition(".")[0]
+            if block.endswith(("_proj", "qkv_proj")):
+                block = block.rpartition(".")[0]
+            which = "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname[-1]
+            return TensorFate(tensor, "loaded", f"{block}.attn.{which}_scale")
+        return TensorFate(tensor, "skipped", reason="vLLM ignores a KV-cache scale name its mapper does not know")
+
+    # ---- what vLLM builds ----------------------------------------------------------------------------------------
+    def built(self, name: str, module: Module) -> _Built | None:
+        if name.endswith(".embed_tokens"):
+            return self.embedding(name)
+        row = self.rows.get(name)
+        if row is None:
+            return None
+        key = (row.declared, row.disk, row.group)
+        if key not in self._built:
+            self._built[key] = self.linear(row, module)
+        return self._built[key]
+
+    def owner(self, name: str) -> str | None:
+        """The catalogue rule that reports this module's defect already, if any."""
+        row = self.rows.get(name)
+        if (
+            row is not None
+            and self.det.producer in _IGNORE_LIST_PRODUCERS
+            and row.declared.quantized != row.disk.quantized
+            and "unknown" not in (row.declared.kind, row.disk.kind)
+        ):
+            return "ignore-list-mismatch"
+        return None
+
+    def linear(self, row: ModuleRow, module: Module) -> _Built | None:
+        lo = loader()
+        if not row.declared.quantized:
+            if row.declared.kind == "unknown":
+                return None
+        elif row.disk.kind == "unquantized" and not self.has_exclusions:
+            return None
+        if not row.declared.quantized:
+            params: dict[str, TensorSpec | None] = dict.fromkeys(lo.unquantized | lo.unquantized_optional)
+            return _Built(params, frozenset(lo.unquantized), frozenset(), "an unquantized linear")
+        method = self.method(row.declared.kind)
+        if method is None:
+            return None
+        scheme = self.scheme(method, module)
+        if scheme is None:
+            return None
+        a16 = row.declared.activation == "A16"
+        params = {t.suffix: t for t in scheme.tensors}
+        must = {
+            t.suffix for t in scheme.tensors if t.required or (t.activation and t.activation == row.declared.activation)
+        }
+        unused = set(method.weight_only_unused) if a16 else set()
+        if not a16:
+            must |= {s for s in method.weight_only_unused if s in params}
+        for s in method.weight_only_unused:
+            params.setdefault(s, None)
+        return _Built(
+            params,
+            frozenset(must - unused),
+            frozenset(unused),
+            f"a {row.declared.label} layer",
+            scheme,
+            _INT_BITS.get(row.declared.kind),
+        )
+
+    def method(self, kind: str) -> Method | None:
+        cfg = self.det.config
+        for m in methods_for(self.det.vllm_quantization, kind):
+            if m.when is None:
+                return m
+            key = m.when.lstrip("!")
+            present = cfg.get(key) is not None
+            if present != m.when.startswith("!"):
+                return m
+        return None
+
+    def scheme(self, method: Method, module: Module) -> ScaleScheme | None:
+        candidates = [self._scheme_by_id[s] for s in method.schemes if s in self._scheme_by_id]
+        on_disk = [s for s in candidates if s.weight.suffix in module.tensors]
+        chosen = on_disk or candidates
+        return chosen[0] if chosen else None
+
+    def embedding(self, name: str) -> _Built | None:
+        emb = self.mc.embedding
+        if emb is None or self.det.vllm_quantization not in (None, "compressed-tensors"):
+            return None
+        lo = loader()
+        unquantized = _Built(
+            dict.fromkeys(lo.unquantized), frozenset(lo.unquantized), frozenset(), "an unquantized embedding"
+        )
+        if not emb.quant_config or self.det.vllm_quantization is None:
+            return unquantized
+        group = _embedding_group(self.det.config.data or {}, emb.targets, name)
+        if group is None:
+            return unquantized
+        raw = group.get("weights")
+        weights: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+        if not _is_wna16(group, weights):
+            self.build_errors.append(
+                f"`{name}`: compressed-tensors embeddings only support weight-only INT group/channel (WNA16) "
+                f"quantization, and config group targets {list(group.get('targets') or [])} quantize it otherwise"
+            )
+            return None
+        bits = weights.get("num_bits")
+        scheme = self._scheme_by_id.get(
+            "compressed-tensors-int8-packed" if bits == 8 else "compressed-tensors-int-packed"
+        )
+        if scheme is None:
+            return None
+        params = {t.suffix: t for t in scheme.tensors}
+        must = frozenset(t.suffix for t in scheme.tensors if t.required)
+        return _Built(params, must, frozenset(), "a quantized (WNA16) embedding", scheme, bits if bits in (4, 8) else 4)
+
+    # ---- parameters ----------------------------------------------------------------------------------------------
+    def fills(self) -> tuple[ParameterFill, ...]:
+        out = []
+        for p in self.params.values():
+            missing = tuple(sorted(p.expected - p.filled))
+            filled = not missing
+            partial = missing if p.filled and missing and missing != ("",) else ()
+            spec = p.spec
+            out.append(
+                ParameterFill(
+                    parameter=p.name,
+                    shape=None,
+                    dtype=spec.dtypes[0] if spec else None,
+                    filled=filled,
+                    partial=partial,
+                    default="unused" if p.unused and not p.filled else None,
+                    note="" if filled else p.note,
+                    owner=p.owner,
+                )
+            )
+        return tuple(out)
+
+
+def _note(suffix: str, what: str) -> str:
+    return f"{what} computes with `{suffix}` left as `torch.empty` memory (garbage)"
+
+
+def _kind(dtype: str) -> str:
+    return "int" if dtype[0] in "IU" or dtype == "BOOL" else "float"
+
+
+def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
+    """`F32 into a U8 parameter` when vLLM would copy a float tensor into an integer parameter (or back)."""
+    if spec is None:
+        return None if _kind(dtype) == "float" else f"{dtype} into a floating-point parameter"
+    kinds = {_kind(d) for d in spec.dtypes}
+    return None if _kind(dtype) in kinds else f"{dtype} into a {spec.dtypes[0]} parameter"
+
+
+def _features(ckpt: Checkpoint, module: str) -> tuple[int, int] | None:
+    from ..rules.ck404_packed_layout_mismatch import config_features
+
+    return config_features(ckpt, module)
+
+
+def _is_wna16(group: Mapping[str, Any], weights: Mapping[str, Any]) -> bool:
+    """The only embedding quantization vLLM's compressed-tensors config builds: weight-only INT, group or channel
+    (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py, vLLM 0.33.0)."""
+    return (
+        weights.get("type") == "int"
+        and weights.get("strategy") in ("group", "channel")
+        and group.get("input_activations") is None
+    )
+
+
+def _embedding_group(cfg: Mapping[str, Any], kinds: tuple[str, ...], name: str) -> Mapping[str, Any] | None:
+    """The compressed-tensors config group that quantizes the embedding, as vLLM matches it: a class-name target
+    by case-insensitive substring of `VocabParallelEmbedding`, a name target (exact or `re:`) against the layer
+    name, each only where the model class lets that kind match (rules/loader.toml `embedding.targets`)."""
+    import re
+
+    groups = cfg.get("config_groups")
+    if not isinstance(groups, dict):
+        return None
+    ignore = cfg.get("ignore") or []
+    if any(isinstance(i, str) and (i == name or (i.startswith("re:") and re.match(i[3:], name))) for i in ignore):
+        return None
+    for group in groups.values():
+        if not isinstance(group, dict):
+            continue
+        for target in group.get("targets") or []:
+            if not isinstance(target, str):
+                continue
+            if target.startswith("re:") or "." in target:
+                hit = "name" in kinds and (
+                    re.match(target[3:], name) is not None if target.startswith("re:") else target == name
+                )
+            else:
+                hit = "class" in kinds and target.lower() in "vocabparallelembedding"
+            if hit:
+                return group
+    return None
