@@ -17,7 +17,7 @@ from typing import Any
 from ..detect.resolve import Detection, ModuleRow
 from ..detect.schemes import Scheme
 from ..knowledge.kv_scales import classify, is_kv_scale_name
-from ..knowledge.loader import Method, ModelClass, loader, methods_for, model_class
+from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, schemes
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module, expert_of
@@ -158,7 +158,7 @@ class _Model:
             param = self.params.get(pname)
             if param is None:
                 param = self.params[pname] = _Param(pname, built.params.get(suffix), unused=suffix in built.unused)
-                param.note = _note(suffix, built.what)
+                param.note = _note(built.what)
                 param.owner = owner
             if sid and not sid[0].isdigit():  # a stacked parameter expects every sibling shard
                 fused = pname.rsplit(".", 2)[-2]
@@ -176,10 +176,17 @@ class _Model:
                 )
             rel = self.relative(f"{vname}.{suffix}")
             have = ", ".join(f"`{p}`" for p in sorted(built.params)) or "none"
+            # A stacked shard's name is renamed onto the fused module first; vLLM's error then depends on the
+            # module class (docs/reference/load-model.md), so only the unstacked error is quoted.
+            error = (
+                None
+                if proj in self.stacked
+                else f"ValueError: There is no module or parameter named '{rel}' in {self.mc.inner_class}"
+            )
             return TensorFate(
                 tensor,
                 "fatal",
-                error=f"ValueError: There is no module or parameter named '{rel}' in {self.mc.inner_class}",
+                error=error,
                 reason=f"vLLM builds {built.what} with parameters {have}",
                 problem="no-parameter",
             )
@@ -191,6 +198,7 @@ class _Model:
         spec = built.params[suffix]
         cast = _cast(dtype, spec)
         if cast:
+            # A scale of the wrong dtype is scale-shape-mismatch's (CK403 judges scale dtypes on the same table).
             return TensorFate(
                 tensor,
                 "loaded",
@@ -198,6 +206,7 @@ class _Model:
                 sid or None,
                 reason=f"{cast} (`{suffix}` of {built.what})",
                 problem="dtype-cast",
+                owner=None if spec is None or spec.role == "weight" else "scale-shape-mismatch",
             )
         misfit = self.misfit(tensor, proj, shape, spec, built)
         if misfit is not None:
@@ -266,14 +275,16 @@ class _Model:
         return self._built[key]
 
     def owner(self, name: str) -> str | None:
-        """The catalogue rule that reports this module's defect already, if any."""
-        row = self.rows.get(name)
-        if (
-            row is not None
-            and self.det.producer in _IGNORE_LIST_PRODUCERS
-            and row.declared.quantized != row.disk.quantized
-            and "unknown" not in (row.declared.kind, row.disk.kind)
-        ):
+        """The catalogue rule that reports this module's defect already, if any: ignore-list-mismatch (CK301) for a
+        layer built against its storage, or a fused layer whose shards the config splits, under the producers it
+        judges."""
+        if self.det.producer not in _IGNORE_LIST_PRODUCERS:
+            return None
+        parent, _, proj = name.rpartition(".")
+        fused = self.stacked.get(proj, (None,))[0]
+        names = [f"{parent}.{p}" for p, (f, _) in self.stacked.items() if f == fused] if fused else [name]
+        rows = [r for r in map(self.rows.get, names) if r is not None]
+        if any(_against_storage(r) for r in rows) or len({r.declared.quantized for r in rows}) > 1:
             return "ignore-list-mismatch"
         return None
 
@@ -334,14 +345,28 @@ class _Model:
         if emb is None or self.det.vllm_quantization not in (None, "compressed-tensors"):
             return None
         lo = loader()
-        unquantized = _Built(
-            dict.fromkeys(lo.unquantized), frozenset(lo.unquantized), frozenset(), "an unquantized embedding"
-        )
-        if not emb.quant_config or self.det.vllm_quantization is None:
-            return unquantized
-        group = _embedding_group(self.det.config.data or {}, emb.targets, name)
+        cfg = self.det.config.data or {}
+        inner = self.mc.inner_class
+
+        def unquantized(why: str = "") -> _Built:
+            what = f"an unquantized embedding{f' ({why})' if why else ''}"
+            return _Built(dict.fromkeys(lo.unquantized), frozenset(lo.unquantized), frozenset(), what)
+
+        if self.det.vllm_quantization is None:
+            return unquantized()
+        if not emb.quant_config:
+            targeted = _embedding_group(cfg, EMBEDDING_TARGETS, name) is not None
+            return unquantized(f"{inner} builds `embed_tokens` without the quant config" if targeted else "")
+        group = _embedding_group(cfg, emb.targets, name)
         if group is None:
-            return unquantized
+            if _embedding_group(cfg, EMBEDDING_TARGETS, name) is None:
+                return unquantized()
+            how = {
+                ("class",): "by class name only (a target such as `Embedding`); a name or `re:` target leaves it "
+                "unquantized",
+                ("name",): "by name or `re:` target only; a class target leaves it unquantized",
+            }.get(emb.targets, "with no compressed-tensors target")
+            return unquantized(f"{inner} quantizes `embed_tokens` {how}")
         raw = group.get("weights")
         weights: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         if not _is_wna16(group, weights):
@@ -383,8 +408,13 @@ class _Model:
         return tuple(out)
 
 
-def _note(suffix: str, what: str) -> str:
-    return f"{what} computes with `{suffix}` left as `torch.empty` memory (garbage)"
+def _against_storage(row: ModuleRow) -> bool:
+    """A layer built quantized over unquantized tensors, or the other way round."""
+    return row.declared.quantized != row.disk.quantized and "unknown" not in (row.declared.kind, row.disk.kind)
+
+
+def _note(what: str) -> str:
+    return f"{what} computes with these parameters left as `torch.empty` memory (garbage)"
 
 
 def _kind(dtype: str) -> str:
@@ -395,8 +425,9 @@ def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
     """`F32 into a U8 parameter` when vLLM would copy a float tensor into an integer parameter (or back)."""
     if spec is None:
         return None if _kind(dtype) == "float" else f"{dtype} into a floating-point parameter"
-    kinds = {_kind(d) for d in spec.dtypes}
-    return None if _kind(dtype) in kinds else f"{dtype} into a {spec.dtypes[0]} parameter"
+    if dtype in spec.dtypes or _kind(dtype) == _kind(spec.dtypes[0]):
+        return None
+    return f"{dtype} into a {spec.dtypes[0]} parameter"
 
 
 def _features(ckpt: Checkpoint, module: str) -> tuple[int, int] | None:
