@@ -18,7 +18,7 @@ from ..detect.resolve import Detection, ModuleRow
 from ..detect.schemes import Scheme
 from ..knowledge.kv_scales import classify, is_kv_scale_name
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
-from ..knowledge.scales import ScaleScheme, TensorSpec, schemes
+from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module, expert_of
 from .accounting import LoadAccounting, ParameterFill, TensorFate
@@ -74,7 +74,9 @@ class _Param:
     filled: set[str] = field(default_factory=set)
     unused: bool = False
     note: str = ""
-    owner: str | None = None
+    owner: str | None = None  # the catalogue rule reporting this parameter's defect, whatever it is
+    missing_owner: str | None = None  # the one reporting it when tensors are missing
+    sources: dict[str, str] = field(default_factory=dict)  # shard id -> the checkpoint tensor that fills it
 
 
 class _Model:
@@ -85,9 +87,10 @@ class _Model:
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
         self.stacked = {shard: (fused, sid) for fused, shard, sid in mc.stacked}
-        self.siblings: dict[str, list[str]] = {}
-        for fused, _shard, sid in mc.stacked:
-            self.siblings.setdefault(fused, []).append(sid)
+        self.siblings: dict[str, list[tuple[str, str]]] = {}
+        for fused, shard, sid in mc.stacked:
+            self.siblings.setdefault(fused, []).append((shard, sid))
+        self.unavailable = ckpt.unavailable_tensors
         self.experts = {proj: (fused, sid) for fused, proj, sid in mc.experts}
         self.fates: list[TensorFate] = []
         self.build_errors: list[str] = []
@@ -138,6 +141,8 @@ class _Model:
         built = self.built(name, module)
         owner = self.owner(name) if built is not None else None
         proj = name.rpartition(".")[2]
+        if built is not None:
+            self.register(name, vname, proj, module, built, owner)
         for suffix, info in module.tensors.items():
             tensor = f"{name}.{suffix}"
             if any(p.search(tensor) for p in self.skip):
@@ -149,22 +154,44 @@ class _Model:
             else:
                 fate = self.judged(tensor, vname, proj, suffix, info.dtype, info.shape, built)
                 self.fates.append(replace(fate, owner=owner) if owner and fate.problem else fate)
-        if built is not None:
-            self.register(vname, proj, built, owner)
 
-    def register(self, vname: str, proj: str, built: _Built, owner: str | None) -> None:
+    def register(self, name: str, vname: str, proj: str, module: Module, built: _Built, owner: str | None) -> None:
+        """The parameters this module's layer registers, each with the shards it expects and the checkpoint tensor
+        that should fill each shard."""
+        missing_owner = owner or self.missing_owner(name, module, built)
+        parent = name.rpartition(".")[0]
         for suffix in built.must_fill | built.unused:
             pname, sid = self.param_of(vname, proj, suffix)
-            param = self.params.get(pname)
-            if param is None:
-                param = self.params[pname] = _Param(pname, built.params.get(suffix), unused=suffix in built.unused)
-                param.note = _note(built.what)
-                param.owner = owner
+            param = self.param(pname, built, suffix, owner)
+            param.unused = param.unused or suffix in built.unused
+            param.missing_owner = param.missing_owner or missing_owner
             if sid and not sid[0].isdigit():  # a stacked parameter expects every sibling shard
                 fused = pname.rsplit(".", 2)[-2]
-                param.expected.update(self.siblings.get(fused, [sid]))
+                for sibling, sibling_sid in self.siblings.get(fused, [(proj, sid)]):
+                    param.expected.add(sibling_sid)
+                    param.sources[sibling_sid] = f"{parent}.{sibling}.{suffix}"
             else:
                 param.expected.add(sid)
+                param.sources[sid] = f"{name}.{suffix}"
+
+    def param(self, pname: str, built: _Built, suffix: str, owner: str | None = None) -> _Param:
+        param = self.params.get(pname)
+        if param is None:
+            param = self.params[pname] = _Param(pname, built.params.get(suffix), note=_note(built.what), owner=owner)
+        return param
+
+    def missing_owner(self, name: str, module: Module, built: _Built) -> str | None:
+        """The catalogue rule that reports this module's missing tensors: where vLLM builds the very scale table the
+        tensors follow (rules/scales.toml), scale-shape-mismatch (CK403) or, for GPTQ / AWQ packing,
+        packed-layout-mismatch (CK404) names what is missing from it. Where vLLM builds another table than the
+        tensors follow (block-FP8 `weight_scale_inv` beside a `weight_scale`), the load model reports."""
+        row, weight = self.rows.get(name), module.weight
+        if built.scheme is None or row is None or weight is None:
+            return None
+        kind = row.declared.kind if row.declared.quantized else row.disk.kind
+        if scheme_for(kind, module.suffixes, weight.dtype, self.det.producer) is not built.scheme:
+            return None
+        return _catalogue_rule(built.scheme)
 
     def judged(
         self, tensor: str, vname: str, proj: str, suffix: str, dtype: str, shape: tuple[int, ...], built: _Built
@@ -191,14 +218,11 @@ class _Model:
                 problem="no-parameter",
             )
         pname, sid = self.param_of(vname, proj, suffix)
-        param = self.params.get(pname)
-        if param is None:
-            param = self.params[pname] = _Param(pname, built.params[suffix])
-        param.filled.add(sid)
+        self.param(pname, built, suffix).filled.add(sid)
         spec = built.params[suffix]
         cast = _cast(dtype, spec)
         if cast:
-            # A scale of the wrong dtype is scale-shape-mismatch's (CK403 judges scale dtypes on the same table).
+            # Dtypes of a quantized layer's tensors are judged against the same table by CK403 / CK404.
             return TensorFate(
                 tensor,
                 "loaded",
@@ -206,21 +230,33 @@ class _Model:
                 sid or None,
                 reason=f"{cast} (`{suffix}` of {built.what})",
                 problem="dtype-cast",
-                owner=None if spec is None or spec.role == "weight" else "scale-shape-mismatch",
+                owner=None if spec is None or built.scheme is None else _catalogue_rule(built.scheme),
             )
         misfit = self.misfit(tensor, proj, shape, spec, built)
         if misfit is not None:
-            error, reason = misfit
+            error, reason, transposed = misfit
+            # packed-layout-mismatch (CK404) judges transposed weights, and GPTQ / AWQ packing against the config.
+            layout_rule = transposed or (
+                built.scheme is not None and _catalogue_rule(built.scheme) == "packed-layout-mismatch"
+            )
             return TensorFate(
-                tensor, "fatal" if error else "loaded", pname, sid or None, reason=reason, error=error, problem="shape"
+                tensor,
+                "fatal" if error else "loaded",
+                pname,
+                sid or None,
+                reason=reason,
+                error=error,
+                problem="shape",
+                owner="packed-layout-mismatch" if layout_rule else None,
             )
         return TensorFate(tensor, "loaded", pname, sid or None)
 
     def misfit(
         self, tensor: str, proj: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
-    ) -> tuple[str | None, str] | None:
-        """(vLLM's error or None when it narrows silently, why) for a packed weight whose input dimension does not
-        match the config's packing; None when it fits or cannot be judged from the header."""
+    ) -> tuple[str | None, str, bool] | None:
+        """(vLLM's error or None when it narrows silently, why, whether the tensor is stored transposed) for a
+        packed weight whose input dimension does not match the config's packing; None when it fits or cannot be
+        judged from the header."""
         if spec is None or spec.role != "weight" or len(shape) != 2:
             return None
         features = _features(self.ckpt, tensor.rpartition(".")[0])
@@ -239,15 +275,16 @@ class _Model:
             return None
         axis, cols = want
         got = shape[axis]
+        transposed = shape[1 - axis] == cols
         why = (
-            f"the config builds {built.what}, whose `{spec.suffix}` holds {cols} along the input for in_features {k}; "
+            f"The config builds {built.what}, whose `{spec.suffix}` holds {cols} along the input for in_features {k}; "
             f"the tensor holds {got}"
         )
         if proj in self.mc.row_parallel and axis == 1:
             if got < cols:
-                return f"RuntimeError: start (0) + length ({cols}) exceeds dimension size ({got}).", why
-            return None, why + f": vLLM narrows it to the first {cols} silently"
-        return "AssertionError", why
+                return f"RuntimeError: start (0) + length ({cols}) exceeds dimension size ({got}).", why, transposed
+            return None, why + f": vLLM narrows it to the first {cols} silently", transposed
+        return "AssertionError", why, transposed
 
     def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate:
         spelling = classify(tensor)
@@ -258,7 +295,9 @@ class _Model:
             block = vname.rpartition(".")[0]
             if block.endswith(("_proj", "qkv_proj")):
                 block = block.rpartition(".")[0]
-            which = "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname[-1]
+            which = (
+                "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname.rpartition(".")[2][0]
+            )
             return TensorFate(tensor, "loaded", f"{block}.attn.{which}_scale")
         return TensorFate(tensor, "skipped", reason="vLLM ignores a KV-cache scale name its mapper does not know")
 
@@ -275,9 +314,15 @@ class _Model:
         return self._built[key]
 
     def owner(self, name: str) -> str | None:
-        """The catalogue rule that reports this module's defect already, if any: ignore-list-mismatch (CK301) for a
-        layer built against its storage, or a fused layer whose shards the config splits, under the producers it
-        judges."""
+        """The catalogue rule that reports this module's defect already, if any: quant-config-mismatch (CK304) for
+        tensors of another scheme; orphan-scale (CK302) for extra tensors on a float layer built unquantized; ignore-list-mismatch (CK301) for a layer built against its storage, or a fused
+        layer whose shards the config splits, under the producers it judges."""
+        row = self.rows.get(name)
+        if row is not None and _other_scheme(row):
+            return "quant-config-mismatch"
+        if row is not None and not row.declared.quantized and row.disk.kind == "unquantized":
+            # Extra tensors beside a float weight on a layer built unquantized are orphan-scale's (CK302).
+            return "orphan-scale"
         if self.det.producer not in _IGNORE_LIST_PRODUCERS:
             return None
         parent, _, proj = name.rpartition(".")
@@ -361,11 +406,12 @@ class _Model:
         if group is None:
             if _embedding_group(cfg, EMBEDDING_TARGETS, name) is None:
                 return unquantized()
-            how = {
+            hows: dict[tuple[str, ...], str] = {
                 ("class",): "by class name only (a target such as `Embedding`); a name or `re:` target leaves it "
                 "unquantized",
                 ("name",): "by name or `re:` target only; a class target leaves it unquantized",
-            }.get(emb.targets, "with no compressed-tensors target")
+            }
+            how = hows.get(emb.targets, "with no compressed-tensors target")
             return unquantized(f"{inner} quantizes `embed_tokens` {how}")
         raw = group.get("weights")
         weights: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
@@ -389,7 +435,9 @@ class _Model:
     def fills(self) -> tuple[ParameterFill, ...]:
         out = []
         for p in self.params.values():
-            missing = tuple(sorted(p.expected - p.filled))
+            # A tensor the index places in a missing or unreadable shard counts as present: that shard's own finding
+            # is the cause.
+            missing = tuple(sorted(sid for sid in p.expected - p.filled if p.sources.get(sid) not in self.unavailable))
             filled = not missing
             partial = missing if p.filled and missing and missing != ("",) else ()
             spec = p.spec
@@ -402,15 +450,37 @@ class _Model:
                     partial=partial,
                     default="unused" if p.unused and not p.filled else None,
                     note="" if filled else p.note,
-                    owner=p.owner,
+                    owner=p.owner or (None if filled else self.unfilled_owner(p, missing)),
                 )
             )
         return tuple(out)
+
+    def unfilled_owner(self, p: _Param, missing: tuple[str, ...]) -> str | None:
+        """The catalogue rule that reports these missing tensors: moe-expert-missing-scale (CK402) for experts,
+        nvfp4-weight-only (CK401) for NVFP4 input scales, else the module's (`missing_owner`)."""
+        if any(":" in sid for sid in missing):
+            return "moe-expert-missing-scale"
+        if p.name.rpartition(".")[2].removeprefix("w13_").removeprefix("w2_") in global_scales().input:
+            return "nvfp4-weight-only"
+        return p.missing_owner
+
+
+def _catalogue_rule(scheme: ScaleScheme) -> str:
+    """The catalogue rule that judges a quantized layer's tensors against its scale table: packed-layout-mismatch
+    (CK404) for GPTQ / AWQ packing, scale-shape-mismatch (CK403) for every other table."""
+    return "packed-layout-mismatch" if scheme.producer in ("gptq", "awq") else "scale-shape-mismatch"
 
 
 def _against_storage(row: ModuleRow) -> bool:
     """A layer built quantized over unquantized tensors, or the other way round."""
     return row.declared.quantized != row.disk.quantized and "unknown" not in (row.declared.kind, row.disk.kind)
+
+
+def _other_scheme(row: ModuleRow) -> bool:
+    """Tensors of another quantized scheme than the declared one, as quant-config-mismatch (CK304) reports them:
+    int4 and int8 excepted (4-bit values stored in 8-bit containers are one scheme to it)."""
+    kinds = {row.declared.kind, row.disk.kind}
+    return row.declared.quantized and row.disk.quantized and len(kinds) == 2 and not kinds <= {"int4", "int8"}
 
 
 def _note(what: str) -> str:
