@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_lookup, component_of
 from .knowledge.hardware import Hardware
+from .load.accounting import LoadAccounting
+from .load.layers import LayerLoad, per_layer, text_lines
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
@@ -62,6 +64,8 @@ class Inspection:
     memory: Mapping[str, Any]  # `plan.memory_figures`: weights, KV cache per token, recurrent state
     pattern: str | None = None
     tensors: tuple[TensorInfo, ...] | None = None
+    load: LoadAccounting | None = None  # what vLLM's loader does with each tensor (the load model)
+    load_layers: tuple[LayerLoad, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The `ckpt inspect --format json` object."""
@@ -84,6 +88,13 @@ class Inspection:
             ],
             "memory": self.memory,
         }
+        if self.load is not None:
+            out["load"] = {
+                "judge": self.load.judge,
+                "judged_by": self.load.judged_by,
+                "build_error": self.load.build_error,
+                "layers": [r.to_dict() for r in self.load_layers],
+            }
         if self.tensors is not None:
             out["tensors"] = [
                 {
@@ -116,6 +127,8 @@ class Inspection:
                 out[-1] += f"  [kernel: {next(iter(r.kernel.values()))}]"
             elif r.kernel:
                 out.append(" " * 51 + "kernel: " + "; ".join(f"{hw} {k}" for hw, k in r.kernel.items()))
+        if self.load is not None:
+            out += ["", *text_lines(self.load, self.load_layers)]
         if self.tensors is not None:
             out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
             out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]
@@ -147,11 +160,13 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     column names `hardware` (profile ids), else the runtime's default GPU, else every profile."""
     from .kernels import default_profiles
     from .knowledge.hardware import hardware as profile
+    from .load.model import load_accounting
     from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
     profiles = tuple(profile(h) for h in hardware) if hardware else default_profiles(det.runtime)
     hub = report.extra.get("hub")
+    load = load_accounting(ckpt, det)
     return Inspection(
         target=report.target,
         checkpoint=MappingProxyType(dict(report.checkpoint)),
@@ -162,6 +177,8 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
         memory=memory_figures(analysis),
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
+        load=load,
+        load_layers=per_layer(load),
     )
 
 

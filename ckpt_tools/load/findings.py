@@ -182,8 +182,9 @@ def _cast_message(reason: str, fates: Sequence[TensorFate], acc: LoadAccounting)
     why = f": {reason.rstrip('.')}" if reason else ""
     return (
         f"{len(fates)} tensor(s) are copied into parameters of another kind without an error (e.g. "
-        f"`{first.tensor}`){why}. The values are reinterpreted, not converted: the layer computes with garbage. "
-        f"{_judged(acc)} Store the tensors in the dtype the scheme defines, or declare the layer unquantized."
+        f"`{first.tensor}`){why}. torch converts the raw numbers, so the layer computes with values that mean "
+        f"nothing in its format. {_judged(acc)} Store the tensors in the dtype the scheme defines, or declare the "
+        "layer unquantized."
     )
 
 

@@ -222,7 +222,7 @@ class _Model:
         spec = built.params[suffix]
         cast = _cast(dtype, spec)
         if cast:
-            # Dtypes of a quantized layer's tensors are judged against the same table by CK403 / CK404.
+            # A scale's dtype is judged against the same table by CK403 / CK404; a weight's cast is this model's.
             return TensorFate(
                 tensor,
                 "loaded",
@@ -230,7 +230,9 @@ class _Model:
                 sid or None,
                 reason=f"{cast} (`{suffix}` of {built.what})",
                 problem="dtype-cast",
-                owner=None if spec is None or built.scheme is None else _catalogue_rule(built.scheme),
+                owner=None
+                if spec is None or spec.role == "weight" or built.scheme is None
+                else _catalogue_rule(built.scheme),
             )
         misfit = self.misfit(tensor, proj, shape, spec, built)
         if misfit is not None:
