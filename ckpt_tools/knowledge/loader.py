@@ -45,6 +45,7 @@ class Method:
 
 @dataclass(frozen=True)
 class Loader:
+    release: str  # the vLLM release the file describes
     skip: tuple[re.Pattern[str], ...]
     models: tuple[ModelClass, ...]
     methods: tuple[Method, ...]
@@ -103,6 +104,7 @@ def parse(root: Table) -> Loader:
     unquantized = root.table("unquantized")
     exclusions = root.table("exclusions")
     out = Loader(
+        release=root.string("release"),
         skip=tuple(re.compile(p) for p in skip.strs("patterns", REQUIRED)),
         models=root.each("model", _model, required=True),
         methods=root.each("method", _method, required=True),

@@ -32,20 +32,27 @@ _IGNORE_LIST_PRODUCERS = ("modelopt", "compressed-tensors")
 def load_accounting(ckpt: Checkpoint, det: Detection) -> LoadAccounting:
     """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime."""
     arch = _architecture(ckpt)
+    judged_by = _judged_by(det)
+    if det.rejection is not None:  # the config is refused before any layer is built
+        return LoadAccounting("model", judged_by, arch, build_error=det.rejection)
     model = _Model(ckpt, det, model_class(arch))
     for name, module in ckpt.modules.items():
         model.module(name, module)
     if model.build_errors:
-        return LoadAccounting(
-            "model", f"vLLM {det.runtime.vllm_version}", arch, build_error="; ".join(model.build_errors)
-        )
+        return LoadAccounting("model", judged_by, arch, build_error="; ".join(model.build_errors))
     return LoadAccounting(
         judge="model",
-        judged_by=f"vLLM {det.runtime.vllm_version}",
+        judged_by=judged_by,
         architecture=arch,
         tensors=tuple(model.fates),
         parameters=model.fills(),
     )
+
+
+def _judged_by(det: Detection) -> str:
+    """`vLLM 0.33.0`, or, under a runtime profile of another release, which release's loader judged it."""
+    release, version = loader().release, det.runtime.vllm_version
+    return f"vLLM {release}" if version == release else f"vLLM {release} (runtime {det.runtime.id} is vLLM {version})"
 
 
 def _architecture(ckpt: Checkpoint) -> str | None:
@@ -294,9 +301,8 @@ class _Model:
             spelling.status in ("loaded", "deprecated")
             or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
         ):
-            block = vname.rpartition(".")[0]
-            if block.endswith(("_proj", "qkv_proj")):
-                block = block.rpartition(".")[0]
+            # `self_attn.k_scale` hangs off the attention block; `self_attn.k_proj.k_scale` off a projection of it.
+            block = vname.rpartition(".")[0] if vname.endswith("_proj") else vname
             which = (
                 "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname.rpartition(".")[2][0]
             )

@@ -32,4 +32,6 @@ class ModelBuildFailed(Rule):
     title = CODE.title
 
     def check(self, ctx: Context) -> Iterable[Finding]:
+        if ctx.det.rejection is not None:  # a config vLLM refuses as a whole is CK310's / CK312's verdict
+            return
         yield from findings_of(ctx, self.code)
