@@ -76,7 +76,7 @@ def per_layer(acc: LoadAccounting) -> tuple[LayerLoad, ...]:
         return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", name)]
 
     return tuple(
-        LayerLoad(layer, *c, tuple(problems.get(layer, ())))
+        LayerLoad(layer, c[0], c[1], c[2], c[3], tuple(problems.get(layer, ())))
         for layer, c in sorted(counts.items(), key=lambda kv: natural(kv[0]))
     )
 
