@@ -28,6 +28,7 @@ from .read.repair_state import pending_repair
 from .report.model import Report, SkippedRule
 from .rules.base import Context, Finding, Rule, all_rules
 from .suppress import Suppression, apply_suppressions, load_suppressions
+from .vllm_dry.run import DryRunOptions, start_dry_run
 
 
 @dataclass(frozen=True)
@@ -92,12 +93,15 @@ def analyze(
     producer_schema: bool = False,
     lone_shard: bool = False,
     meanwhile: Callable[[Judging], None] | None = None,
+    vllm: DryRunOptions | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
     `meanwhile`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
+    `vllm`: also load the headers with vLLM's own code (`ckpt doctor --vllm`, vllm_dry/); its verdict replaces the
+    load model's in the CK60x findings (vllm_dry/combine.py).
     """
     with _cyclic_gc_paused():
         return _analyze(
@@ -111,6 +115,7 @@ def analyze(
             producer_schema=producer_schema,
             lone_shard=lone_shard,
             meanwhile=meanwhile,
+            vllm=vllm,
         )
 
 
@@ -141,6 +146,7 @@ def _analyze(
     producer_schema: bool,
     lone_shard: bool,
     meanwhile: Callable[[Judging], None] | None = None,
+    vllm: DryRunOptions | None = None,
 ) -> Analysis:
     source = open_source(target, revision)
     if not lone_shard:
@@ -150,6 +156,56 @@ def _analyze(
     if isinstance(source, LocalSource):
         # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
         ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
+    # vLLM's dry run (mostly its import) runs in its own process while this one reads and judges.
+    dry = None if vllm is None else start_dry_run(source, ckpt, vllm)
+    try:
+        analysis = _judged(
+            source,
+            ckpt,
+            suppressions,
+            target=target,
+            runtime=runtime,
+            hardware_ids=hardware_ids,
+            headers_only=headers_only,
+            deep=deep,
+            progress=progress,
+            producer_schema=producer_schema,
+            meanwhile=meanwhile,
+            vllm=dry,
+        )
+        return analysis if dry is None else _with_vllm_extra(analysis, dry.result())
+    finally:
+        if dry is not None:
+            dry.close()
+
+
+def _with_vllm_extra(analysis: Analysis, dry: Any) -> Analysis:
+    """The report's `extra.vllm`: which vLLM judged, on which platform, and where its time went."""
+    info = {
+        "judged_by": dry.accounting.judged_by,
+        "platform": dry.platform,
+        "seconds": {k: round(v, 3) for k, v in dry.seconds.items()},
+        "build_error": dry.accounting.build_error,
+    }
+    report = replace(analysis.report, extra={**analysis.report.extra, "vllm": info})
+    return replace(analysis, report=report)
+
+
+def _judged(
+    source: Any,
+    ckpt: Checkpoint,
+    suppressions: Sequence[Suppression],
+    *,
+    target: str,
+    runtime: str | None,
+    hardware_ids: Sequence[str],
+    headers_only: bool,
+    deep: bool,
+    progress: bool | None,
+    producer_schema: bool,
+    meanwhile: Callable[[Judging], None] | None,
+    vllm: Any,
+) -> Analysis:
     run_values, silenced = value_rules(suppressions)
     skipped_reason = None
     if headers_only:
@@ -168,6 +224,7 @@ def _analyze(
         "producer_schema": producer_schema,
         "suppressions": suppressions,
         "extra": {"hub": provenance} if provenance else {},
+        "vllm": vllm,
     }
     if skipped_reason or not run_values:
         return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), **settings)
@@ -209,6 +266,7 @@ def judge(
     extra: dict | None = None,
     scanned: Callable[[], Checkpoint] | None = None,
     meanwhile: Callable[[Judging], None] | None = None,
+    vllm: Any = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). `silenced`:
@@ -216,7 +274,8 @@ def judge(
     scan still running), detection and the header rules judge `ckpt` meanwhile, and the value rules the checkpoint
     `scanned()` returns: `ckpt` with its statistics. `meanwhile`, with `scanned`, is called once the header rules are
     done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
-    (`Judging.interim`, made only when asked), serve-flags loads what it reads next."""
+    (`Judging.interim`, made only when asked), serve-flags loads what it reads next. `vllm`: vLLM's dry run under
+    way (vllm_dry.run.Pending), whose verdict the CK60x rules wait for; never part of `Analysis.settings`."""
     judging = Judging.start(
         ckpt,
         target=target,
@@ -229,6 +288,7 @@ def judge(
         suppressions=suppressions,
         extra=extra,
         values_later=scanned is not None,
+        vllm=vllm,
     )
     if scanned is None:
         return judging.finish()
@@ -271,6 +331,7 @@ class Judging:
         suppressions: Sequence[Suppression] = (),
         extra: dict | None = None,
         values_later: bool = False,
+        vllm: Any = None,
     ) -> Judging:
         """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
         det = detect(ckpt, runtime)
@@ -278,7 +339,7 @@ class Judging:
             tuple(hardware(h) for h in hardware_ids) if hardware_ids else hardware_profiles()
         )
         schema, skipped = _producer_schema(ckpt, det) if producer_schema else (None, [])
-        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema)
+        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=target, producer_schema=schema, vllm=vllm)
         per_rule, deferred = _run_rules(ctx, skipped, skipped_reason, dict(silenced), values_later)
         for _slot, rule_cls in deferred:  # their header-only part, while the scan runs
             rule_cls.prepare(ctx)

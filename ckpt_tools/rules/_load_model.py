@@ -12,7 +12,13 @@ from .base import Context, Finding, files_of
 
 @once_per_detection
 def accounting(ctx: Context) -> LoadAccounting:
-    return load_accounting(ctx.ckpt, ctx.det)
+    """The load model's accounting; under `--vllm`, vLLM's own with the model's owners (vllm_dry/combine.py)."""
+    model = load_accounting(ctx.ckpt, ctx.det)
+    if ctx.vllm is None:
+        return model
+    from ..vllm_dry.combine import combined
+
+    return combined(model, ctx.vllm.result().accounting, ctx.ckpt.unavailable_tensors)
 
 
 @once_per_detection

@@ -1,0 +1,42 @@
+"""One verdict from two judges: under `ckpt doctor --vllm`, vLLM's own accounting replaces the load model's as the
+input of the CK60x findings (load/findings.py), so nothing is reported twice and vLLM wins where both speak.
+
+What the load model still contributes is who reports a defect: where it hands a tensor or parameter to a catalogue
+rule that names the defect more precisely (`owner`, e.g. ignore-list-mismatch, scale-shape-mismatch), vLLM's entry
+for the same tensor or parameter keeps that owner, and the CK60x findings leave it to the rule. A parameter vLLM
+leaves unfilled because the tensor meant for it sits in a shard that is missing or unreadable is left to that shard's
+own finding (index-missing-shard, invalid-header...): the dry run does not read those shards, a real load would stop
+on them first. Everything vLLM reports that the model does not, it reports under its own name; everything the model
+reports that vLLM does not is dropped (the conformance run, bench/conformance/load_agree.py, lists both kinds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import replace
+
+from ..load.accounting import LoadAccounting
+
+SHARD_OWNER = "index-missing-shard"
+
+
+def combined(model: LoadAccounting, vllm: LoadAccounting, unavailable: Set[str] = frozenset()) -> LoadAccounting:
+    """vLLM's accounting with the load model's owners carried onto the same tensors and parameters."""
+    if vllm.build_error is not None:
+        return vllm
+    fate_owner = {t.tensor: t.owner for t in model.tensors if t.owner}
+    fill_owner = {p.parameter: p.owner for p in model.parameters if p.owner}
+    # The load model counts a tensor of an unreadable shard as present; where it fills a parameter vLLM leaves
+    # unfilled, and such tensors exist, that shard is the cause.
+    behind_missing = {p.parameter for p in model.parameters if p.filled} if unavailable else set()
+    tensors = tuple(
+        replace(t, owner=fate_owner[t.tensor]) if t.owner is None and t.tensor in fate_owner else t
+        for t in vllm.tensors
+    )
+    parameters = tuple(
+        replace(p, owner=fill_owner.get(p.parameter) or (SHARD_OWNER if p.parameter in behind_missing else None))
+        if p.owner is None and (p.parameter in fill_owner or p.parameter in behind_missing)
+        else p
+        for p in vllm.parameters
+    )
+    return replace(vllm, tensors=tensors, parameters=parameters)
