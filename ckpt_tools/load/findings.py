@@ -198,7 +198,7 @@ def _build_message(acc: LoadAccounting) -> str:
 
 def _judged(acc: LoadAccounting) -> str:
     if acc.judge == "vllm":
-        return f"(judged by vLLM {acc.judged_by}'s own loader.)"
+        return f"(judged by {acc.judged_by}'s own loader.)"
     return f"(load model of {acc.judged_by}: docs/reference/load-model.md.)"
 
 

@@ -107,7 +107,7 @@ def _import_all(package: str) -> None:
 
 def _is_selector(name: str) -> bool:
     return (name.startswith("select_") and name.endswith("_backend")) or (
-        (name.startswith("init_") or name.startswith("choose_")) and name.endswith("_kernel")
+        (name.startswith(("init_", "choose_"))) and name.endswith("_kernel")
     )
 
 
@@ -374,7 +374,10 @@ def _write_recorder(params: dict[int, tuple[str, Any]], fed: dict[int, _Tensor],
                 tensor.read += src.numel()
             else:
                 tensor.foreign = True
-            if src.dtype.is_floating_point != dst.dtype.is_floating_point and src.dtype != torch.bool:
+            # A float tensor copied into an integer parameter: torch converts the numbers, so packed codes or scales
+            # become meaningless. Integers into a float parameter keep their values (compressed-tensors'
+            # `weight_shape` into the MoE method's BF16 parameter), so only this direction is a cast finding.
+            if src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype != torch.bool:
                 cast = f"{tensor.dtype} into a {_st_dtype(dst.dtype)} parameter"
                 if cast not in tensor.casts:
                     tensor.casts.append(cast)
@@ -647,7 +650,7 @@ def _gap_labels(name: str, shape: tuple[int, ...], gaps: list[tuple[int, int]]) 
     hit: set[int] = set()
     for start, stop in gaps:
         hit.update(range(start // per_row, min(rows, -(-stop // per_row))))
-    if ".experts." in f".{name}" and len(shape) >= 2:
+    if ".experts." in f".{name}" and shape:
         return [f"expert {i}" for i in sorted(hit)][:64]
     ranges = []
     for _, group in itertools.groupby(enumerate(sorted(hit)), key=lambda x: x[1] - x[0]):

@@ -9,6 +9,7 @@ importable (with the install hint), the timeout, or the child's crash with the l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -158,10 +159,8 @@ class Pending:
 
     def _kill(self) -> None:
         assert self._proc is not None
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         self._proc.wait()
 
     def _cleanup(self) -> None:
