@@ -9,8 +9,8 @@ Exit codes: 0 with the accounting; 3 when torch or vLLM cannot be imported (the 
 
     python meta_load.py CHECKPOINT_FOLDER
 
-The conformance run (bench/conformance/vllm_side.py) shares the set-up pieces: `error_text`, `selectors`,
-`init_parallel`.
+The conformance run (bench/conformance/vllm_side.py, load_agree.py) shares the set-up pieces: `error_text`,
+`import_all`, `init_parallel`, and `judge` itself.
 
 Platform (docs/vllm-dry-run.md): on a CPU-only interpreter (no CUDA / ROCm device torch can see) the CPU platform is
 selected with `VLLM_TARGET_DEVICE=cpu` before vLLM is imported, as a CPU wheel whose version string lacks "cpu" does
@@ -94,7 +94,7 @@ def error_text(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {text}".split())
 
 
-def _import_all(package: str) -> None:
+def import_all(package: str) -> None:
     """Import every submodule now: vLLM imports some quantization methods lazily, inside get_quant_method, and a
     module imported later would bind the real selectors."""
     pkg = importlib.import_module(package)
@@ -123,7 +123,7 @@ def selectors() -> list[tuple[Any, str, Any]]:
             "vllm.model_executor.layers.fused_moe",
             "vllm.model_executor.kernels",
         ):
-            _import_all(package)
+            import_all(package)
         for name, module in list(sys.modules.items()):
             if name.startswith("vllm.model_executor.") and module is not None:
                 _SELECTORS.extend(
@@ -337,54 +337,84 @@ class _Tensor:
         self.casts: list[str] = []
 
 
-def _write_recorder(params: dict[int, tuple[str, Any]], fed: dict[int, _Tensor], current: list[_Tensor | None]) -> Any:
-    """A TorchDispatchMode seeing every write into a parameter's storage (copy_, fill_, index_put_): which
-    parameter, which elements, from which fed tensor, with which dtype change. Works on meta tensors."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _Writes:
+    """Every write into a parameter's storage while active (`Tensor.copy_`, `fill_`, `zero_`, item assignment, as
+    vLLM's weight loaders write): which parameter, which elements, from which fed tensor, with which dtype change.
+    Works on meta tensors. Only these methods are wrapped, not every tensor operation (a TorchDispatchMode sees all
+    of them and tripled the load's time on the seed-size checkpoint)."""
 
-    aten = torch.ops.aten
-    writes = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.index_put_.default, aten.zero_.default}
-    seen: dict[str, list[tuple[int, int]]] = {}
+    _METHODS = ("copy_", "fill_", "zero_", "__setitem__")
 
-    class Writes(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if func in writes:
-                dst = args[0]
-                hit = params.get(dst.untyped_storage()._cdata)
-                if hit is not None:
-                    self.record(func, hit[0], dst, args[1] if len(args) > 1 else None)
-            return func(*args, **(kwargs or {}))
+    def __init__(self, params: dict[int, tuple[str, Any]], fed: dict[int, _Tensor], current: list[_Tensor | None]):
+        self.params, self.fed, self.current = params, fed, current
+        self.seen: dict[str, list[tuple[int, int]]] = {}
+        self._originals: dict[str, Any] = {}
 
-        def record(self, func: Any, pname: str, dst: Any, src: Any) -> None:
-            runs = seen.setdefault(pname, [])
-            if func is aten.index_put_.default:
-                runs.append((dst.storage_offset(), dst.storage_offset() + dst.numel()))
-            else:
-                runs.extend(_intervals(dst.storage_offset(), tuple(dst.shape), tuple(dst.stride())))
-            if not isinstance(src, torch.Tensor):
-                return
-            owner = fed.get(src.untyped_storage()._cdata)
-            tensor = owner or current[0]
-            if tensor is None:
-                return
-            if pname not in tensor.params:
-                tensor.params.append(pname)
-            if owner is not None:
-                tensor.read += src.numel()
-            else:
-                tensor.foreign = True
-            # A float tensor copied into an integer parameter: torch converts the numbers, so packed codes or scales
-            # become meaningless. Integers into a float parameter keep their values (compressed-tensors'
-            # `weight_shape` into the MoE method's BF16 parameter), so only this direction is a cast finding.
-            if src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype != torch.bool:
-                cast = f"{tensor.dtype} into a {_st_dtype(dst.dtype)} parameter"
-                if cast not in tensor.casts:
-                    tensor.casts.append(cast)
+    def __enter__(self) -> _Writes:
+        import torch
 
-    mode = Writes()
-    mode.seen = seen  # type: ignore[attr-defined]
-    return mode
+        T = torch.Tensor
+        self._originals = {m: getattr(T, m) for m in self._METHODS}
+        copy, fill, zero, setitem = (self._originals[m] for m in self._METHODS)
+        params, record = self.params, self.record
+
+        def copy_(dst: Any, src: Any, *args: Any, **kwargs: Any) -> Any:
+            hit = params.get(dst.untyped_storage()._cdata)
+            if hit is not None:
+                record(hit[0], dst, src)
+            return copy(dst, src, *args, **kwargs)
+
+        def fill_(dst: Any, value: Any) -> Any:
+            hit = params.get(dst.untyped_storage()._cdata)
+            if hit is not None:
+                record(hit[0], dst, value)
+            return fill(dst, value)
+
+        def zero_(dst: Any) -> Any:
+            hit = params.get(dst.untyped_storage()._cdata)
+            if hit is not None:
+                record(hit[0], dst, None)
+            return zero(dst)
+
+        def __setitem__(dst: Any, index: Any, value: Any) -> Any:
+            hit = params.get(dst.untyped_storage()._cdata)
+            if hit is not None:
+                record(hit[0], dst[index], value)
+            return setitem(dst, index, value)
+
+        T.copy_, T.fill_, T.zero_, T.__setitem__ = copy_, fill_, zero_, __setitem__  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+
+    def record(self, pname: str, dst: Any, src: Any) -> None:
+        import torch
+
+        runs = self.seen.setdefault(pname, [])
+        runs.extend(_intervals(dst.storage_offset(), tuple(dst.shape), tuple(dst.stride())))
+        if not isinstance(src, torch.Tensor):
+            return
+        owner = self.fed.get(src.untyped_storage()._cdata)
+        tensor = owner or self.current[0]
+        if tensor is None:
+            return
+        if pname not in tensor.params:
+            tensor.params.append(pname)
+        if owner is not None:
+            tensor.read += src.numel()
+        else:
+            tensor.foreign = True
+        # A float tensor copied into an integer parameter: torch converts the numbers, so packed codes or scales
+        # become meaningless. Integers into a float parameter keep their values (compressed-tensors'
+        # `weight_shape` into the MoE method's BF16 parameter), so only this direction is a cast finding.
+        if src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype != torch.bool:
+            cast = f"{tensor.dtype} into a {_st_dtype(dst.dtype)} parameter"
+            if cast not in tensor.casts:
+                tensor.casts.append(cast)
 
 
 def _st_dtype(dtype: Any) -> str:
@@ -553,7 +583,7 @@ def _load(folder: Path, model: Any) -> tuple[list[Any], list[dict[str, Any]], li
     fatal: dict[str, str] = {}
     unknown_dtype: dict[str, str] = {}
     loaded_names: set[str] = set()
-    recorder = _write_recorder(by_storage, fed, current)
+    recorder = _Writes(by_storage, fed, current)
     meta_tensors = []  # fed tensors stay alive, so their storages are not reused while the load runs
     position = 0
 
