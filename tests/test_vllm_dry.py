@@ -16,6 +16,7 @@ from ckpt_tools.vllm_dry import meta_load
 from ckpt_tools.vllm_dry.combine import SHARD_OWNER, combined
 from tests.corrupt import GENUINE
 from tests.repair_helpers import run_cli
+from tests.test_gates_formats import REPORT
 
 FIXTURE = GENUINE / "llmc-llama-nvfp4"
 QKV = "model.layers.0.self_attn.qkv_proj.weight_packed"
@@ -65,6 +66,7 @@ def test_vllm_accounting_is_the_load_verdict(tmp_path: Path, capsys) -> None:
     assert "judged by vLLM 9.9.9's own loader" in ck601["message"]
     assert ck601["details"]["judge"] == {"judge": "vllm", "judged_by": "vLLM 9.9.9"}
     assert report["vllm"]["judged_by"] == "vLLM 9.9.9" and report["vllm"]["platform"] == "FakePlatform"
+    assert list(REPORT.iter_errors(report)) == []
 
 
 def test_vllm_wins_where_the_model_speaks(tmp_path: Path, capsys) -> None:

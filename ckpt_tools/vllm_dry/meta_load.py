@@ -408,10 +408,14 @@ class _Writes:
             tensor.read += src.numel()
         else:
             tensor.foreign = True
-        # A float tensor copied into an integer parameter: torch converts the numbers, so packed codes or scales
-        # become meaningless. Integers into a float parameter keep their values (compressed-tensors'
-        # `weight_shape` into the MoE method's BF16 parameter), so only this direction is a cast finding.
-        if src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype != torch.bool:
+        # torch converts the numbers on a copy across kinds: a float tensor into an integer parameter, or packed
+        # 8-bit codes (U8 / I8) into a float one, leaves values that mean nothing in the layer's format. Wider
+        # integers into a float parameter are metadata that keeps its value (compressed-tensors' I32 `weight_shape`
+        # into the MoE method's BF16 parameter), not a cast finding.
+        codes = (torch.uint8, torch.int8)
+        if (src.dtype.is_floating_point and not dst.dtype.is_floating_point and dst.dtype != torch.bool) or (
+            src.dtype in codes and dst.dtype.is_floating_point
+        ):
             cast = f"{tensor.dtype} into a {_st_dtype(dst.dtype)} parameter"
             if cast not in tensor.casts:
                 tensor.casts.append(cast)
