@@ -39,9 +39,81 @@ from ckpt_tools.load.findings import findings  # noqa: E402
 from ckpt_tools.load.model import load_accounting  # noqa: E402
 from ckpt_tools.pipeline import analyze  # noqa: E402
 
-# Case name (or prefix before '#') -> why the two judges differ there. Filled from the run's own output, one entry
-# per understood cause; nothing here hides a disagreement from the table.
-EXPLAINED: dict[str, str] = {}
+# Why the two judges differ, by cause, with the cases where each was seen (read from this run's output and vLLM
+# 0.33.0's code). A listed case still shows as a disagreement in the table and the figure; the list only says why.
+CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "config-rule": (
+        "vLLM refuses the config before building anything (CK605 `config rejected`); ckpt's verdict on such a config "
+        "is a catalogue rule (unsupported-architecture CK312, invalid-header CK104, non-hf-layout CK2xx), and the "
+        "load model builds no accounting for an architecture or config it does not know",
+        ("unsupported-architecture#1", "unsupported-architecture#2", "unsupported-architecture#3",
+         "unsupported-architecture#4", "unsupported-architecture#6", "unsupported-architecture#8",
+         "invalid-header#2", "non-hf-layout#6"),
+    ),
+    "build-checks": (
+        "vLLM's quant method refuses the layer while creating its parameters (block-FP8 output size not divisible by "
+        "block_n 128 on these 2-layer fixtures; Marlin's group-size / bit-width checks; 4-bit KV cache in Attention; "
+        "a fused layer with some shards excluded; a vision config without `window_size`): CK605 naming the layer. "
+        "The load model has no such build checks; kernel-selection (CK405), block-fp8-tp-sizes, "
+        "kv-cache-config-mismatch and ignore-list-mismatch (CK301) report these causes",
+        ("llmc-llama-fp8-block", "block-fp8-tp-sizes#2", "scale-shape-mismatch#5", "kernel-selection#10",
+         "packed-layout-mismatch#1", "kv-cache-config-mismatch#5", "ignore-list-mismatch#3", "non-hf-layout#7"),
+    ),
+    "router-gate": (
+        "vLLM's Qwen3-MoE builds the router gate with the quant config (`GateLinear(..., quant_config=...)`, "
+        "qwen3_moe.py), so under block-FP8 it registers `gate.weight_scale_inv`, which the transformers-FP8 export "
+        "(router stored BF16) never fills; the load model treats the router as unquantized. Whether a GPU load then "
+        "computes with an unset scale was not verified (process_weights_after_loading does not run on meta)",
+        ("transformers-qwen3moe-fp8-block", "invalid-scale-value#11", "scale-shape-mismatch#18", "zero-scale-row#7"),
+    ),
+    "unread-shard": (
+        "the tensor sits in a shard vLLM does not read (missing, an LFS pointer, or not named by the index: vLLM "
+        "loads only the index's files), so vLLM leaves its parameter unfilled; the load model counts such tensors as "
+        "present and leaves the cause to the shard's rule (index-missing-shard, lfs-pointer, index-tensor-mismatch, "
+        "stray-shard, tied-embedding-mismatch's unindexed head). Under --vllm these stay with the shard's rule",
+        ("index-missing-shard#1", "lfs-pointer#1", "index-tensor-mismatch#3", "index-tensor-mismatch#5",
+         "stray-shard#2", "tied-embedding-mismatch#6"),
+    ),
+    "absent-module": (
+        "vLLM builds modules the checkpoint has no tensor for (the vision tower, attention biases, an untied "
+        "lm_head) and reports their parameters unfilled; the load model accounts only the modules the checkpoint "
+        "has, and missing-component (CK306) / tied-embedding-mismatch report the absence",
+        ("missing-component#1", "missing-component#3", "non-hf-layout#4", "tied-embedding-mismatch#1"),
+    ),
+    "outside-layout": (
+        "tensor names outside the model's layout (another root prefix, `decoder.`, `feed_forward.`): vLLM's "
+        "AutoWeightsLoader raises 'There is no module or parameter named ...' (CK601) and the real parameters stay "
+        "unfilled; the load model accounts names it has no module for as loaded, unchecked, and leaves them to "
+        "non-hf-layout / misnested-prefix",
+        ("non-hf-layout#1", "non-hf-layout#2", "non-hf-layout#3", "non-hf-layout#8", "packed-layout-mismatch#8"),
+    ),
+    "expert-gaps": (
+        "a missing or mis-shaped expert: vLLM sees the unfilled slice of the fused experts parameter (`expert N`); "
+        "the load model leaves per-expert gaps to moe-expert-missing-scale (CK402) and packed-layout-mismatch "
+        "(CK404) without an accounting entry",
+        ("moe-expert-missing-scale#3", "moe-expert-missing-scale#6", "packed-layout-mismatch#15",
+         "packed-layout-mismatch#17", "packed-layout-mismatch#18", "scale-shape-mismatch#19",
+         "ignore-list-mismatch#10"),
+    ),
+    "scale-shapes": (
+        "a scale or packed tensor of the wrong shape: vLLM's weight loader raises (CK603) and leaves the parameter "
+        "(or a row range of the fused one) unfilled (CK602); the load model checks only packed weights' input "
+        "dimension itself and leaves scale tables to scale-shape-mismatch (CK403) / packed-layout-mismatch (CK404), "
+        "which judge them against the same tables; a float weight stored where the config declares another scheme "
+        "is a cast to the model (CK604) and a shape error to vLLM",
+        ("scale-shape-mismatch#1", "scale-shape-mismatch#3", "scale-shape-mismatch#6", "scale-shape-mismatch#10",
+         "scale-shape-mismatch#12", "scale-shape-mismatch#13", "packed-layout-mismatch#3", "packed-layout-mismatch#5",
+         "packed-layout-mismatch#7", "packed-layout-mismatch#9", "packed-layout-mismatch#16", "load-shape-mismatch#1",
+         "orphan-scale#2", "quant-config-mismatch#2", "reader-dtype-support#1", "unsupported-quant-algo#9"),
+    ),
+    "model-gap": (
+        "the load model is wrong here, to be fixed in rules/loader.toml: `k_proj.output_scale` has no parameter in "
+        "vLLM 0.33's Llama (CK601), and with `tie_word_embeddings` a quantized `lm_head.*` has no parameter to go "
+        "into (vLLM: CK601 on the packed head) while the model calls `lm_head.weight` unfilled",
+        ("kv-scale-naming#2", "tied-embedding-mismatch#3"),
+    ),
+}  # fmt: skip
+EXPLAINED: dict[str, str] = {case: f"{cause}: {why}" for cause, (why, cases) in CAUSES.items() for case in cases}
 
 
 @dataclass(frozen=True)
@@ -105,7 +177,7 @@ def judge_case(case: Case, workdir: Path) -> Row:
 
 
 def explanation(name: str) -> str | None:
-    return EXPLAINED.get(name) or EXPLAINED.get(name.split("#", 1)[0])
+    return EXPLAINED.get(name)
 
 
 def render(rows: list[Row], version: str) -> str:
@@ -115,11 +187,17 @@ def render(rows: list[Row], version: str) -> str:
         "",
         "Generated by bench/conformance/load_agree.py (docs/conformance.md says how to read it).",
         "",
+        "Causes (each disagreement below names one):",
+        "",
+        *[f"- **{cause}** ({len(cases)} case(s)): {why}." for cause, (why, cases) in CAUSES.items()],
+        "",
         "| case | origin | load model | vLLM | agree | why they differ |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
-        why = "" if r.agree else (explanation(r.case.name) or "**unexplained**") + ": " + "; ".join(r.differences())
+        cause = explanation(r.case.name)
+        label = cause.split(":", 1)[0] if cause else "**unexplained**"
+        why = "" if r.agree else f"{label}: " + "; ".join(r.differences())
         lines.append(
             f"| {r.case.name} | {r.case.origin} | {_codes(r.model)} | {_codes(r.vllm)} | "
             f"{'yes' if r.agree else 'no'} | {why.replace('|', '/')} |"
