@@ -382,7 +382,7 @@ class _Writes:
                 record(hit[0], dst[index], value)
             return setitem(dst, index, value)
 
-        T.copy_, T.fill_, T.zero_, T.__setitem__ = copy_, fill_, zero_, __setitem__  # type: ignore[method-assign]
+        T.copy_, T.fill_, T.zero_, T.__setitem__ = copy_, fill_, zero_, __setitem__
         return self
 
     def __exit__(self, *exc: object) -> None:
