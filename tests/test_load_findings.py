@@ -12,7 +12,7 @@ NO_PARAM = (
 
 
 def _acc(tensors=(), parameters=(), build_error=None, judge="vllm") -> LoadAccounting:
-    return LoadAccounting(judge, "0.33.0", "LlamaForCausalLM", tuple(tensors), tuple(parameters), build_error)
+    return LoadAccounting(judge, "vLLM 0.33.0", "LlamaForCausalLM", tuple(tensors), tuple(parameters), build_error)
 
 
 def test_clean_accounting_gives_nothing() -> None:
