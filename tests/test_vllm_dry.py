@@ -232,6 +232,17 @@ def test_combined_carries_the_models_owners() -> None:
     assert codes == {"CK601": ("lm_head.weight",), "CK602": ("model.layers.1.mlp.down_proj.weight",)}
 
 
+def test_combined_owner_reaches_vllms_routed_experts() -> None:
+    """vLLM names fused expert parameters under `routed_experts`; the model's owner (moe-expert-missing-scale) still
+    reaches them, so a missing expert is reported once, by CK402."""
+    model = _acc("model", parameters=[ParameterFill("model.layers.1.mlp.experts.w13_input_scale", None, None, False,
+                                                    partial=("3:w1",), owner="moe-expert-missing-scale")])  # fmt: skip
+    vllm = _acc("vllm", parameters=[ParameterFill("model.layers.1.mlp.experts.routed_experts.w13_input_scale", (4, 2),
+                                                  "F32", False, partial=("expert 3",))])  # fmt: skip
+    assert [f.code for f in findings(vllm)] == ["CK602"]
+    assert findings(combined(model, vllm)) == []
+
+
 def test_combined_drops_what_only_the_model_says() -> None:
     model = _acc("model", [TensorFate(QKV, "fatal", problem="no-parameter")])
     assert [f.code for f in findings(model)] == ["CK601"]

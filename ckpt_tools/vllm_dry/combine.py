@@ -25,18 +25,28 @@ def combined(model: LoadAccounting, vllm: LoadAccounting, unavailable: Set[str] 
     if vllm.build_error is not None:
         return vllm
     fate_owner = {t.tensor: t.owner for t in model.tensors if t.owner}
-    fill_owner = {p.parameter: p.owner for p in model.parameters if p.owner}
+    fill_owner = {_same(p.parameter): p.owner for p in model.parameters if p.owner}
     # The load model counts a tensor of an unreadable shard as present; where it fills a parameter vLLM leaves
     # unfilled, and such tensors exist, that shard is the cause.
-    behind_missing = {p.parameter for p in model.parameters if p.filled} if unavailable else set()
+    behind_missing = {_same(p.parameter) for p in model.parameters if p.filled} if unavailable else set()
     tensors = tuple(
         replace(t, owner=fate_owner[t.tensor]) if t.owner is None and t.tensor in fate_owner else t
         for t in vllm.tensors
     )
     parameters = tuple(
-        replace(p, owner=fill_owner.get(p.parameter) or (SHARD_OWNER if p.parameter in behind_missing else None))
-        if p.owner is None and (p.parameter in fill_owner or p.parameter in behind_missing)
+        replace(
+            p,
+            owner=fill_owner.get(_same(p.parameter)) or (SHARD_OWNER if _same(p.parameter) in behind_missing else None),
+        )
+        if p.owner is None and (_same(p.parameter) in fill_owner or _same(p.parameter) in behind_missing)
         else p
         for p in vllm.parameters
     )
     return replace(vllm, tensors=tensors, parameters=parameters)
+
+
+def _same(parameter: str) -> str:
+    """A parameter name as both judges spell it: vLLM 0.33's fused MoE layer keeps its expert parameters in a
+    `routed_experts` submodule (`mlp.experts.routed_experts.w13_weight`), the load model names them on the experts
+    layer (`mlp.experts.w13_weight`)."""
+    return parameter.replace(".routed_experts.", ".")
