@@ -69,6 +69,12 @@ def test_vllm_accounting_is_the_load_verdict(tmp_path: Path, capsys) -> None:
     assert list(REPORT.iter_errors(report)) == []
 
 
+def test_text_report_names_the_judging_vllm(tmp_path: Path, capsys) -> None:
+    code, out, _ = doctor(capsys, "--vllm", "--vllm-python", printing(tmp_path, accounting()))
+    assert "load judged   by vLLM 9.9.9's own loader on the meta device (FakePlatform, 2.0 s)" in out
+    assert code == 0
+
+
 def test_vllm_wins_where_the_model_speaks(tmp_path: Path, capsys) -> None:
     """The defective fixture's missing NVFP4 input scales: vLLM (here: a fake saying all is loaded) has the last
     word on the CK60x codes; the catalogue rules still speak for themselves."""

@@ -64,11 +64,21 @@ def hub_lines(hub: dict | None) -> list[str]:
     ]
 
 
+def vllm_lines(vllm: dict | None) -> list[str]:
+    """Which vLLM judged the load under `--vllm` (nothing without it)."""
+    if not vllm:
+        return []
+    total = vllm.get("seconds", {}).get("total")
+    took = f", {total:.1f} s" if isinstance(total, int | float) else ""
+    return [f"  load judged   by {vllm['judged_by']}'s own loader on the meta device ({vllm['platform']}{took})"]
+
+
 def render(report: Report, *, color: bool = False) -> str:
     data = report.to_dict()
     out = [_paint(f"ckpt {report.command} {report.target}", "bold", color)]
     out.extend(checkpoint_lines(data["checkpoint"]))
     out.extend(hub_lines(data.get("hub")))
+    out.extend(vllm_lines(data.get("vllm")))
     out.append("")
     findings = report.sorted_findings()
     for f in findings:
