@@ -308,3 +308,34 @@ def test_gaps_become_experts_or_rows() -> None:
     assert gaps == [(16, 32)]
     assert meta_load._gap_labels("model.layers.0.mlp.experts.w2_input_scale", (4, 16), gaps) == ["expert 1"]
     assert meta_load._gap_labels("model.layers.0.self_attn.qkv_proj.weight", (8, 8), gaps) == ["rows 2-3"]
+
+
+def test_hub_like_source_is_staged_from_its_ranges(tmp_path: Path) -> None:
+    """A remote source: the staged folder holds its JSON files and each shard's header, read as ranges (what a Hub
+    repo serves), so a Hub target reaches vLLM with headers only."""
+    from ckpt_tools.read.loader import load_checkpoint
+    from ckpt_tools.read.local import LocalSource
+    from ckpt_tools.vllm_dry.run import stage
+
+    class Remote(LocalSource):
+        is_remote = True
+
+        def __init__(self, target: Path) -> None:
+            super().__init__(target)
+            self.reads: list[tuple[str, int, int]] = []
+
+        def read_range(self, name: str, start: int, length: int) -> bytes:
+            self.reads.append((name, start, length))
+            return super().read_range(name, start, length)
+
+    source = Remote(GENUINE / "llmc-qwen3moe-nvfp4-sharded")
+    ckpt = load_checkpoint(source)
+    source.reads.clear()
+    into = tmp_path / "staged"
+    into.mkdir()
+    stage(source, ckpt, into)
+    staged = {p.name: p.read_bytes() for p in into.iterdir()}
+    assert {n for n in staged if n.endswith(".json")} == {n for n in source.list_files() if n.endswith(".json")}
+    for shard in ckpt.shards:
+        assert staged[shard.name] == (source.root / shard.name).read_bytes()[: shard.data_start]
+    assert all(start == 0 for _, start, _ in source.reads)  # headers only, never a tensor's bytes
