@@ -249,6 +249,21 @@ def test_combined_owner_reaches_vllms_routed_experts() -> None:
     assert findings(combined(model, vllm)) == []
 
 
+def test_combined_leaves_misnested_tensors_to_misnested_prefix() -> None:
+    """A vision tower under the language model's root: vLLM raises on the tensors and leaves the tower's parameters
+    unfilled; misnested-prefix (CK201) names both, with its fix."""
+    stored, belongs = "model.language_model.visual.blocks.0.attn.proj.weight", "model.visual.blocks.0.attn.proj.weight"
+    vllm = _acc(
+        "vllm",
+        [TensorFate(stored, "fatal", error="ValueError: There is no module or parameter named 'visual' in X")],
+        [ParameterFill("visual.blocks.0.attn.proj.weight", (8, 8), "BF16", False),
+         ParameterFill("visual.blocks.0.attn.proj.bias", (8,), "BF16", False)],
+    )  # fmt: skip
+    assert [f.code for f in findings(vllm)] == ["CK601", "CK602"]
+    left = findings(combined(_acc("model"), vllm, moved={stored: belongs}))
+    assert [(f.code, f.all_tensors) for f in left] == [("CK602", ("visual.blocks.0.attn.proj.bias",))]
+
+
 def test_combined_drops_what_only_the_model_says() -> None:
     model = _acc("model", [TensorFate(QKV, "fatal", problem="no-parameter")])
     assert [f.code for f in findings(model)] == ["CK601"]

@@ -17,8 +17,10 @@ def accounting(ctx: Context) -> LoadAccounting:
     if ctx.vllm is None:
         return model
     from ..vllm_dry.combine import combined
+    from .ck201_misnested_prefix import rename_plan
 
-    return combined(model, ctx.vllm.result().accounting, ctx.ckpt.unavailable_tensors)
+    moved = {n: new + n[len(old) :] for (old, new), names in rename_plan(ctx).items() for n in names}
+    return combined(model, ctx.vllm.result().accounting, ctx.ckpt.unavailable_tensors, moved)
 
 
 @once_per_detection

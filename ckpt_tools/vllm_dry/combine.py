@@ -12,19 +12,30 @@ reports that vLLM does not is dropped (the conformance run, bench/conformance/lo
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from dataclasses import replace
+from types import MappingProxyType
 
 from ..load.accounting import LoadAccounting
 
 SHARD_OWNER = "index-missing-shard"
+MOVED_OWNER = "misnested-prefix"
 
 
-def combined(model: LoadAccounting, vllm: LoadAccounting, unavailable: Set[str] = frozenset()) -> LoadAccounting:
-    """vLLM's accounting with the load model's owners carried onto the same tensors and parameters."""
+def combined(
+    model: LoadAccounting,
+    vllm: LoadAccounting,
+    unavailable: Set[str] = frozenset(),
+    moved: Mapping[str, str] = MappingProxyType({}),
+) -> LoadAccounting:
+    """vLLM's accounting with the load model's owners carried onto the same tensors and parameters. `moved`: tensors
+    stored under another component's root -> the name they belong under (misnested-prefix, CK201, reports them and
+    their fix): vLLM's error on such a tensor, and the parameter left unfilled where it belongs, are that rule's."""
     if vllm.build_error is not None:
         return vllm
     fate_owner = {t.tensor: t.owner for t in model.tensors if t.owner}
+    fate_owner.update(dict.fromkeys(moved, MOVED_OWNER))
+    belongs = {tail for name in moved.values() for tail in _tails(name)}
     fill_owner = {_same(p.parameter): p.owner for p in model.parameters if p.owner}
     # The load model counts a tensor of an unreadable shard as present; where it fills a parameter vLLM leaves
     # unfilled, and such tensors exist, that shard is the cause.
@@ -34,15 +45,26 @@ def combined(model: LoadAccounting, vllm: LoadAccounting, unavailable: Set[str] 
         for t in vllm.tensors
     )
     parameters = tuple(
-        replace(
-            p,
-            owner=fill_owner.get(_same(p.parameter)) or (SHARD_OWNER if _same(p.parameter) in behind_missing else None),
-        )
-        if p.owner is None and (_same(p.parameter) in fill_owner or _same(p.parameter) in behind_missing)
-        else p
+        replace(p, owner=_fill_owner(p.parameter, fill_owner, behind_missing, belongs)) if p.owner is None else p
         for p in vllm.parameters
     )
     return replace(vllm, tensors=tensors, parameters=parameters)
+
+
+def _fill_owner(parameter: str, owners: Mapping[str, str], behind_missing: Set[str], belongs: Set[str]) -> str | None:
+    name = _same(parameter)
+    if name in owners:
+        return owners[name]
+    if name in behind_missing:
+        return SHARD_OWNER
+    # The parameter a moved tensor would fill: vLLM's name is a tail of the name the tensor belongs under
+    # (`visual.blocks.0.attn.proj.weight` for `model.visual.blocks.0.attn.proj.weight`).
+    return MOVED_OWNER if name in belongs else None
+
+
+def _tails(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[i:]) for i in range(len(parts))]
 
 
 def _same(parameter: str) -> str:
