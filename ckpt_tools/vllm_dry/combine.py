@@ -17,9 +17,11 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from ..load.accounting import LoadAccounting
+from ..rules.ck102_index_missing_shard import IndexMissingShard
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
 
-SHARD_OWNER = "index-missing-shard"
-MOVED_OWNER = "misnested-prefix"
+SHARD_OWNER = IndexMissingShard.slug
+MOVED_OWNER = MisnestedPrefix.slug
 
 
 def combined(
