@@ -22,6 +22,14 @@ from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, me
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module, expert_of
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
+from ..rules.ck301_ignore_list_mismatch import IgnoreListMismatch
+from ..rules.ck302_orphan_scale import OrphanScale
+from ..rules.ck304_quant_config_mismatch import QuantConfigMismatch
+from ..rules.ck401_nvfp4_weight_only import Nvfp4WeightOnly
+from ..rules.ck402_moe_expert_missing_scale import MoeExpertMissingScale
+from ..rules.ck403_scale_shape_mismatch import ScaleShapeMismatch
+from ..rules.ck404_packed_layout_mismatch import PackedLayoutMismatch, config_features
 from .accounting import LoadAccounting, ParameterFill, TensorFate
 
 _INT_BITS = {"int4": 4, "int8": 8}
@@ -258,7 +266,7 @@ class _Model:
             error, reason, transposed = misfit
             # packed-layout-mismatch (CK404) judges transposed weights, and GPTQ / AWQ packing against the config.
             layout_rule = transposed or (
-                built.scheme is not None and _catalogue_rule(built.scheme) == "packed-layout-mismatch"
+                built.scheme is not None and _catalogue_rule(built.scheme) == PackedLayoutMismatch.slug
             )
             return TensorFate(
                 tensor,
@@ -268,7 +276,7 @@ class _Model:
                 reason=reason,
                 error=error,
                 problem="shape",
-                owner="packed-layout-mismatch" if layout_rule else None,
+                owner=PackedLayoutMismatch.slug if layout_rule else None,
             )
         return TensorFate(tensor, "loaded", pname, sid or None)
 
@@ -339,13 +347,13 @@ class _Model:
         tensors of another scheme; orphan-scale (CK302) for extra tensors on a float layer built unquantized; ignore-list-mismatch (CK301) for a layer built against its storage, or a fused
         layer whose shards the config splits, under the producers it judges."""
         if self.misnested(name):
-            return "misnested-prefix"
+            return MisnestedPrefix.slug
         row = self.rows.get(name)
         if row is not None and _other_scheme(row):
-            return "quant-config-mismatch"
+            return QuantConfigMismatch.slug
         if row is not None and not row.declared.quantized and row.disk.kind == "unquantized":
             # Extra tensors beside a float weight on a layer built unquantized are orphan-scale's (CK302).
-            return "orphan-scale"
+            return OrphanScale.slug
         if self.det.producer not in _IGNORE_LIST_PRODUCERS:
             return None
         parent, _, proj = name.rpartition(".")
@@ -353,7 +361,7 @@ class _Model:
         names = [f"{parent}.{p}" for p, (f, _) in self.stacked.items() if f == fused] if fused else [name]
         rows = [r for r in map(self.rows.get, names) if r is not None]
         if any(_against_storage(r) for r in rows) or len({r.declared.quantized for r in rows}) > 1:
-            return "ignore-list-mismatch"
+            return IgnoreListMismatch.slug
         return None
 
     def linear(self, row: ModuleRow, module: Module) -> _Built | None:
@@ -482,16 +490,16 @@ class _Model:
         """The catalogue rule that reports these missing tensors: moe-expert-missing-scale (CK402) for experts,
         nvfp4-weight-only (CK401) for NVFP4 input scales, else the module's (`missing_owner`)."""
         if any(":" in sid for sid in missing):
-            return "moe-expert-missing-scale"
+            return MoeExpertMissingScale.slug
         if p.name.rpartition(".")[2].removeprefix("w13_").removeprefix("w2_") in global_scales().input:
-            return "nvfp4-weight-only"
+            return Nvfp4WeightOnly.slug
         return p.missing_owner
 
 
 def _catalogue_rule(scheme: ScaleScheme) -> str:
     """The catalogue rule that judges a quantized layer's tensors against its scale table: packed-layout-mismatch
     (CK404) for GPTQ / AWQ packing, scale-shape-mismatch (CK403) for every other table."""
-    return "packed-layout-mismatch" if scheme.producer in ("gptq", "awq") else "scale-shape-mismatch"
+    return PackedLayoutMismatch.slug if scheme.producer in ("gptq", "awq") else ScaleShapeMismatch.slug
 
 
 def _against_storage(row: ModuleRow) -> bool:
@@ -524,8 +532,6 @@ def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
 
 
 def _features(ckpt: Checkpoint, module: str) -> tuple[int, int] | None:
-    from ..rules.ck404_packed_layout_mismatch import config_features
-
     return config_features(ckpt, module)
 
 
