@@ -10,6 +10,7 @@ loaded into the parameter of the same name, unchecked.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -107,12 +108,13 @@ class _Model:
         for fused, shard, sid in mc.stacked:
             self.siblings.setdefault(fused, []).append((shard, sid))
         self.unavailable = ckpt.unavailable_tensors
+        self.children = Counter(name.rpartition(".")[0] for name in ckpt.modules)  # parent -> modules under it
         self.markers = frozenset(seg for segs in markers().values() for seg in segs)
         self.experts = {proj: (fused, sid) for fused, proj, sid in mc.experts}
         self.fates: list[TensorFate] = []
         self.build_errors: list[str] = []
         self.params: dict[str, _Param] = {}
-        self._built: dict[tuple[Scheme, Scheme, str | None], _Built | None] = {}
+        self._built: dict[tuple[Scheme, Scheme, str | None, str | None], _Built | None] = {}
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
@@ -162,7 +164,7 @@ class _Model:
             self.register(name, vname, proj, module, built, owner)
         for suffix, info in module.tensors.items():
             tensor = f"{name}.{suffix}"
-            if any(p.search(tensor) for p in self.skip):
+            if self.skip.search(tensor):
                 self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
             elif is_kv_scale_name(tensor):
                 self.fates.append(self.kv_scale(tensor, vname, suffix))
@@ -182,9 +184,11 @@ class _Model:
             param = self.param(pname, built, suffix, owner)
             param.unused = param.unused or suffix in built.unused
             param.missing_owner = param.missing_owner or missing_owner
-            if sid and not sid[0].isdigit():  # a stacked parameter expects every sibling shard
-                fused = pname.rsplit(".", 2)[-2]
-                for sibling, sibling_sid in self.siblings.get(fused, [(proj, sid)]):
+            # A stacked parameter expects every sibling shard, in a block the checkpoint shows more of (a lone
+            # projection under a block no other module is in says nothing about the block vLLM builds).
+            if proj in self.stacked and ":" not in sid and self.children[parent] > 1:
+                fused = self.stacked[proj][0]
+                for sibling, sibling_sid in self.siblings[fused]:
                     param.expected.add(sibling_sid)
                     param.sources[sibling_sid] = f"{parent}.{sibling}.{suffix}"
             else:
@@ -261,7 +265,7 @@ class _Model:
                 if spec is None or spec.role == "weight" or built.scheme is None
                 else _catalogue_rule(built.scheme),
             )
-        misfit = self.misfit(tensor, proj, shape, spec, built)
+        misfit = self.misfit(tensor, proj, dtype, shape, spec, built)
         if misfit is not None:
             error, reason, transposed = misfit
             # packed-layout-mismatch (CK404) judges transposed weights, and GPTQ / AWQ packing against the config.
@@ -281,7 +285,7 @@ class _Model:
         return TensorFate(tensor, "loaded", pname, sid or None)
 
     def misfit(
-        self, tensor: str, proj: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
+        self, tensor: str, proj: str, dtype: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
     ) -> tuple[str | None, str, bool] | None:
         """(vLLM's error or None when it narrows silently, why, whether the tensor is stored transposed) for a
         packed weight whose input dimension does not match the config's packing; None when it fits or cannot be
@@ -303,7 +307,8 @@ class _Model:
         if want is None or shape[want[0]] == want[1]:
             return None
         axis, cols = want
-        got = shape[axis]
+        # An F4 header counts FP4 values, two to the byte the parameter holds.
+        got = shape[axis] // 2 if dtype == "F4" and axis == len(shape) - 1 else shape[axis]
         transposed = shape[1 - axis] == cols
         why = (
             f"The config builds {built.what}, whose `{spec.suffix}` holds {cols} along the input for in_features {k}; "
@@ -336,7 +341,8 @@ class _Model:
         row = self.rows.get(name)
         if row is None:
             return None
-        key = (row.declared, row.disk, row.group)
+        weight = module.weight
+        key = (row.declared, row.disk, row.group, weight.dtype if weight is not None else None)
         if key not in self._built:
             self._built[key] = self.linear(row, module)
         return self._built[key]
@@ -412,8 +418,11 @@ class _Model:
 
     def scheme(self, method: Method, module: Module) -> ScaleScheme | None:
         candidates = [self._scheme_by_id[s] for s in method.schemes if s in self._scheme_by_id]
-        on_disk = [s for s in candidates if s.weight.suffix in module.tensors]
-        chosen = on_disk or candidates
+        tensors = module.tensors
+        same = [
+            s for s in candidates if s.weight.suffix in tensors and tensors[s.weight.suffix].dtype in s.weight.dtypes
+        ]
+        chosen = same or [s for s in candidates if s.weight.suffix in tensors] or candidates
         return chosen[0] if chosen else None
 
     def embedding(self, name: str) -> _Built | None:
@@ -493,7 +502,11 @@ class _Model:
             return MoeExpertMissingScale.slug
         if p.name.rpartition(".")[2].removeprefix("w13_").removeprefix("w2_") in global_scales().input:
             return Nvfp4WeightOnly.slug
-        return p.missing_owner
+        # The catalogue judges the tensors of modules that exist; a stacked sibling absent altogether is ours.
+        modules = self.ckpt.modules
+        if all(p.sources.get(sid, "").rpartition(".")[0] in modules for sid in missing):
+            return p.missing_owner
+        return None
 
 
 def _catalogue_rule(scheme: ScaleScheme) -> str:
@@ -519,7 +532,9 @@ def _note(what: str) -> str:
 
 
 def _kind(dtype: str) -> str:
-    return "int" if dtype[0] in "IU" or dtype == "BOOL" else "float"
+    # F4 is packed FP4 bytes (safetensors reads it as float4_e2m1fn_x2, two values a byte), as a U8 packed
+    # parameter holds them.
+    return "int" if dtype[0] in "IU" or dtype in ("BOOL", "F4") else "float"
 
 
 def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
