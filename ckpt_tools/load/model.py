@@ -10,14 +10,15 @@ loaded into the parameter of the same name, unchecked.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
 from ..detect.schemes import Scheme
 from ..knowledge.architectures import markers
+from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
@@ -34,29 +35,39 @@ from ..rules.ck404_packed_layout_mismatch import PackedLayoutMismatch, config_fe
 from .accounting import LoadAccounting, ParameterFill, TensorFate
 
 _INT_BITS = {"int4": 4, "int8": 8}
+# Tensor suffixes that may be KV-cache scales (rules/kv_scales.toml attention.scale_suffixes, plus a projection's
+# output_scale): their modules are judged one by one.
+_KV_SUFFIXES = frozenset({*kv_attention().scale_suffixes, "output_scale"})
 # The producers whose layers built against their storage (quantized vs not) ignore-list-mismatch (CK301) reports;
 # the load model leaves those layers to it, so a defect gets one verdict.
 _IGNORE_LIST_PRODUCERS = ("modelopt", "compressed-tensors")
 
 
-def load_accounting(ckpt: Checkpoint, det: Detection) -> LoadAccounting:
-    """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime."""
+def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = True) -> LoadAccounting:
+    """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime.
+
+    With `every_tensor=False` (what the CK6xx rules need) the accounting holds only what is not a plain load: the
+    skipped and fatal tensors, the loads with a problem, and the parameters left unfilled without a default. Those are
+    the same entries
+    the whole accounting has (`_Model.problems` says why)."""
     arch = _architecture(ckpt)
     judged_by = _judged_by(det)
     if det.rejection is not None:  # the config is refused before any layer is built
         return LoadAccounting("model", judged_by, arch, build_error=det.rejection)
     model = _Model(ckpt, det, model_class(arch))
-    for name, module in ckpt.modules.items():
-        model.module(name, module)
+    if every_tensor:
+        model.rows.update((n, c.row) for c in det.classes for n in c.names)
+        for name, module in ckpt.modules.items():
+            model.module(name, module)
+    else:
+        model.problems()
     if model.build_errors:
         return LoadAccounting("model", judged_by, arch, build_error="; ".join(model.build_errors))
-    return LoadAccounting(
-        judge="model",
-        judged_by=judged_by,
-        architecture=arch,
-        tensors=tuple(model.fates),
-        parameters=model.fills(),
-    )
+    fates, fills = tuple(model.fates), model.fills()
+    if not every_tensor:
+        fates = tuple(f for f in fates if f.fate != "loaded" or f.problem is not None)
+        fills = tuple(p for p in fills if (not p.filled or p.partial) and p.default is None)
+    return LoadAccounting(judge="model", judged_by=judged_by, architecture=arch, tensors=fates, parameters=fills)
 
 
 def _judged_by(det: Detection) -> str:
@@ -99,7 +110,9 @@ class _Param:
 class _Model:
     def __init__(self, ckpt: Checkpoint, det: Detection, mc: ModelClass) -> None:
         self.ckpt, self.det, self.mc = ckpt, det, mc
-        self.rows: Mapping[str, ModuleRow] = det.row_by_name
+        # The rows of the modules judged (all of them for the whole accounting, the classes with something to say
+        # otherwise): filled from `Detection.classes` as they are met.
+        self.rows: dict[str, ModuleRow] = {}
         self.prefix_map = det.family.vllm_prefix_map
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
@@ -108,7 +121,6 @@ class _Model:
         for fused, shard, sid in mc.stacked:
             self.siblings.setdefault(fused, []).append((shard, sid))
         self.unavailable = ckpt.unavailable_tensors
-        self.children = Counter(name.rpartition(".")[0] for name in ckpt.modules)  # parent -> modules under it
         self.markers = frozenset(seg for segs in markers().values() for seg in segs)
         self.experts = {proj: (fused, sid) for fused, proj, sid in mc.experts}
         self.fates: list[TensorFate] = []
@@ -118,6 +130,53 @@ class _Model:
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
+
+    # ---- the problems only ---------------------------------------------------------------------------------------
+    def problems(self) -> None:
+        """Judge per row class, and module by module only where a class has something to say.
+
+        WHY a class's first member speaks for all of them: the members of a class (`Detection.classes`) share the
+        layout (every tensor's suffix, dtype and shape), the declared and on-disk schemes and the config group, which
+        is all `built` and `judged` read, except the name. The name decides the parameter's name (not whether a
+        tensor has one), the row-parallel error text (not whether the shape fits) and the in_features the packing
+        is checked against, which members of equal stored shape share whenever the config agrees with their
+        out_features. Modules whose verdict depends on their name or on other modules are judged one by one:
+        embeddings, rotary caches, dropped prefixes, holders of KV-cache scales, and stacked projections (their
+        fused parameter expects every sibling). Every other module outside a row class is loaded unchecked."""
+        ckpt, modules = self.ckpt, self.ckpt.modules
+        special = set(filter(methodcaller("endswith", (".embed_tokens", ".rotary_emb")), modules))
+        if self.dropped:
+            special.update(filter(methodcaller("startswith", tuple(self.dropped)), modules))
+        layouts = ckpt.layouts
+        for lid, layout in enumerate(layouts.layouts):
+            if any(suffix in _KV_SUFFIXES for suffix, _, _ in layout):
+                special.update(layouts.members[lid])
+        for c in self.det.classes:
+            first = modules[c.names[0]]
+            stacked = not c.is_expert and c.names[0].rpartition(".")[2] in self.stacked
+            if stacked or not special.isdisjoint(c.names) or self.speaks(c.row, first):
+                self.rows.update((n, c.row) for n in c.names)
+                special.update(c.names)
+        for name in filter(special.__contains__, modules):  # in module order, as the whole accounting
+            self.module(name, modules[name])
+
+    def speaks(self, row: ModuleRow, module: Module) -> bool:
+        """Whether a class whose first member is `module` has a fate or a fill to report."""
+        self.rows[module.name] = row
+        built = self.built(module.name, module)
+        if built is None:
+            return False
+        if not built.must_fill <= module.suffixes:
+            return True
+        vname = self.vllm_name(module.name + ".")
+        if vname is None:
+            return True
+        proj = module.name.rpartition(".")[2]
+        return any(
+            self.judged(f"{module.name}.{s}", vname[:-1], proj, s, t.dtype, t.shape, built, record=False).problem
+            is not None
+            for s, t in module.tensors.items()
+        )
 
     # ---- names ---------------------------------------------------------------------------------------------------
     def vllm_name(self, name: str) -> str | None:
@@ -186,7 +245,7 @@ class _Model:
             param.missing_owner = param.missing_owner or missing_owner
             # A stacked parameter expects every sibling shard, in a block the checkpoint shows more of (a lone
             # projection under a block no other module is in says nothing about the block vLLM builds).
-            if proj in self.stacked and ":" not in sid and self.children[parent] > 1:
+            if proj in self.stacked and ":" not in sid and self.block_shown(parent, proj):
                 fused = self.stacked[proj][0]
                 for sibling, sibling_sid in self.siblings[fused]:
                     param.expected.add(sibling_sid)
@@ -194,6 +253,12 @@ class _Model:
             else:
                 param.expected.add(sid)
                 param.sources[sid] = f"{name}.{suffix}"
+
+    def block_shown(self, parent: str, proj: str) -> bool:
+        """Whether the checkpoint holds another projection of this block (a stacked sibling or a row-parallel one)."""
+        modules = self.ckpt.modules
+        others = (*self.stacked, *self.mc.row_parallel)
+        return any(p != proj and f"{parent}.{p}" in modules for p in others)
 
     def param(self, pname: str, built: _Built, suffix: str, owner: str | None = None) -> _Param:
         param = self.params.get(pname)
@@ -225,8 +290,17 @@ class _Model:
         return _catalogue_rule(built.scheme)
 
     def judged(
-        self, tensor: str, vname: str, proj: str, suffix: str, dtype: str, shape: tuple[int, ...], built: _Built
+        self,
+        tensor: str,
+        vname: str,
+        proj: str,
+        suffix: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        built: _Built,
+        record: bool = True,
     ) -> TensorFate:
+        """The fate of one tensor of a built module; `record` marks the parameter shard it fills."""
         if suffix not in built.params:
             if any(tensor.endswith(t) for t in self.mc.tolerated_suffixes):
                 return TensorFate(
@@ -249,7 +323,8 @@ class _Model:
                 problem="no-parameter",
             )
         pname, sid = self.param_of(vname, proj, suffix)
-        self.param(pname, built, suffix).filled.add(sid)
+        if record:
+            self.param(pname, built, suffix).filled.add(sid)
         spec = built.params[suffix]
         cast = _cast(dtype, spec)
         if cast:
@@ -479,7 +554,9 @@ class _Model:
             # is the cause.
             missing = tuple(sorted(sid for sid in p.expected - p.filled if p.sources.get(sid) not in self.unavailable))
             filled = not missing
-            partial = missing if p.filled and missing and missing != ("",) else ()
+            # Expert shards are always parts of one fused parameter of every expert: list them even when none of
+            # them is filled.
+            partial = missing if missing and missing != ("",) and (p.filled or ":" in missing[0]) else ()
             spec = p.spec
             out.append(
                 ParameterFill(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def accounting(ctx: Context) -> LoadAccounting:
     from ..load.model import load_accounting
 
-    return load_accounting(ctx.ckpt, ctx.det)
+    return load_accounting(ctx.ckpt, ctx.det, every_tensor=False)
 
 
 @once_per_detection
