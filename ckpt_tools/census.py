@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_lookup, component_of
 from .knowledge.hardware import Hardware
 from .load.accounting import LoadAccounting
-from .load.layers import LayerLoad, per_layer, text_lines
+from .load.layers import LayerLoad, per_layer, tensors_per_layer, text_lines
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
@@ -166,7 +166,10 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
     profiles = tuple(profile(h) for h in hardware) if hardware else default_profiles(det.runtime)
     hub = report.extra.get("hub")
-    load = load_accounting(ckpt, det)
+    # Only what is not a plain load, and the tensors per layer: the per-layer counts without a fate per tensor.
+    load = load_accounting(ckpt, det, every_tensor=False)
+    modules = ckpt.modules
+    totals = tensors_per_layer(modules, map(len, map(attrgetter("tensors"), modules.values())))
     return Inspection(
         target=report.target,
         checkpoint=MappingProxyType(dict(report.checkpoint)),
@@ -178,7 +181,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
         load=load,
-        load_layers=per_layer(load),
+        load_layers=per_layer(load, totals),
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from ckpt_tools.load.accounting import LoadAccounting
 from ckpt_tools.load.findings import findings
+from ckpt_tools.load.layers import per_layer, tensors_per_layer
 from ckpt_tools.load.model import load_accounting
 from ckpt_tools.pipeline import analyze
 from tests import case_ops
@@ -99,3 +100,56 @@ def test_doctor_inspect_and_serve_flags_agree_on_a_load_defect(tmp_path: Path) -
     serve = _ckpt("serve-flags", str(folder))
     assert serve.returncode == 1 and "CK601 tensor-without-parameter" in serve.stderr
     assert serve.stdout == ""
+
+
+CORRUPTIONS = [
+    ("transformers-llama-fp8-block", [{"op": "rename", "pattern": r"weight_scale_inv$", "repl": "weight_scale"}]),
+    ("llmc-llama-w4a16", [{"op": "drop", "pattern": r"model\.layers\.0\.mlp\.up_proj\."}]),
+    (
+        "llmc-llama-w4a16",
+        [
+            {
+                "op": "edit_json",
+                "file": "config.json",
+                "set": {"quantization_config.config_groups.group_0.weights.num_bits": 8},
+            }
+        ],
+    ),
+    (
+        "autoround-llama-awq",
+        [
+            {"op": "drop", "pattern": r"model\.layers\.1\.mlp\.down_proj\.(qweight|qzeros|scales)$"},
+            {"op": "add_tensor", "name": "model.layers.1.mlp.down_proj.weight", "dtype": "BF16", "shape": [128, 256]},
+        ],
+    ),
+    ("modelopt-llama-fp8", [{"op": "retype", "tensor": "model.layers.0.self_attn.o_proj.weight", "dtype": "U8"}]),
+    ("llmc-qwen3moe-nvfp4", [{"op": "drop", "pattern": r"experts\.1\.up_proj\.input_global_scale$"}]),
+    (
+        "modelopt-llama-nvfp4",
+        [
+            {
+                "op": "append_json",
+                "file": "config.json",
+                "path": "quantization_config.ignore",
+                "value": "model.layers.0.self_attn.q_proj",
+            }
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fixture", "steps"), [(f, []) for f in FIXTURES] + CORRUPTIONS)
+def test_the_problems_only_accounting_is_the_whole_one_filtered(fixture: str, steps: list, tmp_path: Path) -> None:
+    """What the CK6xx rules read (judged per row class) equals the whole accounting (judged tensor by tensor) less
+    its plain loads and filled parameters."""
+    folder = copy_fixture(fixture, tmp_path)
+    case_ops.apply(folder, steps)
+    a = analyze(str(folder), headers_only=True)
+    whole = load_accounting(a.checkpoint, a.detection)
+    quick = load_accounting(a.checkpoint, a.detection, every_tensor=False)
+    assert quick.tensors == tuple(f for f in whole.tensors if f.fate != "loaded" or f.problem is not None)
+    assert quick.parameters == tuple(p for p in whole.parameters if (not p.filled or p.partial) and p.default is None)
+    assert findings(quick) == findings(whole)
+    modules = a.checkpoint.modules
+    totals = tensors_per_layer(modules, (len(m.tensors) for m in modules.values()))
+    assert per_layer(quick, totals) == per_layer(whole)

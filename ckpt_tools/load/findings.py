@@ -14,29 +14,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from ..rules.base import MAX_LISTED_TENSORS, Finding
+from ..rules.base import MAX_LISTED_TENSORS, Finding, Rule
+from ..rules.ck601_tensor_without_parameter import TensorWithoutParameter
+from ..rules.ck602_parameter_unfilled import ParameterUnfilled
+from ..rules.ck603_load_shape_mismatch import LoadShapeMismatch
+from ..rules.ck604_load_dtype_cast import LoadDtypeCast
+from ..rules.ck605_model_build_failed import ModelBuildFailed
 from .accounting import LoadAccounting, ParameterFill, TensorFate
 
-
-@dataclass(frozen=True)
-class LoadCode:
-    code: str
-    slug: str
-    severity: str
-    title: str
-
-
-TENSOR_WITHOUT_PARAMETER = LoadCode(
-    "CK601", "tensor-without-parameter", "error", "Tensor with no parameter to load into"
-)
-PARAMETER_UNFILLED = LoadCode("CK602", "parameter-unfilled", "error", "Parameter no tensor fills")
-LOAD_SHAPE_MISMATCH = LoadCode("CK603", "load-shape-mismatch", "error", "Tensor shape does not fit its parameter")
-LOAD_DTYPE_CAST = LoadCode("CK604", "load-dtype-cast", "error", "Tensor cast into a parameter of another kind")
-MODEL_BUILD_FAILED = LoadCode("CK605", "model-build-failed", "error", "vLLM cannot build the model")
+LoadCode = type[Rule]
+TENSOR_WITHOUT_PARAMETER: LoadCode = TensorWithoutParameter
+PARAMETER_UNFILLED: LoadCode = ParameterUnfilled
+LOAD_SHAPE_MISMATCH: LoadCode = LoadShapeMismatch
+LOAD_DTYPE_CAST: LoadCode = LoadDtypeCast
+MODEL_BUILD_FAILED: LoadCode = ModelBuildFailed
 LOAD_CODES = (TENSOR_WITHOUT_PARAMETER, PARAMETER_UNFILLED, LOAD_SHAPE_MISMATCH, LOAD_DTYPE_CAST, MODEL_BUILD_FAILED)
 
 # vLLM's words when a name reaches no parameter: AutoWeightsLoader's ValueError, and the AttributeError a fused

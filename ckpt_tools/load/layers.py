@@ -4,6 +4,7 @@ many parameters stay unfilled, and the tensors / parameters with a problem."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,13 +56,29 @@ def _fill_problem(p: ParameterFill) -> str | None:
     return f"{p.parameter}{part}: unfilled{by}"
 
 
-def per_layer(acc: LoadAccounting) -> tuple[LayerLoad, ...]:
-    counts: dict[str, list[int]] = {}
+def tensors_per_layer(names: Iterable[str], sizes: Iterable[int]) -> dict[str, int]:
+    """Tensors per layer, from module names and their tensor counts."""
+    out: dict[str, int] = {}
+    for name, n in zip(names, sizes, strict=True):
+        layer = _layer(name + ".")
+        out[layer] = out.get(layer, 0) + n
+    return out
+
+
+def per_layer(acc: LoadAccounting, totals: Mapping[str, int] | None = None) -> tuple[LayerLoad, ...]:
+    """The accounting per layer. With `totals` (tensors per layer, `tensors_per_layer`), `acc` may hold only what
+    is not a plain load (`load_accounting(..., every_tensor=False)`): the loaded count is what the rest leaves."""
+    if acc.build_error is not None:  # nothing is loaded
+        return ()
+    counts: dict[str, list[int]] = {layer: [n, 0, 0, 0] for layer, n in (totals or {}).items()}
     problems: dict[str, list[str]] = {}
     index = {"loaded": 0, "skipped": 1, "fatal": 2}
     for f in acc.tensors:
+        if totals is not None and f.fate != "loaded":  # counted as loaded in the totals: move it
+            counts.setdefault(_layer(f.tensor), [0, 0, 0, 0])[0] -= 1
         layer = _layer(f.tensor)
-        counts.setdefault(layer, [0, 0, 0, 0])[index[f.fate]] += 1
+        if totals is None or f.fate != "loaded":
+            counts.setdefault(layer, [0, 0, 0, 0])[index[f.fate]] += 1
         line = _fate_problem(f)
         if line:
             problems.setdefault(layer, []).append(line)
@@ -89,8 +106,7 @@ def text_lines(acc: LoadAccounting, layers: tuple[LayerLoad, ...]) -> list[str]:
     total = [sum(getattr(r, k) for r in layers) for k in ("loaded", "skipped", "fatal", "unfilled")]
     out = [
         head,
-        f"  {total[0]:,} tensors loaded, {total[1]:,} skipped, {total[2]:,} fatal; {total[3]:,} parameters unfilled "
-        f"(of {len(acc.parameters):,} judged)",
+        f"  {total[0]:,} tensors loaded, {total[1]:,} skipped, {total[2]:,} fatal; {total[3]:,} parameters unfilled",
     ]
     for r in layers:
         if not r.problems:

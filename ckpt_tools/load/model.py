@@ -12,42 +12,62 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
 from ..detect.schemes import Scheme
 from ..knowledge.architectures import markers
+from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module, expert_of
+from ..rules.ck201_misnested_prefix import MisnestedPrefix
+from ..rules.ck301_ignore_list_mismatch import IgnoreListMismatch
+from ..rules.ck302_orphan_scale import OrphanScale
+from ..rules.ck304_quant_config_mismatch import QuantConfigMismatch
+from ..rules.ck401_nvfp4_weight_only import Nvfp4WeightOnly
+from ..rules.ck402_moe_expert_missing_scale import MoeExpertMissingScale
+from ..rules.ck403_scale_shape_mismatch import ScaleShapeMismatch
+from ..rules.ck404_packed_layout_mismatch import PackedLayoutMismatch, config_features
 from .accounting import LoadAccounting, ParameterFill, TensorFate
 
 _INT_BITS = {"int4": 4, "int8": 8}
+# Tensor suffixes that may be KV-cache scales (rules/kv_scales.toml attention.scale_suffixes, plus a projection's
+# output_scale): their modules are judged one by one.
+_KV_SUFFIXES = frozenset({*kv_attention().scale_suffixes, "output_scale"})
 # The producers whose layers built against their storage (quantized vs not) ignore-list-mismatch (CK301) reports;
 # the load model leaves those layers to it, so a defect gets one verdict.
 _IGNORE_LIST_PRODUCERS = ("modelopt", "compressed-tensors")
 
 
-def load_accounting(ckpt: Checkpoint, det: Detection) -> LoadAccounting:
-    """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime."""
+def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = True) -> LoadAccounting:
+    """What vLLM's loader does with every tensor of `ckpt` under the detected config and runtime.
+
+    With `every_tensor=False` (what the CK6xx rules need) the accounting holds only what is not a plain load: the
+    skipped and fatal tensors, the loads with a problem, and the parameters left unfilled without a default. Those are
+    the same entries
+    the whole accounting has (`_Model.problems` says why)."""
     arch = _architecture(ckpt)
     judged_by = _judged_by(det)
     if det.rejection is not None:  # the config is refused before any layer is built
         return LoadAccounting("model", judged_by, arch, build_error=det.rejection)
     model = _Model(ckpt, det, model_class(arch))
-    for name, module in ckpt.modules.items():
-        model.module(name, module)
+    if every_tensor:
+        model.rows.update((n, c.row) for c in det.classes for n in c.names)
+        for name, module in ckpt.modules.items():
+            model.module(name, module)
+    else:
+        model.problems()
     if model.build_errors:
         return LoadAccounting("model", judged_by, arch, build_error="; ".join(model.build_errors))
-    return LoadAccounting(
-        judge="model",
-        judged_by=judged_by,
-        architecture=arch,
-        tensors=tuple(model.fates),
-        parameters=model.fills(),
-    )
+    fates, fills = tuple(model.fates), model.fills()
+    if not every_tensor:
+        fates = tuple(f for f in fates if f.fate != "loaded" or f.problem is not None)
+        fills = tuple(p for p in fills if (not p.filled or p.partial) and p.default is None)
+    return LoadAccounting(judge="model", judged_by=judged_by, architecture=arch, tensors=fates, parameters=fills)
 
 
 def _judged_by(det: Detection) -> str:
@@ -90,7 +110,9 @@ class _Param:
 class _Model:
     def __init__(self, ckpt: Checkpoint, det: Detection, mc: ModelClass) -> None:
         self.ckpt, self.det, self.mc = ckpt, det, mc
-        self.rows: Mapping[str, ModuleRow] = det.row_by_name
+        # The rows of the modules judged (all of them for the whole accounting, the classes with something to say
+        # otherwise): filled from `Detection.classes` as they are met.
+        self.rows: dict[str, ModuleRow] = {}
         self.prefix_map = det.family.vllm_prefix_map
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
@@ -104,10 +126,57 @@ class _Model:
         self.fates: list[TensorFate] = []
         self.build_errors: list[str] = []
         self.params: dict[str, _Param] = {}
-        self._built: dict[tuple[Scheme, Scheme, str | None], _Built | None] = {}
+        self._built: dict[tuple[Scheme, Scheme, str | None, str | None], _Built | None] = {}
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
+
+    # ---- the problems only ---------------------------------------------------------------------------------------
+    def problems(self) -> None:
+        """Judge per row class, and module by module only where a class has something to say.
+
+        WHY a class's first member speaks for all of them: the members of a class (`Detection.classes`) share the
+        layout (every tensor's suffix, dtype and shape), the declared and on-disk schemes and the config group, which
+        is all `built` and `judged` read, except the name. The name decides the parameter's name (not whether a
+        tensor has one), the row-parallel error text (not whether the shape fits) and the in_features the packing
+        is checked against, which members of equal stored shape share whenever the config agrees with their
+        out_features. Modules whose verdict depends on their name or on other modules are judged one by one:
+        embeddings, rotary caches, dropped prefixes, holders of KV-cache scales, and stacked projections (their
+        fused parameter expects every sibling). Every other module outside a row class is loaded unchecked."""
+        ckpt, modules = self.ckpt, self.ckpt.modules
+        special = set(filter(methodcaller("endswith", (".embed_tokens", ".rotary_emb")), modules))
+        if self.dropped:
+            special.update(filter(methodcaller("startswith", tuple(self.dropped)), modules))
+        layouts = ckpt.layouts
+        for lid, layout in enumerate(layouts.layouts):
+            if any(suffix in _KV_SUFFIXES for suffix, _, _ in layout):
+                special.update(layouts.members[lid])
+        for c in self.det.classes:
+            first = modules[c.names[0]]
+            stacked = not c.is_expert and c.names[0].rpartition(".")[2] in self.stacked
+            if stacked or not special.isdisjoint(c.names) or self.speaks(c.row, first):
+                self.rows.update((n, c.row) for n in c.names)
+                special.update(c.names)
+        for name in filter(special.__contains__, modules):  # in module order, as the whole accounting
+            self.module(name, modules[name])
+
+    def speaks(self, row: ModuleRow, module: Module) -> bool:
+        """Whether a class whose first member is `module` has a fate or a fill to report."""
+        self.rows[module.name] = row
+        built = self.built(module.name, module)
+        if built is None:
+            return False
+        if not built.must_fill <= module.suffixes:
+            return True
+        vname = self.vllm_name(module.name + ".")
+        if vname is None:
+            return True
+        proj = module.name.rpartition(".")[2]
+        return any(
+            self.judged(f"{module.name}.{s}", vname[:-1], proj, s, t.dtype, t.shape, built, record=False).problem
+            is not None
+            for s, t in module.tensors.items()
+        )
 
     # ---- names ---------------------------------------------------------------------------------------------------
     def vllm_name(self, name: str) -> str | None:
@@ -154,7 +223,7 @@ class _Model:
             self.register(name, vname, proj, module, built, owner)
         for suffix, info in module.tensors.items():
             tensor = f"{name}.{suffix}"
-            if any(p.search(tensor) for p in self.skip):
+            if self.skip.search(tensor):
                 self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
             elif is_kv_scale_name(tensor):
                 self.fates.append(self.kv_scale(tensor, vname, suffix))
@@ -174,14 +243,22 @@ class _Model:
             param = self.param(pname, built, suffix, owner)
             param.unused = param.unused or suffix in built.unused
             param.missing_owner = param.missing_owner or missing_owner
-            if sid and not sid[0].isdigit():  # a stacked parameter expects every sibling shard
-                fused = pname.rsplit(".", 2)[-2]
-                for sibling, sibling_sid in self.siblings.get(fused, [(proj, sid)]):
+            # A stacked parameter expects every sibling shard, in a block the checkpoint shows more of (a lone
+            # projection under a block no other module is in says nothing about the block vLLM builds).
+            if proj in self.stacked and ":" not in sid and self.block_shown(parent, proj):
+                fused = self.stacked[proj][0]
+                for sibling, sibling_sid in self.siblings[fused]:
                     param.expected.add(sibling_sid)
                     param.sources[sibling_sid] = f"{parent}.{sibling}.{suffix}"
             else:
                 param.expected.add(sid)
                 param.sources[sid] = f"{name}.{suffix}"
+
+    def block_shown(self, parent: str, proj: str) -> bool:
+        """Whether the checkpoint holds another projection of this block (a stacked sibling or a row-parallel one)."""
+        modules = self.ckpt.modules
+        others = (*self.stacked, *self.mc.row_parallel)
+        return any(p != proj and f"{parent}.{p}" in modules for p in others)
 
     def param(self, pname: str, built: _Built, suffix: str, owner: str | None = None) -> _Param:
         param = self.params.get(pname)
@@ -213,8 +290,17 @@ class _Model:
         return _catalogue_rule(built.scheme)
 
     def judged(
-        self, tensor: str, vname: str, proj: str, suffix: str, dtype: str, shape: tuple[int, ...], built: _Built
+        self,
+        tensor: str,
+        vname: str,
+        proj: str,
+        suffix: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        built: _Built,
+        record: bool = True,
     ) -> TensorFate:
+        """The fate of one tensor of a built module; `record` marks the parameter shard it fills."""
         if suffix not in built.params:
             if any(tensor.endswith(t) for t in self.mc.tolerated_suffixes):
                 return TensorFate(
@@ -237,7 +323,8 @@ class _Model:
                 problem="no-parameter",
             )
         pname, sid = self.param_of(vname, proj, suffix)
-        self.param(pname, built, suffix).filled.add(sid)
+        if record:
+            self.param(pname, built, suffix).filled.add(sid)
         spec = built.params[suffix]
         cast = _cast(dtype, spec)
         if cast:
@@ -253,12 +340,12 @@ class _Model:
                 if spec is None or spec.role == "weight" or built.scheme is None
                 else _catalogue_rule(built.scheme),
             )
-        misfit = self.misfit(tensor, proj, shape, spec, built)
+        misfit = self.misfit(tensor, proj, dtype, shape, spec, built)
         if misfit is not None:
             error, reason, transposed = misfit
             # packed-layout-mismatch (CK404) judges transposed weights, and GPTQ / AWQ packing against the config.
             layout_rule = transposed or (
-                built.scheme is not None and _catalogue_rule(built.scheme) == "packed-layout-mismatch"
+                built.scheme is not None and _catalogue_rule(built.scheme) == PackedLayoutMismatch.slug
             )
             return TensorFate(
                 tensor,
@@ -268,12 +355,12 @@ class _Model:
                 reason=reason,
                 error=error,
                 problem="shape",
-                owner="packed-layout-mismatch" if layout_rule else None,
+                owner=PackedLayoutMismatch.slug if layout_rule else None,
             )
         return TensorFate(tensor, "loaded", pname, sid or None)
 
     def misfit(
-        self, tensor: str, proj: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
+        self, tensor: str, proj: str, dtype: str, shape: tuple[int, ...], spec: TensorSpec | None, built: _Built
     ) -> tuple[str | None, str, bool] | None:
         """(vLLM's error or None when it narrows silently, why, whether the tensor is stored transposed) for a
         packed weight whose input dimension does not match the config's packing; None when it fits or cannot be
@@ -295,7 +382,8 @@ class _Model:
         if want is None or shape[want[0]] == want[1]:
             return None
         axis, cols = want
-        got = shape[axis]
+        # An F4 header counts FP4 values, two to the byte the parameter holds.
+        got = shape[axis] // 2 if dtype == "F4" and axis == len(shape) - 1 else shape[axis]
         transposed = shape[1 - axis] == cols
         why = (
             f"The config builds {built.what}, whose `{spec.suffix}` holds {cols} along the input for in_features {k}; "
@@ -328,7 +416,8 @@ class _Model:
         row = self.rows.get(name)
         if row is None:
             return None
-        key = (row.declared, row.disk, row.group)
+        weight = module.weight
+        key = (row.declared, row.disk, row.group, weight.dtype if weight is not None else None)
         if key not in self._built:
             self._built[key] = self.linear(row, module)
         return self._built[key]
@@ -339,13 +428,13 @@ class _Model:
         tensors of another scheme; orphan-scale (CK302) for extra tensors on a float layer built unquantized; ignore-list-mismatch (CK301) for a layer built against its storage, or a fused
         layer whose shards the config splits, under the producers it judges."""
         if self.misnested(name):
-            return "misnested-prefix"
+            return MisnestedPrefix.slug
         row = self.rows.get(name)
         if row is not None and _other_scheme(row):
-            return "quant-config-mismatch"
+            return QuantConfigMismatch.slug
         if row is not None and not row.declared.quantized and row.disk.kind == "unquantized":
             # Extra tensors beside a float weight on a layer built unquantized are orphan-scale's (CK302).
-            return "orphan-scale"
+            return OrphanScale.slug
         if self.det.producer not in _IGNORE_LIST_PRODUCERS:
             return None
         parent, _, proj = name.rpartition(".")
@@ -353,7 +442,7 @@ class _Model:
         names = [f"{parent}.{p}" for p, (f, _) in self.stacked.items() if f == fused] if fused else [name]
         rows = [r for r in map(self.rows.get, names) if r is not None]
         if any(_against_storage(r) for r in rows) or len({r.declared.quantized for r in rows}) > 1:
-            return "ignore-list-mismatch"
+            return IgnoreListMismatch.slug
         return None
 
     def linear(self, row: ModuleRow, module: Module) -> _Built | None:
@@ -404,8 +493,11 @@ class _Model:
 
     def scheme(self, method: Method, module: Module) -> ScaleScheme | None:
         candidates = [self._scheme_by_id[s] for s in method.schemes if s in self._scheme_by_id]
-        on_disk = [s for s in candidates if s.weight.suffix in module.tensors]
-        chosen = on_disk or candidates
+        tensors = module.tensors
+        same = [
+            s for s in candidates if s.weight.suffix in tensors and tensors[s.weight.suffix].dtype in s.weight.dtypes
+        ]
+        chosen = same or [s for s in candidates if s.weight.suffix in tensors] or candidates
         return chosen[0] if chosen else None
 
     def embedding(self, name: str) -> _Built | None:
@@ -462,7 +554,9 @@ class _Model:
             # is the cause.
             missing = tuple(sorted(sid for sid in p.expected - p.filled if p.sources.get(sid) not in self.unavailable))
             filled = not missing
-            partial = missing if p.filled and missing and missing != ("",) else ()
+            # Expert shards are always parts of one fused parameter of every expert: list them even when none of
+            # them is filled.
+            partial = missing if missing and missing != ("",) and (p.filled or ":" in missing[0]) else ()
             spec = p.spec
             out.append(
                 ParameterFill(
@@ -482,16 +576,20 @@ class _Model:
         """The catalogue rule that reports these missing tensors: moe-expert-missing-scale (CK402) for experts,
         nvfp4-weight-only (CK401) for NVFP4 input scales, else the module's (`missing_owner`)."""
         if any(":" in sid for sid in missing):
-            return "moe-expert-missing-scale"
+            return MoeExpertMissingScale.slug
         if p.name.rpartition(".")[2].removeprefix("w13_").removeprefix("w2_") in global_scales().input:
-            return "nvfp4-weight-only"
-        return p.missing_owner
+            return Nvfp4WeightOnly.slug
+        # The catalogue judges the tensors of modules that exist; a stacked sibling absent altogether is ours.
+        modules = self.ckpt.modules
+        if all(p.sources.get(sid, "").rpartition(".")[0] in modules for sid in missing):
+            return p.missing_owner
+        return None
 
 
 def _catalogue_rule(scheme: ScaleScheme) -> str:
     """The catalogue rule that judges a quantized layer's tensors against its scale table: packed-layout-mismatch
     (CK404) for GPTQ / AWQ packing, scale-shape-mismatch (CK403) for every other table."""
-    return "packed-layout-mismatch" if scheme.producer in ("gptq", "awq") else "scale-shape-mismatch"
+    return PackedLayoutMismatch.slug if scheme.producer in ("gptq", "awq") else ScaleShapeMismatch.slug
 
 
 def _against_storage(row: ModuleRow) -> bool:
@@ -511,7 +609,9 @@ def _note(what: str) -> str:
 
 
 def _kind(dtype: str) -> str:
-    return "int" if dtype[0] in "IU" or dtype == "BOOL" else "float"
+    # F4 is packed FP4 bytes (safetensors reads it as float4_e2m1fn_x2, two values a byte), as a U8 packed
+    # parameter holds them.
+    return "int" if dtype[0] in "IU" or dtype in ("BOOL", "F4") else "float"
 
 
 def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
@@ -524,8 +624,6 @@ def _cast(dtype: str, spec: TensorSpec | None) -> str | None:
 
 
 def _features(ckpt: Checkpoint, module: str) -> tuple[int, int] | None:
-    from ..rules.ck404_packed_layout_mismatch import config_features
-
     return config_features(ckpt, module)
 
 

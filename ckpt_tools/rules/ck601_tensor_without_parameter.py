@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..load.findings import TENSOR_WITHOUT_PARAMETER as CODE
 from ._load_model import findings_of
 from .base import Context, Finding, Rule, register
 
@@ -33,10 +32,10 @@ class TensorWithoutParameter(Rule):
     re-export the affected modules with the producer.
     """
 
-    code = CODE.code
-    slug = CODE.slug
-    severity = CODE.severity
-    title = CODE.title
+    code = "CK601"
+    slug = "tensor-without-parameter"
+    severity = "error"
+    title = "Tensor with no parameter to load into"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         yield from findings_of(ctx, self.code)

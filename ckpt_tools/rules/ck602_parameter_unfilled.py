@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..load.findings import PARAMETER_UNFILLED as CODE
 from ._load_model import findings_of
 from .base import Context, Finding, Rule, register
 
@@ -30,10 +29,10 @@ class ParameterUnfilled(Rule):
     stored unquantized.
     """
 
-    code = CODE.code
-    slug = CODE.slug
-    severity = CODE.severity
-    title = CODE.title
+    code = "CK602"
+    slug = "parameter-unfilled"
+    severity = "error"
+    title = "Parameter no tensor fills"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         yield from findings_of(ctx, self.code)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..load.findings import LOAD_SHAPE_MISMATCH as CODE
 from ._load_model import findings_of
 from .base import Context, Finding, Rule, register
 
@@ -30,10 +29,10 @@ class LoadShapeMismatch(Rule):
     Make the config's quantization arguments match what is on disk (`ckpt inspect` shows both), or re-export.
     """
 
-    code = CODE.code
-    slug = CODE.slug
-    severity = CODE.severity
-    title = CODE.title
+    code = "CK603"
+    slug = "load-shape-mismatch"
+    severity = "error"
+    title = "Tensor shape does not fit its parameter"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         yield from findings_of(ctx, self.code)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..load.findings import LOAD_DTYPE_CAST as CODE
 from ._load_model import findings_of
 from .base import Context, Finding, Rule, register
 
@@ -29,10 +28,10 @@ class LoadDtypeCast(Rule):
     Store the tensors in the dtype the scheme defines, or declare the layer unquantized.
     """
 
-    code = CODE.code
-    slug = CODE.slug
-    severity = CODE.severity
-    title = CODE.title
+    code = "CK604"
+    slug = "load-dtype-cast"
+    severity = "error"
+    title = "Tensor cast into a parameter of another kind"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         yield from findings_of(ctx, self.code)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..load.findings import MODEL_BUILD_FAILED as CODE
 from ._load_model import findings_of
 from .base import Context, Finding, Rule, register
 
@@ -26,10 +25,10 @@ class ModelBuildFailed(Rule):
     Leave the layer unquantized (add it to `ignore`), or quantize it with a scheme its class supports.
     """
 
-    code = CODE.code
-    slug = CODE.slug
-    severity = CODE.severity
-    title = CODE.title
+    code = "CK605"
+    slug = "model-build-failed"
+    severity = "error"
+    title = "vLLM cannot build the model"
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         if ctx.det.rejection is not None:  # a config vLLM refuses as a whole is CK310's / CK312's verdict
