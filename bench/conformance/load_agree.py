@@ -100,7 +100,7 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
         "(or a row range of the fused one) unfilled (CK602); the load model checks only packed weights' input "
         "dimension itself and leaves scale tables to scale-shape-mismatch (CK403) / packed-layout-mismatch (CK404), "
         "which judge them against the same tables; a float weight stored where the config declares another scheme "
-        "is a cast to the model (CK604) and a shape error to vLLM",
+        "is a cast or a misfit to the model (CK604 / CK603) and a load error to vLLM",
         ("scale-shape-mismatch#1", "scale-shape-mismatch#3", "scale-shape-mismatch#6", "scale-shape-mismatch#10",
          "scale-shape-mismatch#12", "scale-shape-mismatch#13", "packed-layout-mismatch#3", "packed-layout-mismatch#5",
          "packed-layout-mismatch#7", "packed-layout-mismatch#9", "packed-layout-mismatch#16", "load-shape-mismatch#1",
