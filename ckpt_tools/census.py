@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_lookup, component_of
 from .knowledge.hardware import Hardware
+from .load.accounting import LoadAccounting
+from .load.layers import LayerLoad, per_layer, tensors_per_layer, text_lines
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
@@ -62,6 +64,8 @@ class Inspection:
     memory: Mapping[str, Any]  # `plan.memory_figures`: weights, KV cache per token, recurrent state
     pattern: str | None = None
     tensors: tuple[TensorInfo, ...] | None = None
+    load: LoadAccounting | None = None  # what vLLM's loader does with each tensor (the load model)
+    load_layers: tuple[LayerLoad, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The `ckpt inspect --format json` object."""
@@ -84,6 +88,13 @@ class Inspection:
             ],
             "memory": self.memory,
         }
+        if self.load is not None:
+            out["load"] = {
+                "judge": self.load.judge,
+                "judged_by": self.load.judged_by,
+                "build_error": self.load.build_error,
+                "layers": [r.to_dict() for r in self.load_layers],
+            }
         if self.tensors is not None:
             out["tensors"] = [
                 {
@@ -113,6 +124,8 @@ class Inspection:
         out += ["", *memory_lines(self.memory), "", "schemes per layer (declared by the config -> on disk):"]
         # The kernels are the header's (one line per GPU family), said once: a layer's kernel is its schemes'.
         out += [f"  {r.layer:<48} {r.summary}" for r in self.layers]
+        if self.load is not None:
+            out += ["", *text_lines(self.load, self.load_layers)]
         if self.tensors is not None:
             out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
             out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]
@@ -145,6 +158,7 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
     runtime runs on, else every profile."""
     from .kernels import kernel_facts, kernel_profiles, nvfp4_kernels, text_model_type
     from .knowledge.hardware import hardware as profile
+    from .load.model import load_accounting
     from .plan import memory_figures
 
     ckpt, det, report = analysis.checkpoint, analysis.detection, analysis.report
@@ -155,6 +169,10 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
         checkpoint["nvfp4_kernels"] = nvfp4_kernels(det, chosen, model_type)
         checkpoint["kernels"] = kernel_facts(det, chosen, model_type)
     hub = report.extra.get("hub")
+    # Only what is not a plain load, and the tensors per layer: the per-layer counts without a fate per tensor.
+    load = load_accounting(ckpt, det, every_tensor=False)
+    modules = ckpt.modules
+    totals = tensors_per_layer(modules, map(len, map(attrgetter("tensors"), modules.values())))
     return Inspection(
         target=report.target,
         checkpoint=MappingProxyType(checkpoint),
@@ -165,6 +183,8 @@ def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequenc
         memory=memory_figures(analysis),
         pattern=pattern or None,
         tensors=tuple(t for t in ckpt.tensors.values() if fnmatch.fnmatchcase(t.name, pattern)) if pattern else None,
+        load=load,
+        load_layers=per_layer(load, totals),
     )
 
 

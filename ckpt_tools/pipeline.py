@@ -26,6 +26,7 @@ from .read.repair_state import pending_repair
 from .report.model import Report, SkippedRule
 from .rules.base import Context, Finding, Rule, all_rules
 from .suppress import Suppression, apply_suppressions, load_suppressions
+from .vllm_dry.run import DryRunOptions, start_dry_run
 
 
 @dataclass(frozen=True)
@@ -104,12 +105,15 @@ def analyze(
     producer_schema: bool = False,
     lone_shard: bool = False,
     while_scanning: Callable[[JudgementInProgress], None] | None = None,
+    vllm: DryRunOptions | None = None,
 ) -> Analysis:
     """Inspect a checkpoint and judge it. Raises `ckpt_tools.errors.CkptError` when there is nothing to inspect.
 
     A target that is one shard of a sharded checkpoint is refused (rules that span shards would judge it as a
     whole model, and repairs must update the index) unless `lone_shard` is set: a census of the shard.
     `while_scanning`: called with the judgement so far while the value scan still runs (`judge`); never without a scan.
+    `vllm`: also load the headers with vLLM's own code (`ckpt doctor --vllm`, vllm_dry/); its verdict replaces the
+    load model's in the CK60x findings (vllm_dry/combine.py).
     """
     with _cyclic_gc_paused():
         source = open_source(target, revision)
@@ -120,38 +124,92 @@ def analyze(
         if isinstance(source, LocalSource):
             # Reported (CK109), never acted on: only `ckpt repair --resume / --rollback` and the repairs write.
             ckpt = replace(ckpt, pending_repair=pending_repair(source.root))
-        run_values, silenced = value_rules(suppressions)
-        skipped_reason = None
-        if headers_only:
-            skipped_reason = "--headers-only: scale values were not read"
-        elif source.is_remote and not deep:
-            skipped_reason = "remote target: scale values are read only with --deep"
-        # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
-        provenance = getattr(source, "provenance", None)
-        settings = JudgeSettings(
-            target=target,
-            label=source.label,
-            runtime=runtime,
-            hardware_ids=tuple(hardware_ids),
-            skipped_reason=skipped_reason,
-            silenced=tuple((r.code, why) for r, why in silenced),
-            producer_schema=producer_schema,
-            suppressions=tuple(suppressions),
-            extra={"hub": provenance} if provenance else {},
-        )
-        if skipped_reason or not run_values:
-            return judge(replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), settings)
-        # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
-        scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
+        # vLLM's dry run (mostly its import) runs in its own process while this one reads and judges.
+        dry = None if vllm is None else start_dry_run(source, ckpt, vllm)
         try:
-            return judge(
+            analysis = _judge_read(
+                source,
                 ckpt,
-                settings,
-                scanned=lambda: with_value_data(ckpt, values=scan.result()),
+                suppressions,
+                target=target,
+                runtime=runtime,
+                hardware_ids=hardware_ids,
+                headers_only=headers_only,
+                deep=deep,
+                progress=progress,
+                producer_schema=producer_schema,
                 while_scanning=while_scanning,
+                vllm=dry,
             )
+            return analysis if dry is None else _with_vllm_extra(analysis, dry.result())
         finally:
-            scan.close()
+            if dry is not None:
+                dry.close()
+
+
+def _judge_read(
+    source: Any,
+    ckpt: Checkpoint,
+    suppressions: Sequence[Suppression],
+    *,
+    target: str,
+    runtime: str | None,
+    hardware_ids: Sequence[str],
+    headers_only: bool,
+    deep: bool,
+    progress: bool | None,
+    producer_schema: bool,
+    while_scanning: Callable[[JudgementInProgress], None] | None,
+    vllm: Any,
+) -> Analysis:
+    """`analyze` after the checkpoint is read: the settings, then the judgement, beside the value scan if any."""
+    run_values, silenced = value_rules(suppressions)
+    skipped_reason = None
+    if headers_only:
+        skipped_reason = "--headers-only: scale values were not read"
+    elif source.is_remote and not deep:
+        skipped_reason = "remote target: scale values are read only with --deep"
+    # A Hub source says which commit was read (`hub` in the report); a local one has nothing to add.
+    provenance = getattr(source, "provenance", None)
+    settings = JudgeSettings(
+        target=target,
+        label=source.label,
+        runtime=runtime,
+        hardware_ids=tuple(hardware_ids),
+        skipped_reason=skipped_reason,
+        silenced=tuple((r.code, why) for r, why in silenced),
+        producer_schema=producer_schema,
+        suppressions=tuple(suppressions),
+        extra={"hub": provenance} if provenance else {},
+    )
+    if skipped_reason or not run_values:
+        return judge(
+            replace(ckpt, values_skipped=skipped_reason or "every value rule is suppressed"), settings, vllm=vllm
+        )
+    # The scan runs beside detection and the header rules (`BackgroundScan`); the value rules wait for it.
+    scan = BackgroundScan(source, ckpt, wanted_values(run_values), progress=progress)
+    try:
+        return judge(
+            ckpt,
+            settings,
+            scanned=lambda: with_value_data(ckpt, values=scan.result()),
+            while_scanning=while_scanning,
+            vllm=vllm,
+        )
+    finally:
+        scan.close()
+
+
+def _with_vllm_extra(analysis: Analysis, dry: Any) -> Analysis:
+    """The report's `extra.vllm`: which vLLM judged, on which platform, and where its time went."""
+    info = {
+        "judged_by": dry.accounting.judged_by,
+        "platform": dry.platform,
+        "seconds": {k: round(v, 3) for k, v in dry.seconds.items()},
+        "build_error": dry.accounting.build_error,
+    }
+    report = replace(analysis.report, extra={**analysis.report.extra, "vllm": info})
+    return replace(analysis, report=report)
 
 
 @contextmanager
@@ -175,6 +233,7 @@ def judge(
     *,
     scanned: Callable[[], Checkpoint] | None = None,
     while_scanning: Callable[[JudgementInProgress], None] | None = None,
+    vllm: Any = None,
 ) -> Analysis:
     """Detect and run every rule on a `Checkpoint` already in memory: the one verdict every command shares (doctor,
     serve-flags, check-serve, and the repairs' predicted after-states, which judge planned headers). With `scanned` (a value
@@ -182,7 +241,7 @@ def judge(
     `scanned()` returns: `ckpt` with its statistics. `while_scanning`, with `scanned`, is called once the header rules are
     done and before waiting for the scan, with the judgement so far: a repair plans on its verdict so far
     (`JudgementInProgress.interim`, made only when asked), serve-flags loads what it reads next."""
-    judging = JudgementInProgress.start(ckpt, settings, values_later=scanned is not None)
+    judging = JudgementInProgress.start(ckpt, settings, values_later=scanned is not None, vllm=vllm)
     if scanned is None:
         return judging.finish()
     if while_scanning is not None:
@@ -209,14 +268,16 @@ class JudgementInProgress:
     summary: dict
 
     @classmethod
-    def start(cls, ckpt: Checkpoint, settings: JudgeSettings, *, values_later: bool = False) -> JudgementInProgress:
+    def start(
+        cls, ckpt: Checkpoint, settings: JudgeSettings, *, values_later: bool = False, vllm: Any = None
+    ) -> JudgementInProgress:
         """Detect, then run every rule in order, except, with `values_later`, the value rules (left to `finish`)."""
         det = detect(ckpt, settings.runtime)
         profiles: tuple[Hardware, ...] = (
             tuple(hardware(h) for h in settings.hardware_ids) if settings.hardware_ids else hardware_profiles()
         )
         schema, skipped = _producer_schema(ckpt, det) if settings.producer_schema else (None, [])
-        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=settings.target, producer_schema=schema)
+        ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=settings.target, producer_schema=schema, vllm=vllm)
         per_rule, deferred = _run_rules(ctx, skipped, settings.skipped_reason, dict(settings.silenced), values_later)
         for _slot, rule_cls in deferred:  # their header-only part, while the scan runs
             rule_cls.prepare(ctx)

@@ -129,6 +129,27 @@ def op_retype(folder: Path, tensor: str, dtype: str | None = None, shape: list[i
     rewrite(shard, edit)
 
 
+def op_retype_matching(folder: Path, pattern: str, dtype: str) -> None:
+    """Rewrite every tensor whose name matches the regex with another dtype (same shape; bytes cut or repeated)."""
+    rx = re.compile(pattern)
+    hit = False
+    for shard in shards(folder):
+
+        def edit(ts):
+            nonlocal hit
+            out = []
+            for name, d, s, data in ts:
+                if rx.search(name):
+                    hit = True
+                    d, data = dtype, _resize(data, byte_size(dtype, tuple(s)) or 0)
+                out.append((name, d, s, data))
+            return out
+
+        rewrite(shard, edit)
+    if not hit:
+        raise AssertionError(f"retype_matching {pattern!r} changed no tensor")
+
+
 def _rewrite_values(folder: Path, pattern: str, fn: Callable[[str, list[float]], list[float]], what: str) -> None:
     """Replace the values of every matching float tensor by fn(dtype, values)."""
     from ckpt_tools.rules._values import decode
@@ -348,6 +369,7 @@ OPS: dict[str, Callable[..., None]] = {
     "add_tensor": op_add_tensor,
     "move_tensor": op_move_tensor,
     "retype": op_retype,
+    "retype_matching": op_retype_matching,
     "set_values": op_set_values,
     "scale_values": op_scale_values,
     "patch_bytes": op_patch_bytes,

@@ -34,6 +34,11 @@ import torch
 import vllm
 from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
 
+# The set-up `ckpt doctor --vllm` runs too (one copy; the repo root is on sys.path: run.py).
+from ckpt_tools.vllm_dry.meta_load import error_text
+from ckpt_tools.vllm_dry.meta_load import import_all as _import_all
+from ckpt_tools.vllm_dry.meta_load import init_parallel as _init_parallel
+
 VLLM_VERSION = vllm.__version__
 
 
@@ -81,20 +86,6 @@ class ModelBuild:
     packed: dict[str, list[str]] = field(default_factory=dict)
 
 
-def error_text(exc: BaseException) -> str:
-    """One line of vLLM's error text; pydantic wraps ModelConfig's ValueErrors as 'Value error, <text>'."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        try:
-            msgs = [str(e.get("msg", "")) for e in errors()]
-        except Exception:  # noqa: BLE001 - not a pydantic error after all
-            msgs = []
-        if msgs:
-            text = "; ".join(m.removeprefix("Value error, ") for m in msgs)
-            return " ".join(text.split())
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
 # ---- check 1: method resolution -----------------------------------------------------------------------------------
 
 
@@ -133,20 +124,6 @@ def _selector_names(module: object) -> list[str]:
         for n in vars(module)
         if (n.startswith("select_") and n.endswith("_backend")) or (n.startswith("init_") and n.endswith("_kernel"))
     ]
-
-
-def _import_all(package: str) -> None:
-    """Import every submodule now: vLLM imports some quantization methods lazily, inside get_quant_method, and a
-    module imported later would bind the real selectors."""
-    import importlib
-    import pkgutil
-
-    pkg = importlib.import_module(package)
-    for info in pkgutil.walk_packages(pkg.__path__, package + "."):
-        try:
-            importlib.import_module(info.name)
-        except Exception:  # noqa: BLE001 - a backend-specific module (ROCm, XPU...) may not import on CPU
-            continue
 
 
 _SELECTORS: list[tuple[object, str, object]] = []
@@ -307,31 +284,6 @@ def classify_method(method: Any, layer: Any) -> tuple[str, str | None, str]:
     if name.startswith("INCFp8"):
         return "fp8", "A8", name
     return "other", None, f"{name}/{sname}"
-
-
-_DIST_READY = False
-
-
-def _init_parallel(vc: VllmConfig) -> None:
-    """A one-rank gloo group, so parallel layers can be built (tensor parallel size 1). The model-parallel groups
-    are rebuilt for every model: vLLM creates the expert-parallel group only when the current model is an MoE."""
-    global _DIST_READY
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.distributed.parallel_state import destroy_model_parallel
-    from vllm.utils.network_utils import get_open_port
-
-    with set_current_vllm_config(vc):
-        if not _DIST_READY:
-            init_distributed_environment(
-                world_size=1,
-                rank=0,
-                local_rank=0,
-                backend="gloo",
-                distributed_init_method=f"tcp://127.0.0.1:{get_open_port()}",
-            )
-            _DIST_READY = True
-        destroy_model_parallel()
-        initialize_model_parallel(1, 1)
 
 
 def layer_decisions(path: str) -> ModelBuild:

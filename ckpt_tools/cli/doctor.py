@@ -34,6 +34,25 @@ def doctor(
         "--deep",
         help="Hub repos: also read the scale tensors' bytes for the value rules (local targets always do).",
     ),
+    vllm: bool = typer.Option(
+        False,
+        "--vllm",
+        help="Also load the headers with the installed vLLM's own code on the meta device (no weights read, no GPU "
+        "memory; ~10 s, mostly importing vLLM): its verdict replaces the load model's. See docs/vllm-dry-run.md.",
+    ),
+    vllm_python: str | None = typer.Option(
+        None,
+        "--vllm-python",
+        metavar="PATH",
+        help="With --vllm: the Python interpreter that has vLLM (default: $CKPT_VLLM_PYTHON, else this one).",
+    ),
+    vllm_timeout: float | None = typer.Option(
+        None,
+        "--vllm-timeout",
+        metavar="SECONDS",
+        min=1,
+        help="With --vllm: stop vLLM's dry run after this long (default: $CKPT_VLLM_TIMEOUT, else 300).",
+    ),
     pre_commit: bool = typer.Option(
         False,
         "--pre-commit",
@@ -47,6 +66,7 @@ def doctor(
 
     if deep and headers_only:
         raise UsageError("--deep reads scale values and --headers-only skips them: choose one")
+    dry_run = _dry_run_options(vllm, vllm_python, vllm_timeout, pre_commit)
     color = use_color() and output is None
     if pre_commit:
         from ..gates.precommit import check_files
@@ -72,6 +92,7 @@ def doctor(
             producer_schema=producer_schema,
             deep=deep,
             revision=revision,
+            vllm=dry_run,
         )
         keep_until_exit(reports)
         text = render_many(reports, format.value, color=color)
@@ -87,6 +108,7 @@ def doctor(
             producer_schema=producer_schema,
             deep=deep,
             revision=revision,
+            vllm=dry_run,
         )
         keep_until_exit(result)
         text = render(result.report, format.value, color=color)
@@ -112,6 +134,19 @@ def _unreadable_lines(reports) -> None:
     for r in reports:
         if isinstance(r, Unreadable):
             print(f"ckpt: {r.target}: {r.error}", file=sys.stderr)
+
+
+def _dry_run_options(vllm: bool, python: str | None, timeout: float | None, pre_commit: bool):
+    """`--vllm`'s options, or None without it (its companions alone are a usage error)."""
+    if not vllm:
+        if python is not None or timeout is not None:
+            raise UsageError("--vllm-python and --vllm-timeout apply to --vllm")
+        return None
+    if pre_commit:
+        raise UsageError("--vllm runs vLLM for each checkpoint (seconds each); run it outside --pre-commit")
+    from ..vllm_dry.run import DryRunOptions
+
+    return DryRunOptions(python=python, timeout=timeout)
 
 
 def _pre_commit_summary(run, fail_on: str) -> None:

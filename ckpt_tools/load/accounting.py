@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 Fate = Literal["loaded", "skipped", "fatal"]
 Judge = Literal["model", "vllm"]
+# What is wrong with a tensor's load, when the judge can say: no parameter to go into, a shape that does not fit
+# (vLLM raises, or narrows it silently), or a cross-kind dtype cast (a float tensor copied into an integer parameter).
+Problem = Literal["no-parameter", "shape", "dtype-cast"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,9 @@ class TensorFate:
     with `shard` the stacked shard id such as `q` or expert id where it fills part of a fused parameter).
     `skipped`: never looked at, with `reason` (the mapper drops it, the loader ignores the name on purpose).
     `fatal`: the load raises; `error` is vLLM's exception as `Type: text`, `reason` says why in our words.
+    `problem` classifies a fatal or silently wrong load (`Problem`); a fatal fate without one is read from its
+    error text (load/findings.py). `owner` is the slug of the catalogue rule that already reports this defect
+    precisely (e.g. `ignore-list-mismatch`): the load findings leave it to that rule, so a defect gets one verdict.
     """
 
     tensor: str
@@ -27,6 +33,8 @@ class TensorFate:
     shard: str | None = None
     reason: str = ""
     error: str | None = None
+    problem: Problem | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class ParameterFill:
 
     An unfilled parameter keeps `torch.empty` memory (or a default the loader sets, `default` says which): `note`
     says what the layer computes with it. `partial` lists the parts of a fused / stacked parameter that no tensor
-    filled (`k`, `v`, expert ids...).
+    filled (`k`, `v`, expert ids...). `owner` as for `TensorFate`.
     """
 
     parameter: str
@@ -45,6 +53,7 @@ class ParameterFill:
     partial: tuple[str, ...] = ()
     default: str | None = None
     note: str = ""
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ def _fate_dict(t: TensorFate) -> dict[str, Any]:
         "shard": t.shard,
         "reason": t.reason,
         "error": t.error,
+        "problem": t.problem,
+        "owner": t.owner,
     }
 
 
@@ -114,4 +125,5 @@ def _fill_dict(p: ParameterFill) -> dict[str, Any]:
         "partial": list(p.partial),
         "default": p.default,
         "note": p.note,
+        "owner": p.owner,
     }

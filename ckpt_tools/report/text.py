@@ -129,13 +129,22 @@ def hub_lines(hub: dict | None) -> list[str]:
     ]
 
 
+def vllm_lines(vllm: dict | None) -> list[str]:
+    """Which vLLM judged the load under `--vllm` (nothing without it)."""
+    if not vllm:
+        return []
+    total = vllm.get("seconds", {}).get("total")
+    took = f", {total:.1f} s" if isinstance(total, int | float) else ""
+    return [f"  load judged   by {vllm['judged_by']}'s own loader on the meta device ({vllm['platform']}{took})"]
+
+
 def render(report: Report, *, color: bool = False, width: int | None = -1) -> str:
     """The text report; `width`: the column to wrap long lines at (-1: `terminal_width()`, None: never)."""
     if width == -1:
         width = terminal_width()
     data = report.to_dict()
     out = [_paint(f"ckpt {report.command} {report.target}", "bold", color)]
-    for line in checkpoint_lines(data["checkpoint"]) + hub_lines(data.get("hub")):
+    for line in checkpoint_lines(data["checkpoint"]) + hub_lines(data.get("hub")) + vllm_lines(data.get("vllm")):
         out.extend(wrap(line, width, HEADER_INDENT))
     out.append("")
     findings = report.sorted_findings()

@@ -47,6 +47,7 @@ RULE_FAMILIES = (
     RuleFamily("CK3", "config", "config vs tensors"),
     RuleFamily("CK4", "scales", "scale presence and shape"),
     RuleFamily("CK5", "scale-values", "scale values"),
+    RuleFamily("CK6", "load", "what vLLM's loader does with each tensor"),
     RuleFamily(
         "CS1", "serve", "serve commands (`ckpt check-serve`, and the verdict of `ckpt serve-flags` on its own command)"
     ),
@@ -96,6 +97,7 @@ class Context:
     hardware: tuple[Hardware, ...]
     target: str  # how the user named the target, for fix commands
     producer_schema: Any = None  # detect.producer_schema.SchemaCheck when --producer-schema ran
+    vllm: Any = None  # vllm_dry.run.Pending when --vllm runs: vLLM's own dry-run load, awaited by the CK60x rules
 
     def command(self, *words: str) -> str | None:
         """The repair command for this target; None on a Hub target, which can only be repaired as a local copy."""

@@ -29,6 +29,16 @@ def head_modules(ctx: Context) -> list[str]:
     )
 
 
+def _stray_heads(ctx: Context) -> list[tuple[str, str]]:
+    """(tensor, shard) for output-head tensors stored only in shards the index does not name."""
+    return [
+        (t.name, shard.name)
+        for shard in ctx.ckpt.stray_shards
+        for t in shard.tensors
+        if t.name.rpartition(".")[0].rpartition(".")[2] == "lm_head"
+    ]
+
+
 def _quantized(ctx: Context, module: str) -> bool:
     tensors = ctx.ckpt.modules[module].tensors
     weight = tensors.get("weight_packed") or tensors.get("weight")
@@ -76,6 +86,19 @@ class TiedEmbeddingMismatch(Rule):
         if not tied and not heads:
             if not any("embed" in m for m in ctx.ckpt.modules):
                 return  # not a language model checkpoint (e.g. an adapter or a tower on its own)
+            stray = _stray_heads(ctx)
+            if stray:
+                shards = sorted({shard for _, shard in stray})
+                yield self.finding(
+                    f"{where} sets tie_word_embeddings = false and `{stray[0][0]}` exists, but only in "
+                    f"{', '.join(f'`{s}`' for s in shards)}, a shard the index does not name: vLLM reads only the "
+                    f"indexed shards, so the output head is never loaded and the model emits garbage. Add the head's "
+                    f"tensors to the index's weight_map (or move them into an indexed shard).",
+                    tensors=[name for name, _ in stray],
+                    files=[*shards, "config.json"],
+                    details={"tie_word_embeddings": False, "where": where, "lm_head": None, "unindexed": shards},
+                )
+                return
             yield self.finding(
                 f"{where} sets tie_word_embeddings = false but the checkpoint has no lm_head tensor: vLLM builds an "
                 f"untied output head and never loads it, so the model emits garbage. Export lm_head.weight, or set "

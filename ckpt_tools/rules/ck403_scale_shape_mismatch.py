@@ -12,6 +12,7 @@ from ..model.tensors import TensorInfo
 from ._classes import in_row_order, row_classes
 from ._experts import partially_missing
 from ._layout_findings import WHAT, layout_findings
+from ._load_model import accounting
 from .base import Context, Finding, Rule, register
 
 
@@ -191,9 +192,16 @@ def scale_shape_problems(ctx: Context) -> list[Problem]:
     if not found:
         return []
     skip = partially_missing(ctx.ckpt) | ctx.ckpt.unavailable_tensors
+    # A weight whose dtype fits no layout is one the loader copies into a parameter of another kind: load-dtype-cast
+    # (CK604) names that parameter and the cast, so the verdict is its.
+    casts = {f.tensor for f in accounting(ctx).tensors if f.problem == "dtype-cast" and f.owner is None}
     out: list[Problem] = []
     for name, problems in in_row_order(found):
-        out.extend(Problem(name, *p[:3]) for p in problems if not (p[3] and f"{name}.{p[0]}" in skip))
+        out.extend(
+            Problem(name, *p[:3])
+            for p in problems
+            if not (p[3] and f"{name}.{p[0]}" in skip) and f"{name}.{p[0]}" not in casts
+        )
     return out
 
 

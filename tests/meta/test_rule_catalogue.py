@@ -51,7 +51,7 @@ def test_codes_and_slugs_are_unique_and_well_formed() -> None:
     assert len(set(codes)) == len(codes)
     assert len(set(slugs)) == len(slugs)
     for r in CHECKS:
-        assert re.fullmatch(r"CK[1-5]\d\d" if r in RULES else r"CS1\d\d", r.code), r.code
+        assert re.fullmatch(r"CK[1-6]\d\d" if r in RULES else r"CS1\d\d", r.code), r.code
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", r.slug), r.slug
         assert r.severity in SEVERITIES
         assert r.title and not r.title.endswith(".")
