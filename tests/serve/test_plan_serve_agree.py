@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ckpt_tools.plan import Settings, memory_plan
+from ckpt_tools.memory_plan import Settings, memory_plan
 from ckpt_tools.serve import check_serve, serve_flags
 from tests.cli.test_cli import ckpt
 from tests.corrupt import GENUINE

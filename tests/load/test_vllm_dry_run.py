@@ -14,9 +14,9 @@ from ckpt_tools.load.accounting import LoadAccounting, ParameterFill, TensorFate
 from ckpt_tools.load.findings import findings
 from ckpt_tools.vllm_dry import meta_load
 from ckpt_tools.vllm_dry.combine import SHARD_OWNER, combined
+from tests.cli.test_output_formats import REPORT
 from tests.corrupt import GENUINE
 from tests.repair_helpers import run_cli
-from tests.test_gates_formats import REPORT
 
 FIXTURE = GENUINE / "llmc-llama-nvfp4"
 QKV = "model.layers.0.self_attn.qkv_proj.weight_packed"
