@@ -17,7 +17,7 @@ import pytest
 from tests.cli.test_cli import FIXTURES, ckpt
 from tests.repair_helpers import run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLEAN = "fixtures/genuine/modelopt-llama-nvfp4"
 DEFECTIVE = FIXTURES / "defective"
 WEIGHT_ONLY = DEFECTIVE / "llama-nvfp4-missing-input-scales"

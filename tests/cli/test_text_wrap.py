@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ckpt_tools.report.text import wrap
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = str(ROOT / "fixtures" / "genuine" / "llmc-llama-nvfp4")
 
 

@@ -20,7 +20,7 @@ from tests import case_ops
 from tests.corrupt import GENUINE, copy_fixture
 
 FIXTURES = sorted(p.name for p in GENUINE.iterdir() if p.is_dir())
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @cache
