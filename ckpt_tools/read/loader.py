@@ -90,10 +90,10 @@ def _read_headers(source: Source, names: Iterable[str], index: Index | None, siz
     # Every read is a round trip: size the first read from the index so most shards cost one request, and read the
     # shards in parallel.
     first = first_read_sizes(index, names, sizes)
-    from tqdm import tqdm
+    from .progress import progress_bar
 
     disable = None if len(names) >= PROGRESS_SHARDS and not os.environ.get("CKPT_NO_PROGRESS") else True
-    with tqdm(total=len(names), unit="shard", desc="headers", disable=disable, leave=False) as bar:
+    with progress_bar(total=len(names), unit="shard", desc="headers", disable=disable, leave=False) as bar:
 
         def one(name: str) -> ShardRead:
             result = read_shard(source, name, first[name])

@@ -565,12 +565,10 @@ def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes)
 
 
 def _progress_bar(total: int) -> Any:
-    """A tqdm bar for the scan. Made only when it is shown: any tqdm instance, even a disabled one, starts tqdm's
-    monitor thread, which would keep the next scan of this process from running in a forked child
-    (`read.background_scan`)."""
-    from tqdm import tqdm
+    """A tqdm bar for the scan, made only when it is shown."""
+    from .progress import progress_bar
 
-    return tqdm(total=total, unit="B", unit_scale=True, desc="value scan", leave=False)
+    return progress_bar(total=total, unit="B", unit_scale=True, desc="value scan", leave=False)
 
 
 @dataclass(frozen=True)

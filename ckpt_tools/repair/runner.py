@@ -139,9 +139,11 @@ def _progress_bar(steps: tuple[Step, ...], progress: bool | None):
         disable = True
     if disable is True:
         return _NoBar()
-    from tqdm import tqdm
+    from ..read.progress import progress_bar
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable, leave=False)
+    return progress_bar(
+        total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="rewrite", disable=disable, leave=False
+    )
 
 
 def _drop(analysis: Analysis) -> None:

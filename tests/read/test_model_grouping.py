@@ -22,7 +22,7 @@ FIXTURES = genuine_entries()
 
 def group_modules(tensors: list[TensorInfo]) -> dict[str, Module]:
     """The modules of tensors in load order, the plain way: one per name prefix."""
-    return {p: Module(p, MappingProxyType(ts)) for p, ts in tensor_buckets(tensors).items()}
+    return {p: Module(p, MappingProxyType(ts), expert_of(p)) for p, ts in tensor_buckets(tensors).items()}
 
 
 def group_layouts(modules: dict[str, Module]) -> Layouts:
