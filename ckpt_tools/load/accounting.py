@@ -4,7 +4,7 @@ that crosses a process boundary as JSON (the `--vllm` subprocess writes it, the 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Fate = Literal["loaded", "skipped", "fatal"]
@@ -71,6 +71,20 @@ class LoadAccounting:
     tensors: tuple[TensorFate, ...] = ()
     parameters: tuple[ParameterFill, ...] = ()
     build_error: str | None = None
+
+    def with_owners_of(self, other: LoadAccounting) -> LoadAccounting:
+        """This accounting with the `owner` of every tensor and parameter `other` marks (by name): how vLLM's own
+        accounting takes the load model's attribution to catalogue rules, so `findings` leaves the same defects to
+        them whichever judge made it."""
+        tensors = {t.tensor: t.owner for t in other.tensors if t.owner}
+        params = {p.parameter: p.owner for p in other.parameters if p.owner}
+        return replace(
+            self,
+            tensors=tuple(replace(t, owner=tensors[t.tensor]) if t.tensor in tensors else t for t in self.tensors),
+            parameters=tuple(
+                replace(p, owner=params[p.parameter]) if p.parameter in params else p for p in self.parameters
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,6 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
-from ..detect.schemes import Scheme
 from ..knowledge.architectures import markers
 from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name
@@ -126,7 +125,7 @@ class _Model:
         self.fates: list[TensorFate] = []
         self.build_errors: list[str] = []
         self.params: dict[str, _Param] = {}
-        self._built: dict[tuple[Scheme, Scheme, str | None, str | None], _Built | None] = {}
+        self._built: dict[tuple[int, int, str | None, str | None], _Built | None] = {}
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
@@ -417,7 +416,8 @@ class _Model:
         if row is None:
             return None
         weight = module.weight
-        key = (row.declared, row.disk, row.group, weight.dtype if weight is not None else None)
+        # By identity: the schemes are alive with the rows, and a hostile config's detail may be unhashable.
+        key = (id(row.declared), id(row.disk), row.group, weight.dtype if weight is not None else None)
         if key not in self._built:
             self._built[key] = self.linear(row, module)
         return self._built[key]
@@ -637,28 +637,38 @@ def _is_wna16(group: Mapping[str, Any], weights: Mapping[str, Any]) -> bool:
     )
 
 
+def _names(entry: object, name: str) -> bool:
+    """A compressed-tensors ignore / target entry naming `name`: exactly, or by `re:` regex with `re.match` (an
+    entry that is no valid regex names nothing)."""
+    import re
+
+    if not isinstance(entry, str):
+        return False
+    if not entry.startswith("re:"):
+        return entry == name
+    try:
+        return re.match(entry[3:], name) is not None
+    except re.error:
+        return False
+
+
 def _embedding_group(cfg: Mapping[str, Any], kinds: tuple[str, ...], name: str) -> Mapping[str, Any] | None:
     """The compressed-tensors config group that quantizes the embedding, as vLLM matches it: a class-name target
     by case-insensitive substring of `VocabParallelEmbedding`, a name target (exact or `re:`) against the layer
     name, each only where the model class lets that kind match (rules/loader.toml `embedding.targets`)."""
-    import re
-
     groups = cfg.get("config_groups")
     if not isinstance(groups, dict):
         return None
-    ignore = cfg.get("ignore") or []
-    if any(isinstance(i, str) and (i == name or (i.startswith("re:") and re.match(i[3:], name))) for i in ignore):
+    ignore = cfg.get("ignore")
+    if any(_names(entry, name) for entry in (ignore if isinstance(ignore, list) else [])):
         return None
     for group in groups.values():
-        if not isinstance(group, dict):
-            continue
-        for target in group.get("targets") or []:
+        targets = group.get("targets") if isinstance(group, dict) else None
+        for target in targets if isinstance(targets, list) else []:
             if not isinstance(target, str):
                 continue
             if target.startswith("re:") or "." in target:
-                hit = "name" in kinds and (
-                    re.match(target[3:], name) is not None if target.startswith("re:") else target == name
-                )
+                hit = "name" in kinds and _names(target, name)
             else:
                 hit = "class" in kinds and target.lower() in "vocabparallelembedding"
             if hit:

@@ -97,3 +97,26 @@ def test_same_cause_on_many_layers_is_one_finding() -> None:
 def test_round_trip_through_json_keeps_the_problem() -> None:
     acc = _acc([TensorFate("x.weight", "loaded", "x.weight", problem="shape")])
     assert LoadAccounting.from_dict(acc.to_dict()) == acc
+
+
+def test_vllm_accounting_takes_the_model_owners() -> None:
+    """A defect the load model leaves to a catalogue rule is left to it under `--vllm` too."""
+    vllm = _acc(
+        [TensorFate("model.layers.1.self_attn.o_proj.weight", "fatal", error=NO_PARAM)],
+        [ParameterFill("model.layers.1.self_attn.o_proj.weight_scale", (128, 8), "float8_e4m3fn", False)],
+    )
+    model = _acc(
+        [
+            TensorFate(
+                "model.layers.1.self_attn.o_proj.weight", "fatal", problem="no-parameter", owner="ignore-list-mismatch"
+            )
+        ],
+        [
+            ParameterFill(
+                "model.layers.1.self_attn.o_proj.weight_scale", None, "F8_E4M3", False, owner="ignore-list-mismatch"
+            )
+        ],
+        judge="model",
+    )
+    assert [f.code for f in findings(vllm)] == ["CK601", "CK602"]
+    assert findings(vllm.with_owners_of(model)) == []
