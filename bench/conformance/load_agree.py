@@ -7,7 +7,7 @@ Run with the side venv's python (bench/conformance/setup.sh builds it):
 
 Per case, two accountings of the same headers: the load model's (ckpt_tools/load/model.py, judge `model`) and vLLM's
 (ckpt_tools/vllm_dry/meta_load.py, the code `ckpt doctor --vllm` runs, here in this process so vLLM is imported
-once). Each goes through the one findings function (ckpt_tools/load/findings.py) with the catalogue owners removed,
+once). Each goes through the one findings function (ckpt_tools/rules/_load_findings.py) with the catalogue owners removed,
 so both judges are compared on everything they see, not on who reports it. The two agree on a case when they give
 the same CK60x codes on the same tensors / parameters (a parameter is compared by the checkpoint names around it,
 as the two judges label partial fills differently). Each disagreement is listed with its explanation (EXPLAINED
@@ -35,9 +35,9 @@ meta_load.set_platform_env()
 from cases import Case, all_cases  # noqa: E402
 
 from ckpt_tools.load.accounting import LoadAccounting  # noqa: E402
-from ckpt_tools.load.findings import findings  # noqa: E402
 from ckpt_tools.load.model import load_accounting  # noqa: E402
 from ckpt_tools.pipeline import analyze  # noqa: E402
+from ckpt_tools.rules._load_findings import findings  # noqa: E402
 
 # Why the two judges differ, by cause, with the cases where each was seen (read from this run's output and vLLM
 # 0.33.0's code). A listed case still shows as a disagreement in the table and the figure; the list only says why.

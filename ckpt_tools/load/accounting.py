@@ -3,6 +3,7 @@ that crosses a process boundary as JSON (the `--vllm` subprocess writes it, the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -23,7 +24,7 @@ class TensorFate:
     `skipped`: never looked at, with `reason` (the mapper drops it, the loader ignores the name on purpose).
     `fatal`: the load raises; `error` is vLLM's exception as `Type: text`, `reason` says why in our words.
     `problem` classifies a fatal or silently wrong load (`Problem`); a fatal fate without one is read from its
-    error text (load/findings.py). `owner` is the slug of the catalogue rule that already reports this defect
+    error text (rules/_load_findings.py). `owner` is the slug of the catalogue rule that already reports this defect
     precisely (e.g. `ignore-list-mismatch`): the load findings leave it to that rule, so a defect gets one verdict.
     """
 
@@ -141,3 +142,13 @@ def _fill_dict(p: ParameterFill) -> dict[str, Any]:
         "note": p.note,
         "owner": p.owner,
     }
+
+
+# vLLM fills these attention parameters with defaults when the checkpoint has no KV-cache scales.
+_KV_DEFAULTS = re.compile(r"\.attn\.(?:[kvq]_scale|[kvq]_zero_point|prob_scale|kv_scale)$")
+
+
+def is_exempt(fill: ParameterFill) -> bool:
+    """An unfilled parameter that is no defect: vLLM gives it a default (KV-cache scales), or the layer never reads
+    it (`default` set by the judge, e.g. the input scales a weight-only NVFP4 layer registers)."""
+    return fill.default is not None or bool(_KV_DEFAULTS.search(fill.parameter))

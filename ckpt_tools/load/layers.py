@@ -8,8 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting import LoadAccounting, ParameterFill, TensorFate
-from .findings import is_exempt
+from .accounting import LoadAccounting, ParameterFill, TensorFate, is_exempt
 
 _LAYER = re.compile(r"^(.*?\.(?:layers|blocks|h)\.\d+)\.")  # a layer prefix, up to and including the layer index
 _MAX_PROBLEMS = 5  # problem lines per layer in text

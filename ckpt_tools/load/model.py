@@ -22,16 +22,20 @@ from ..knowledge.kv_scales import classify, is_kv_scale_name
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
+from ..model.dimensions import config_features
 from ..model.modules import Module, expert_of
-from ..rules.ck201_misnested_prefix import MisnestedPrefix
-from ..rules.ck301_ignore_list_mismatch import IgnoreListMismatch
-from ..rules.ck302_orphan_scale import OrphanScale
-from ..rules.ck304_quant_config_mismatch import QuantConfigMismatch
-from ..rules.ck401_nvfp4_weight_only import Nvfp4WeightOnly
-from ..rules.ck402_moe_expert_missing_scale import MoeExpertMissingScale
-from ..rules.ck403_scale_shape_mismatch import ScaleShapeMismatch
-from ..rules.ck404_packed_layout_mismatch import PackedLayoutMismatch, config_features
 from .accounting import LoadAccounting, ParameterFill, TensorFate
+
+# The catalogue rules a defect the accounting finds may already name (`owner`): one verdict per defect. The load
+# model sits below the rules (they apply it), so it names them by slug; tests/load checks each is a registered rule.
+MISNESTED_PREFIX = "misnested-prefix"
+IGNORE_LIST_MISMATCH = "ignore-list-mismatch"
+ORPHAN_SCALE = "orphan-scale"
+QUANT_CONFIG_MISMATCH = "quant-config-mismatch"
+NVFP4_WEIGHT_ONLY = "nvfp4-weight-only"
+MOE_EXPERT_MISSING_SCALE = "moe-expert-missing-scale"
+SCALE_SHAPE_MISMATCH = "scale-shape-mismatch"
+PACKED_LAYOUT_MISMATCH = "packed-layout-mismatch"
 
 _INT_BITS = {"int4": 4, "int8": 8}
 # Tensor suffixes that may be KV-cache scales (rules/kv_scales.toml attention.scale_suffixes, plus a projection's
@@ -344,7 +348,7 @@ class _Model:
             error, reason, transposed = misfit
             # packed-layout-mismatch (CK404) judges transposed weights, and GPTQ / AWQ packing against the config.
             layout_rule = transposed or (
-                built.scheme is not None and _catalogue_rule(built.scheme) == PackedLayoutMismatch.slug
+                built.scheme is not None and _catalogue_rule(built.scheme) == PACKED_LAYOUT_MISMATCH
             )
             return TensorFate(
                 tensor,
@@ -354,7 +358,7 @@ class _Model:
                 reason=reason,
                 error=error,
                 problem="shape",
-                owner=PackedLayoutMismatch.slug if layout_rule else None,
+                owner=PACKED_LAYOUT_MISMATCH if layout_rule else None,
             )
         return TensorFate(tensor, "loaded", pname, sid or None)
 
@@ -428,13 +432,13 @@ class _Model:
         tensors of another scheme; orphan-scale (CK302) for extra tensors on a float layer built unquantized; ignore-list-mismatch (CK301) for a layer built against its storage, or a fused
         layer whose shards the config splits, under the producers it judges."""
         if self.misnested(name):
-            return MisnestedPrefix.slug
+            return MISNESTED_PREFIX
         row = self.rows.get(name)
         if row is not None and _other_scheme(row):
-            return QuantConfigMismatch.slug
+            return QUANT_CONFIG_MISMATCH
         if row is not None and not row.declared.quantized and row.disk.kind == "unquantized":
             # Extra tensors beside a float weight on a layer built unquantized are orphan-scale's (CK302).
-            return OrphanScale.slug
+            return ORPHAN_SCALE
         if self.det.producer not in _IGNORE_LIST_PRODUCERS:
             return None
         parent, _, proj = name.rpartition(".")
@@ -442,7 +446,7 @@ class _Model:
         names = [f"{parent}.{p}" for p, (f, _) in self.stacked.items() if f == fused] if fused else [name]
         rows = [r for r in map(self.rows.get, names) if r is not None]
         if any(_against_storage(r) for r in rows) or len({r.declared.quantized for r in rows}) > 1:
-            return IgnoreListMismatch.slug
+            return IGNORE_LIST_MISMATCH
         return None
 
     def linear(self, row: ModuleRow, module: Module) -> _Built | None:
@@ -576,9 +580,9 @@ class _Model:
         """The catalogue rule that reports these missing tensors: moe-expert-missing-scale (CK402) for experts,
         nvfp4-weight-only (CK401) for NVFP4 input scales, else the module's (`missing_owner`)."""
         if any(":" in sid for sid in missing):
-            return MoeExpertMissingScale.slug
+            return MOE_EXPERT_MISSING_SCALE
         if p.name.rpartition(".")[2].removeprefix("w13_").removeprefix("w2_") in global_scales().input:
-            return Nvfp4WeightOnly.slug
+            return NVFP4_WEIGHT_ONLY
         # The catalogue judges the tensors of modules that exist; a stacked sibling absent altogether is ours.
         modules = self.ckpt.modules
         if all(p.sources.get(sid, "").rpartition(".")[0] in modules for sid in missing):
@@ -589,7 +593,7 @@ class _Model:
 def _catalogue_rule(scheme: ScaleScheme) -> str:
     """The catalogue rule that judges a quantized layer's tensors against its scale table: packed-layout-mismatch
     (CK404) for GPTQ / AWQ packing, scale-shape-mismatch (CK403) for every other table."""
-    return PackedLayoutMismatch.slug if scheme.producer in ("gptq", "awq") else ScaleShapeMismatch.slug
+    return PACKED_LAYOUT_MISMATCH if scheme.producer in ("gptq", "awq") else SCALE_SHAPE_MISMATCH
 
 
 def _against_storage(row: ModuleRow) -> bool:

@@ -325,8 +325,6 @@ def plan_checkpoint(
     refused = None
     if settings.max_model_len is not None:
         # The verdict check-serve gives the same command (max-model-len-exceeded): vLLM refuses it at start-up.
-        from ..serve.facts import derived_max_model_len
-
         derived, key = derived_max_model_len(cfg)
         env = load_runtime(settings.runtime).behaviour.long_max_model_len_env
         refused = context_refusal(settings.max_model_len, derived, key, env=env)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..load.accounting import LoadAccounting
 
 
-# load/ names the catalogue's rules through their classes, so it is imported when first used, not with the rules.
+# The load model and vLLM's dry run are imported when a CK60x rule first runs, not with the rule catalogue.
 @once_per_detection
 def accounting(ctx: Context) -> LoadAccounting:
     """The load model's accounting (its problems only); under `--vllm`, vLLM's own, with the owners of the model's
@@ -32,7 +32,7 @@ def accounting(ctx: Context) -> LoadAccounting:
 
 @once_per_detection
 def load_findings(ctx: Context) -> tuple[Finding, ...]:
-    from ..load.findings import findings
+    from ._load_findings import findings
 
     ckpt = ctx.ckpt
     return tuple(findings(accounting(ctx), files=lambda names: files_of(ckpt, names)))

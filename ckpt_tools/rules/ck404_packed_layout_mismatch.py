@@ -5,7 +5,7 @@ from collections.abc import Iterable
 
 from ..detect.resolve import ModuleRow, RowClass
 from ..knowledge.scales import ScaleScheme, scheme_for
-from ..model.checkpoint import Checkpoint
+from ..model.dimensions import config_features
 from ..model.modules import Module
 from ._classes import in_row_order, row_classes, split_by, templates_of
 from ._gpt_oss_layout import is_gpt_oss_experts
@@ -37,37 +37,6 @@ def _int_layout(ctx: Context) -> tuple[str, int, int] | None:
     if not isinstance(bits, int) or bits <= 0 or 32 % bits or not isinstance(group, int):
         return None
     return layout, bits, group
-
-
-def config_features(ckpt: Checkpoint, name: str) -> tuple[int, int] | None:
-    """(out, in) features the model config gives a projection, for the standard attention / MLP / expert names."""
-
-    def num(key: str) -> int | None:
-        v = ckpt.config_value(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-    hidden, heads = num("hidden_size"), num("num_attention_heads")
-    if hidden is None:
-        return None
-    head_dim = num("head_dim") or (hidden // heads if heads else None)
-    proj = name.rsplit(".", 1)[-1]
-    if ".experts." in name:
-        inter = num("moe_intermediate_size")
-    elif ".shared_expert." in name:
-        inter = num("shared_expert_intermediate_size")
-    else:
-        inter = num("intermediate_size")
-    if ".self_attn." in name and heads and head_dim:
-        kv = num("num_key_value_heads") or heads
-        return {
-            "q_proj": (heads * head_dim, hidden),
-            "k_proj": (kv * head_dim, hidden),
-            "v_proj": (kv * head_dim, hidden),
-            "o_proj": (hidden, heads * head_dim),
-        }.get(proj)
-    if ".mlp." in name and inter:
-        return {"gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}.get(proj)
-    return None
 
 
 def _logical(module: Module, scheme: ScaleScheme, bits: int) -> tuple[int, int] | None:

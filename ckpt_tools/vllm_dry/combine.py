@@ -1,5 +1,5 @@
 """One verdict from two judges: under `ckpt doctor --vllm`, vLLM's own accounting replaces the load model's as the
-input of the CK60x findings (load/findings.py), so nothing is reported twice and vLLM wins where both speak.
+input of the CK60x findings (rules/_load_findings.py), so nothing is reported twice and vLLM wins where both speak.
 
 What the load model still contributes is who reports a defect: where it hands a tensor or parameter to a catalogue
 rule that names the defect more precisely (`owner`, e.g. ignore-list-mismatch, scale-shape-mismatch), vLLM's entry

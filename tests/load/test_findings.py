@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ckpt_tools.load.accounting import LoadAccounting, ParameterFill, TensorFate
-from ckpt_tools.load.findings import findings, is_exempt
+from ckpt_tools.load.accounting import LoadAccounting, ParameterFill, TensorFate, is_exempt
+from ckpt_tools.rules._load_findings import findings
 
 NO_PARAM = (
     "ValueError: There is no module or parameter named 'embed_tokens.weight_packed' in LlamaModel. The available "
@@ -120,3 +120,14 @@ def test_vllm_accounting_takes_the_model_owners() -> None:
     )
     assert [f.code for f in findings(vllm)] == ["CK601", "CK602"]
     assert findings(vllm.with_owners_of(model)) == []
+
+
+def test_every_owner_the_load_model_names_is_a_registered_rule() -> None:
+    """The load model names the catalogue rules that own a defect by slug (it sits below the rules): each slug must
+    be a rule's, or the defect would be silently dropped from the report."""
+    from ckpt_tools.load import model as load_model
+    from ckpt_tools.rules.base import all_rules
+
+    owners = {v for k, v in vars(load_model).items() if k.isupper() and isinstance(v, str) and "-" in v}
+    assert len(owners) == 8
+    assert owners <= {rule.slug for rule in all_rules()}

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ckpt_tools.load.accounting import LoadAccounting
-from ckpt_tools.load.findings import findings
 from ckpt_tools.load.layers import per_layer, tensors_per_layer
 from ckpt_tools.load.model import load_accounting
 from ckpt_tools.pipeline import analyze
+from ckpt_tools.rules._load_findings import findings
 from tests import case_ops
 from tests.corrupt import GENUINE, copy_fixture
 

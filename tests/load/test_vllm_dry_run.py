@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ckpt_tools.load.accounting import LoadAccounting, ParameterFill, TensorFate
-from ckpt_tools.load.findings import findings
+from ckpt_tools.rules._load_findings import findings
 from ckpt_tools.vllm_dry import meta_load
 from ckpt_tools.vllm_dry.combine import SHARD_OWNER, combined
 from tests.cli.test_output_formats import REPORT

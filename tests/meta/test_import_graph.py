@@ -144,4 +144,4 @@ def test_the_graph_sees_imports_of_every_kind() -> None:
     assert "ckpt_tools.model.schemes" in edges["ckpt_tools.detect.schemes"]  # from ..model.schemes import
     assert "ckpt_tools.pipeline" in edges["ckpt_tools.census"]  # inside a function
     assert "ckpt_tools.plan.facts" in edges["ckpt_tools.plan.planner"]  # from . import facts
-    assert "ckpt_tools.report.model" not in edges["ckpt_tools.report.text"]  # under TYPE_CHECKING
+    assert "ckpt_tools.report.model" not in edges["ckpt_tools.report.json_format"]  # under TYPE_CHECKING

@@ -11,7 +11,7 @@ from types import MappingProxyType
 import pytest
 
 from ckpt_tools.model.layouts import Layout, Layouts, group_checkpoint
-from ckpt_tools.model.modules import Module, group_experts, tensor_buckets
+from ckpt_tools.model.modules import Module, expert_of, group_experts, tensor_buckets
 from ckpt_tools.model.tensors import TensorInfo
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint

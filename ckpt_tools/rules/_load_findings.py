@@ -18,20 +18,17 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from ..rules.base import MAX_LISTED_TENSORS, Finding, Rule
-from ..rules.ck601_tensor_without_parameter import TensorWithoutParameter
-from ..rules.ck602_parameter_unfilled import ParameterUnfilled
-from ..rules.ck603_load_shape_mismatch import LoadShapeMismatch
-from ..rules.ck604_load_dtype_cast import LoadDtypeCast
-from ..rules.ck605_model_build_failed import ModelBuildFailed
-from .accounting import LoadAccounting, ParameterFill, TensorFate
+from ..load.accounting import LoadAccounting, ParameterFill, TensorFate, is_exempt
+from .base import MAX_LISTED_TENSORS, Finding, find_rule
 
-LoadCode = type[Rule]
-TENSOR_WITHOUT_PARAMETER: LoadCode = TensorWithoutParameter
-PARAMETER_UNFILLED: LoadCode = ParameterUnfilled
-LOAD_SHAPE_MISMATCH: LoadCode = LoadShapeMismatch
-LOAD_DTYPE_CAST: LoadCode = LoadDtypeCast
-MODEL_BUILD_FAILED: LoadCode = ModelBuildFailed
+# The CK60x rules apply this function (through _load_model), so it names them by code and takes their slug and
+# severity from the registry.
+LoadCode = str
+TENSOR_WITHOUT_PARAMETER: LoadCode = "CK601"
+PARAMETER_UNFILLED: LoadCode = "CK602"
+LOAD_SHAPE_MISMATCH: LoadCode = "CK603"
+LOAD_DTYPE_CAST: LoadCode = "CK604"
+MODEL_BUILD_FAILED: LoadCode = "CK605"
 LOAD_CODES = (TENSOR_WITHOUT_PARAMETER, PARAMETER_UNFILLED, LOAD_SHAPE_MISMATCH, LOAD_DTYPE_CAST, MODEL_BUILD_FAILED)
 
 # vLLM's words when a name reaches no parameter: AutoWeightsLoader's ValueError, and the AttributeError a fused
@@ -39,7 +36,6 @@ LOAD_CODES = (TENSOR_WITHOUT_PARAMETER, PARAMETER_UNFILLED, LOAD_SHAPE_MISMATCH,
 _NO_PARAMETER = re.compile(r"There is no module or parameter named|object has no attribute|KeyError")
 # Parameters vLLM fills with a default when no tensor does: the attention layer's KV-cache scales and zero points
 # (vllm/model_executor/layers/attention/attention.py, vLLM 0.33.0).
-_KV_DEFAULTS = re.compile(r"\.attn\.(?:[kvq]_scale|[kvq]_zero_point|prob_scale|kv_scale)$")
 _MAX_GROUPS = 8  # findings per code: one per distinct reason, the rest folded into the last
 
 
@@ -68,12 +64,6 @@ def _findings(acc: LoadAccounting) -> list[Finding]:
     out += _grouped(LOAD_SHAPE_MISMATCH, by_problem[LOAD_SHAPE_MISMATCH], acc, _shape_message)
     out += _grouped(LOAD_DTYPE_CAST, by_problem[LOAD_DTYPE_CAST], acc, _cast_message)
     return out
-
-
-def is_exempt(fill: ParameterFill) -> bool:
-    """An unfilled parameter that is no defect: vLLM gives it a default (KV-cache scales), or the layer never reads
-    it (`default` set by the judge, e.g. the input scales a weight-only NVFP4 layer registers)."""
-    return fill.default is not None or bool(_KV_DEFAULTS.search(fill.parameter))
 
 
 def _tensor_code(fate: TensorFate) -> LoadCode | None:
@@ -216,10 +206,12 @@ def _finding(
     code: LoadCode, message: str, tensors: Iterable[str], details: dict[str, Any], acc: LoadAccounting
 ) -> Finding:
     listed = tuple(tensors)
+    rule = find_rule(code)
+    assert rule is not None, code
     return Finding(
-        code=code.code,
-        slug=code.slug,
-        severity=code.severity,
+        code=rule.code,
+        slug=rule.slug,
+        severity=rule.severity,
         message=message,
         tensors=listed[:MAX_LISTED_TENSORS],
         count=len(listed),
