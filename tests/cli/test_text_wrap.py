@@ -29,7 +29,8 @@ def test_doctor_and_inspect_wrap_to_columns() -> None:
     for command in ("doctor", "inspect"):
         out = ckpt(command, TARGET, "--hardware", "h100", columns="80").stdout
         assert max(len(line) for line in out.splitlines()) <= 80, out
-        assert "\n                weight-only (slow fallback)\n" in out  # the header continues in the value column
+        # the kernels line continues under its GPU group's kernels (`on h100: `)
+        assert "\n" + " " * 31 + "weight-only (slow fallback)\n" in out
     doctor = ckpt("doctor", TARGET, "--hardware", "h100", columns="80").stdout
     assert "\n        Marlin weight-only, a slow fallback: weight-only: no FP4 tensor cores,\n" in doctor
 
