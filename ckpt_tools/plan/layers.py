@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..knowledge.memory import KvDtype, memory
 from ..knowledge.modules import model_config
 from . import facts
-from .limits import tensor_parallel_refusal
+from .limits import first_int, tensor_parallel_refusal
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
 
@@ -48,14 +48,6 @@ class CacheModel:
         return tuple(layer for layer in self.layers if layer.kind in kinds)
 
 
-def _int(cfg: Mapping[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
 def model_dtype(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> str:
     """The dtype vLLM runs the model in with --dtype auto: the config's `dtype` / `torch_dtype` (float32 checkpoints
     are served in bfloat16)."""
@@ -69,7 +61,7 @@ def model_dtype(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> str:
 
 def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """One kind per decoder layer, and notes on how they were read."""
-    n = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    n = first_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     if n is None or n <= 0:
         raise UsageError("the config gives no num_hidden_layers: cannot size the KV cache")
     limit = model_config().count_limit
@@ -92,10 +84,10 @@ def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
             else:
                 out.append(FULL)
         return out, notes
-    interval = _int(cfg, "full_attention_interval")
+    interval = first_int(cfg, "full_attention_interval")
     if interval:
         return [FULL if (i + 1) % interval == 0 else GDN for i in range(n)], notes
-    window = _int(cfg, "sliding_window")
+    window = first_int(cfg, "sliding_window")
     if window and cfg.get("use_sliding_window", True) is not False:
         notes.append(f"sliding_window {window} without layer_types: every layer is taken as sliding-window")
         return [SLIDING] * n, notes
@@ -103,16 +95,16 @@ def layer_kinds(cfg: Mapping[str, Any]) -> tuple[list[str], list[str]]:
 
 
 def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: KvDtype, model_bytes: int) -> LayerCache:
-    heads = _int(cfg, "num_attention_heads", "n_head")
+    heads = first_int(cfg, "num_attention_heads", "n_head")
     if not heads:
         raise UsageError("the config gives no num_attention_heads: cannot size the KV cache")
     if kind == MLA:
-        head_size = int(cfg["kv_lora_rank"]) + (_int(cfg, "qk_rope_head_dim") or 0)
+        head_size = int(cfg["kv_lora_rank"]) + (first_int(cfg, "qk_rope_head_dim") or 0)
         kv_heads, head_size_v = 1, 0  # one latent vector per token, replicated on every rank (max_tp_shards 1)
     else:
-        kv_total = _int(cfg, "num_key_value_heads", "num_kv_heads") or heads
+        kv_total = first_int(cfg, "num_key_value_heads", "num_kv_heads") or heads
         kv_heads = max(1, kv_total // tp)  # ModelConfig.get_num_kv_heads: ranks beyond the KV heads hold replicas
-        head_size = _int(cfg, "head_dim") or int(cfg["hidden_size"]) // heads
+        head_size = first_int(cfg, "head_dim") or int(cfg["hidden_size"]) // heads
         head_size_v = head_size
     if kv.mla_only and kind != MLA:
         raise UsageError(f"--kv-cache-dtype {kv.id} is for MLA models only")
@@ -135,7 +127,7 @@ def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: KvD
         content = kv.token_bytes
     else:
         raise AssertionError(f"memory.toml: unknown kv layout {kv.layout!r}")
-    window = _int(cfg, "sliding_window") if kind == SLIDING else None
+    window = first_int(cfg, "sliding_window") if kind == SLIDING else None
     if kind == SLIDING and not window:
         raise UsageError("the config marks sliding-window layers but gives no sliding_window")
     return LayerCache(
@@ -150,9 +142,9 @@ def _attention_layer(i: int, kind: str, cfg: Mapping[str, Any], tp: int, kv: KvD
 
 
 def _gdn_layer(i: int, cfg: Mapping[str, Any], tp: int, dtype: str) -> LayerCache:
-    nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
-    dk, dv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
-    kernel = _int(cfg, "linear_conv_kernel_dim")
+    nk, nv = first_int(cfg, "linear_num_key_heads"), first_int(cfg, "linear_num_value_heads")
+    dk, dv = first_int(cfg, "linear_key_head_dim"), first_int(cfg, "linear_value_head_dim")
+    kernel = first_int(cfg, "linear_conv_kernel_dim")
     if nk is None or nv is None or dk is None or dv is None or kernel is None:
         raise UsageError(
             "linear-attention layers without linear_num_key_heads / linear_num_value_heads / "

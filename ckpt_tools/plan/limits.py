@@ -13,7 +13,8 @@ from typing import Any
 MAX_SUGGESTED_TP = 16
 
 
-def _int(cfg: Mapping[str, Any], *keys: str) -> int | None:
+def first_int(cfg: Mapping[str, Any], *keys: str) -> int | None:
+    """The first of `keys` the config holds as an integer (booleans are not)."""
     for k in keys:
         v = cfg.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
@@ -22,14 +23,14 @@ def _int(cfg: Mapping[str, Any], *keys: str) -> int | None:
 
 
 def _split_problem(cfg: Mapping[str, Any], tp: int) -> str | None:
-    heads = _int(cfg, "num_attention_heads", "n_head")
+    heads = first_int(cfg, "num_attention_heads", "n_head")
     if heads and heads % tp:
         return (
             f"--tensor-parallel-size {tp} does not divide the {heads} attention heads: vLLM refuses to start "
             f"('Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp}).')"
         )
-    nk, nv = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
-    dk, dv = _int(cfg, "linear_key_head_dim"), _int(cfg, "linear_value_head_dim")
+    nk, nv = first_int(cfg, "linear_num_key_heads"), first_int(cfg, "linear_num_value_heads")
+    dk, dv = first_int(cfg, "linear_key_head_dim"), first_int(cfg, "linear_value_head_dim")
     if nk and nv and dk and dv and ((dk * nk * 2 + dv * nv) % tp or nv % tp):
         return (
             f"--tensor-parallel-size {tp} does not divide the linear-attention heads ({nv} value heads): vLLM "
