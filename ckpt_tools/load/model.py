@@ -16,9 +16,10 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
+from ..knowledge._load import KnowledgeError
 from ..knowledge.architectures import markers
+from ..knowledge.kv_scales import KvRelease, classify, is_kv_scale_name, release_mapping
 from ..knowledge.kv_scales import attention as kv_attention
-from ..knowledge.kv_scales import classify, is_kv_scale_name
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
@@ -75,6 +76,15 @@ def _judged_by(det: Detection) -> str:
     return f"vLLM {release}" if version == release else f"vLLM {release} (runtime {det.runtime.id} is vLLM {version})"
 
 
+def _kv_release(det: Detection) -> KvRelease:
+    """The KV-scale renaming of the runtime's vLLM release; the load model's own release when rules/kv_scales.toml
+    lists no entry for it (`judged_by` then says which release judged)."""
+    mapping = release_mapping(det.runtime.vllm_version) or release_mapping(loader().release)
+    if mapping is None:
+        raise KnowledgeError(f"rules/kv_scales.toml: no [[release]] entry covers vLLM {loader().release}")
+    return mapping
+
+
 def _architecture(ckpt: Checkpoint) -> str | None:
     archs = (ckpt.config or {}).get("architectures")
     return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
@@ -129,6 +139,7 @@ class _Model:
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
+        self.kv_release = _kv_release(det)
 
     # ---- the problems only ---------------------------------------------------------------------------------------
     def problems(self) -> None:
@@ -396,9 +407,14 @@ class _Model:
 
     def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate:
         spelling = classify(tensor)
-        if spelling is not None and (
-            spelling.status in ("loaded", "deprecated")
-            or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
+        renamed = self.kv_release.spellings
+        if (
+            spelling is not None
+            and spelling.id in renamed
+            and (
+                spelling.status in ("loaded", "deprecated")
+                or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
+            )
         ):
             # `self_attn.k_scale` hangs off the attention block; `self_attn.k_proj.k_scale` off a projection of it.
             block = vname.rpartition(".")[0] if vname.endswith("_proj") else vname
