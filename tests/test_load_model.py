@@ -94,16 +94,36 @@ def test_the_load_model_renames_only_what_the_runtime_release_lists(monkeypatch:
     not know ModelOpt's `k_proj.k_scale` would leave those scales unloaded (the parameters keep their default)."""
     import ckpt_tools.load.model as load_model
 
-    real = load_model.release_mapping
+    def without_modelopt(version: str) -> kv_scales.KvRelease:
+        r = kv_scales.renaming(version)
+        return replace(r, spellings=tuple(s for s in r.spellings if s != "modelopt-proj"))
 
-    def without_modelopt(version: str) -> kv_scales.KvRelease | None:
-        r = real(version)
-        return r and replace(r, spellings=tuple(s for s in r.spellings if s != "modelopt-proj"))
-
-    monkeypatch.setattr(load_model, "release_mapping", without_modelopt)
+    monkeypatch.setattr(load_model, "renaming", without_modelopt)
     fates = _kv_fates("modelopt-llama-nvfp4-fp8kv", "aeon-v0.23.0")
     assert {fate for fate, _ in fates.values()} == {"skipped"}
     assert {fate for fate, _ in _kv_fates("llmc-llama-fp8-dynamic-fp8kv", "aeon-v0.23.0").values()} == {"loaded"}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "runtime", "fate"),
+    [
+        ("llmc-qwen3moe-fp8-dynamic", "aeon-v0.23.0", "skipped"),  # Qwen3MoeModel.load_weights `continue`s
+        ("llmc-qwen3moe-fp8-dynamic", "aeon-v0.27.1", "fatal"),  # AutoWeightsLoader: no such parameter
+        ("llmc-qwen3moe-fp8-dynamic", None, "fatal"),
+        ("llmc-llama-fp8-dynamic-fp8kv", "aeon-v0.23.0", "fatal"),  # LlamaModel.load_weights: KeyError
+    ],
+)
+def test_unrenamed_output_scale_fate_follows_the_runtime_release(
+    tmp_path: Path, fixture: str, runtime: str | None, fate: str
+) -> None:
+    """A projection `output_scale` under compressed-tensors is renamed by no release; what the loader then does
+    differs by release and model class (rules/kv_scales.toml `drops_unrenamed`)."""
+    folder = copy_fixture(fixture, tmp_path)
+    case_ops.op_add_tensor(folder, "model.layers.0.self_attn.k_proj.output_scale", "F32", [], values=[0.5])
+    a = analyze(str(folder), runtime=runtime, headers_only=True)
+    f = _fate(load_accounting(a.checkpoint, a.detection), "model.layers.0.self_attn.k_proj.output_scale")
+    assert f.fate == fate
+    assert f.owner == ("kv-scale-naming" if fate == "fatal" else None)
 
 
 def test_weight_only_nvfp4_input_scales_are_registered_but_unused() -> None:

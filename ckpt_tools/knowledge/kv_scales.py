@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from ._load import REQUIRED, Table, build_file
+from ._load import REQUIRED, KnowledgeError, Table, build_file
 
 STATUSES = ("loaded", "deprecated", "method-only")
 
@@ -53,7 +53,12 @@ class KvRelease:
     spellings: tuple[str, ...]  # ids of the renamed [[spelling]] entries
     renamed_by: str
     missing_target: str
+    drops_unrenamed: tuple[str, ...]  # rules/loader.toml model class ids that skip an unrenamed KV-scale name
     source: str
+
+    def drops(self, model_class_id: str) -> bool:
+        """Whether that model class's loader skips a KV-scale name this release does not rename (else it raises)."""
+        return model_class_id in self.drops_unrenamed
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ def _release(t: Table) -> KvRelease:
         t.strs("spellings", REQUIRED),
         t.string("renamed_by"),
         t.string("missing_target"),
+        t.strs("drops_unrenamed"),
         t.string("source"),
     )
 
@@ -146,6 +152,17 @@ _PROJ_OUTPUT = re.compile(r"\.[kvq]_proj\.output_scale$")
 def release_mapping(vllm_version: str) -> KvRelease | None:
     """The `[[release]]` entry covering a vLLM release, or None when no entry lists it."""
     return next((r for r in kv_scales().releases if vllm_version in r.vllm), None)
+
+
+def renaming(vllm_version: str) -> KvRelease:
+    """The KV-scale renaming of a runtime's vLLM release; the load model's own release (rules/loader.toml
+    `release`) when no entry lists it (the load accounting's `judged_by` then says which release judged)."""
+    from .loader import loader
+
+    mapping = release_mapping(vllm_version) or release_mapping(loader().release)
+    if mapping is None:
+        raise KnowledgeError(f"rules/kv_scales.toml: no [[release]] entry covers vLLM {loader().release}")
+    return mapping
 
 
 def is_kv_scale_name(name: str) -> bool:

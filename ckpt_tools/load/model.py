@@ -16,15 +16,15 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
-from ..knowledge._load import KnowledgeError
 from ..knowledge.architectures import markers
-from ..knowledge.kv_scales import KvRelease, classify, is_kv_scale_name, release_mapping
 from ..knowledge.kv_scales import attention as kv_attention
+from ..knowledge.kv_scales import classify, is_kv_scale_name, renaming
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
 from ..model.modules import Module, expert_of
 from ..rules.ck201_misnested_prefix import MisnestedPrefix
+from ..rules.ck203_kv_scale_naming import KvScaleNaming
 from ..rules.ck301_ignore_list_mismatch import IgnoreListMismatch
 from ..rules.ck302_orphan_scale import OrphanScale
 from ..rules.ck304_quant_config_mismatch import QuantConfigMismatch
@@ -74,15 +74,6 @@ def _judged_by(det: Detection) -> str:
     """`vLLM 0.33.0`, or, under a runtime profile of another release, which release's loader judged it."""
     release, version = loader().release, det.runtime.vllm_version
     return f"vLLM {release}" if version == release else f"vLLM {release} (runtime {det.runtime.id} is vLLM {version})"
-
-
-def _kv_release(det: Detection) -> KvRelease:
-    """The KV-scale renaming of the runtime's vLLM release; the load model's own release when rules/kv_scales.toml
-    lists no entry for it (`judged_by` then says which release judged)."""
-    mapping = release_mapping(det.runtime.vllm_version) or release_mapping(loader().release)
-    if mapping is None:
-        raise KnowledgeError(f"rules/kv_scales.toml: no [[release]] entry covers vLLM {loader().release}")
-    return mapping
 
 
 def _architecture(ckpt: Checkpoint) -> str | None:
@@ -139,7 +130,7 @@ class _Model:
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
-        self.kv_release = _kv_release(det)
+        self.kv_release = renaming(det.runtime.vllm_version)
 
     # ---- the problems only ---------------------------------------------------------------------------------------
     def problems(self) -> None:
@@ -235,13 +226,15 @@ class _Model:
             tensor = f"{name}.{suffix}"
             if self.skip.search(tensor):
                 self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
-            elif is_kv_scale_name(tensor):
-                self.fates.append(self.kv_scale(tensor, vname, suffix))
+            elif is_kv_scale_name(tensor) and (kv := self.kv_scale(tensor, vname, suffix)) is not None:
+                self.fates.append(kv)
             elif built is None:
                 self.fates.append(TensorFate(tensor, "loaded", f"{vname}.{suffix}"))
             else:
                 fate = self.judged(tensor, vname, proj, suffix, info.dtype, info.shape, built)
-                self.fates.append(replace(fate, owner=owner) if owner and fate.problem else fate)
+                # An unrenamed KV-scale name that raises is kv-scale-naming's (CK203), which says how to rename it.
+                rule = owner or (KvScaleNaming.slug if is_kv_scale_name(tensor) else None)
+                self.fates.append(replace(fate, owner=rule) if rule and fate.problem else fate)
 
     def register(self, name: str, vname: str, proj: str, module: Module, built: _Built, owner: str | None) -> None:
         """The parameters this module's layer registers, each with the shards it expects and the checkpoint tensor
@@ -405,7 +398,9 @@ class _Model:
             return None, why + f": vLLM narrows it to the first {cols} silently", transposed
         return "AssertionError", why, transposed
 
-    def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate:
+    def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate | None:
+        """A KV-cache scale's fate; None when the runtime's release neither renames it nor drops it, so the load
+        looks it up as it is and raises (judged like any other tensor)."""
         spelling = classify(tensor)
         renamed = self.kv_release.spellings
         if (
@@ -422,6 +417,15 @@ class _Model:
                 "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname.rpartition(".")[2][0]
             )
             return TensorFate(tensor, "loaded", f"{block}.attn.{which}_scale")
+        if spelling is not None and spelling.status == "method-only":
+            if not self.kv_release.drops(self.mc.id):
+                return None
+            return TensorFate(
+                tensor,
+                "skipped",
+                reason=f"{self.mc.inner_class}.load_weights drops it (no parameter has the name); the attention's "
+                "scale keeps its default 1.0",
+            )
         return TensorFate(tensor, "skipped", reason="vLLM ignores a KV-cache scale name its mapper does not know")
 
     # ---- what vLLM builds ----------------------------------------------------------------------------------------
