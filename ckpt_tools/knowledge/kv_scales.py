@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from ._load import REQUIRED, Table, build_file
+from ._load import REQUIRED, KnowledgeError, Table, build_file
 
 STATUSES = ("loaded", "deprecated", "method-only")
 
@@ -46,10 +46,27 @@ class KvRuntime:
 
 
 @dataclass(frozen=True)
+class KvRelease:
+    """Which spellings some vLLM releases' loaders rename onto the attention layer (`[[release]]`)."""
+
+    vllm: tuple[str, ...]  # the releases, e.g. ("0.26.0", "0.27.1", "0.33.0")
+    spellings: tuple[str, ...]  # ids of the renamed [[spelling]] entries
+    renamed_by: str
+    missing_target: str
+    drops_unrenamed: tuple[str, ...]  # rules/loader.toml model class ids that skip an unrenamed KV-scale name
+    source: str
+
+    def drops(self, model_class_id: str) -> bool:
+        """Whether that model class's loader skips a KV-scale name this release does not rename (else it raises)."""
+        return model_class_id in self.drops_unrenamed
+
+
+@dataclass(frozen=True)
 class KvScales:
     spellings: tuple[KvSpelling, ...]
     attention: Attention
     runtimes: Mapping[str, KvRuntime]
+    releases: tuple[KvRelease, ...]
 
 
 def _spelling(t: Table) -> KvSpelling:
@@ -74,6 +91,30 @@ def _runtime(_: str, t: Table) -> KvRuntime:
     )
 
 
+def _release(t: Table) -> KvRelease:
+    return KvRelease(
+        t.strs("vllm", REQUIRED),
+        t.strs("spellings", REQUIRED),
+        t.string("renamed_by"),
+        t.string("missing_target"),
+        t.strs("drops_unrenamed"),
+        t.string("source"),
+    )
+
+
+def _check_releases(root: Table, spellings: tuple[KvSpelling, ...], releases: tuple[KvRelease, ...]) -> None:
+    known = {s.id for s in spellings}
+    seen: set[str] = set()
+    for r in releases:
+        unknown = sorted(set(r.spellings) - known)
+        if unknown:
+            raise root.error("release", f"release {', '.join(r.vllm)} names unknown spellings: {', '.join(unknown)}")
+        twice = sorted(seen & set(r.vllm))
+        if twice:
+            raise root.error("release", f"vLLM {', '.join(twice)} appears in more than one release entry")
+        seen.update(r.vllm)
+
+
 def parse(root: Table) -> KvScales:
     attention = root.table("attention")
     out = KvScales(
@@ -85,7 +126,9 @@ def parse(root: Table) -> KvScales:
             attention.string("source"),
         ),
         runtimes=root.table("runtime").sub_tables(_runtime),
+        releases=root.each("release", _release, required=True),
     )
+    _check_releases(root, out.spellings, out.releases)
     attention.done()
     return out
 
@@ -104,6 +147,22 @@ def attention() -> Attention:
 
 
 _PROJ_OUTPUT = re.compile(r"\.[kvq]_proj\.output_scale$")
+
+
+def release_mapping(vllm_version: str) -> KvRelease | None:
+    """The `[[release]]` entry covering a vLLM release, or None when no entry lists it."""
+    return next((r for r in kv_scales().releases if vllm_version in r.vllm), None)
+
+
+def renaming(vllm_version: str) -> KvRelease:
+    """The KV-scale renaming of a runtime's vLLM release; the load model's own release (rules/loader.toml
+    `release`) when no entry lists it (the load accounting's `judged_by` then says which release judged)."""
+    from .loader import loader
+
+    mapping = release_mapping(vllm_version) or release_mapping(loader().release)
+    if mapping is None:
+        raise KnowledgeError(f"rules/kv_scales.toml: no [[release]] entry covers vLLM {loader().release}")
+    return mapping
 
 
 def is_kv_scale_name(name: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from ..detect.resolve import Detection, ModuleRow
 from ..knowledge.architectures import markers
 from ..knowledge.kv_scales import attention as kv_attention
-from ..knowledge.kv_scales import classify, is_kv_scale_name
+from ..knowledge.kv_scales import classify, is_kv_scale_name, renaming
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
 from ..knowledge.scales import ScaleScheme, TensorSpec, global_scales, scheme_for, schemes
 from ..model.checkpoint import Checkpoint
@@ -29,6 +29,7 @@ from .accounting import LoadAccounting, ParameterFill, TensorFate
 # The catalogue rules a defect the accounting finds may already name (`owner`): one verdict per defect. The load
 # model sits below the rules (they apply it), so it names them by slug; tests/load checks each is a registered rule.
 MISNESTED_PREFIX = "misnested-prefix"
+KV_SCALE_NAMING = "kv-scale-naming"
 IGNORE_LIST_MISMATCH = "ignore-list-mismatch"
 ORPHAN_SCALE = "orphan-scale"
 QUANT_CONFIG_MISMATCH = "quant-config-mismatch"
@@ -133,6 +134,7 @@ class _Model:
         self._scheme_by_id = {s.id: s for s in schemes()}
         cfg = det.config
         self.has_exclusions = any(cfg.get(k) for k in loader().exclusion_keys)
+        self.kv_release = renaming(det.runtime.vllm_version)
 
     # ---- the problems only ---------------------------------------------------------------------------------------
     def problems(self) -> None:
@@ -228,13 +230,15 @@ class _Model:
             tensor = f"{name}.{suffix}"
             if self.skip.search(tensor):
                 self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
-            elif is_kv_scale_name(tensor):
-                self.fates.append(self.kv_scale(tensor, vname, suffix))
+            elif is_kv_scale_name(tensor) and (kv := self.kv_scale(tensor, vname, suffix)) is not None:
+                self.fates.append(kv)
             elif built is None:
                 self.fates.append(TensorFate(tensor, "loaded", f"{vname}.{suffix}"))
             else:
                 fate = self.judged(tensor, vname, proj, suffix, info.dtype, info.shape, built)
-                self.fates.append(replace(fate, owner=owner) if owner and fate.problem else fate)
+                # An unrenamed KV-scale name that raises is kv-scale-naming's (CK203), which says how to rename it.
+                rule = owner or (KV_SCALE_NAMING if is_kv_scale_name(tensor) else None)
+                self.fates.append(replace(fate, owner=rule) if rule and fate.problem else fate)
 
     def register(self, name: str, vname: str, proj: str, module: Module, built: _Built, owner: str | None) -> None:
         """The parameters this module's layer registers, each with the shards it expects and the checkpoint tensor
@@ -398,11 +402,18 @@ class _Model:
             return None, why + f": vLLM narrows it to the first {cols} silently", transposed
         return "AssertionError", why, transposed
 
-    def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate:
+    def kv_scale(self, tensor: str, vname: str, suffix: str) -> TensorFate | None:
+        """A KV-cache scale's fate; None when the runtime's release neither renames it nor drops it, so the load
+        looks it up as it is and raises (judged like any other tensor)."""
         spelling = classify(tensor)
-        if spelling is not None and (
-            spelling.status in ("loaded", "deprecated")
-            or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
+        renamed = self.kv_release.spellings
+        if (
+            spelling is not None
+            and spelling.id in renamed
+            and (
+                spelling.status in ("loaded", "deprecated")
+                or (spelling.status == "method-only" and self.det.vllm_quantization in spelling.methods)
+            )
         ):
             # `self_attn.k_scale` hangs off the attention block; `self_attn.k_proj.k_scale` off a projection of it.
             block = vname.rpartition(".")[0] if vname.endswith("_proj") else vname
@@ -410,6 +421,15 @@ class _Model:
                 "k" if suffix == "kv_scale" else suffix[0] if suffix != "output_scale" else vname.rpartition(".")[2][0]
             )
             return TensorFate(tensor, "loaded", f"{block}.attn.{which}_scale")
+        if spelling is not None and spelling.status == "method-only":
+            if not self.kv_release.drops(self.mc.id):
+                return None
+            return TensorFate(
+                tensor,
+                "skipped",
+                reason=f"{self.mc.inner_class}.load_weights drops it (no parameter has the name); the attention's "
+                "scale keeps its default 1.0",
+            )
         return TensorFate(tensor, "skipped", reason="vLLM ignores a KV-cache scale name its mapper does not know")
 
     # ---- what vLLM builds ----------------------------------------------------------------------------------------

@@ -84,6 +84,24 @@ def test_loaded_knowledge_is_frozen_and_cached(name: str) -> None:
                 setattr(obj, field, None)
 
 
+def test_every_runtime_release_has_one_kv_scale_renaming() -> None:
+    releases = [v for r in kv_scales.kv_scales().releases for v in r.vllm]
+    assert len(releases) == len(set(releases))
+    wanted = {runtimes.runtime(rid).vllm_version for rid in runtimes.runtime_ids()} | {loader.loader().release}
+    assert wanted <= set(releases)
+    assert kv_scales.release_mapping("0.23.0") is not kv_scales.release_mapping("0.33.0")
+
+
+def test_kv_scale_release_naming_an_unknown_spelling_is_refused() -> None:
+    text = (
+        (rules_dir() / "kv_scales.toml")
+        .read_text(encoding="utf-8")
+        .replace('spellings = ["vllm-native"', 'spellings = ["vllm-natve"', 1)
+    )
+    with pytest.raises(KnowledgeError, match=r"release 0.23.0 names unknown spellings: vllm-natve"):
+        build_table(parse("rules/kv_scales.toml", text), kv_scales.parse, "kv-scales/1")
+
+
 def test_every_runtime_profile_loads_frozen_and_cached() -> None:
     for rid in runtimes.runtime_ids():
         rt = runtimes.runtime(rid)

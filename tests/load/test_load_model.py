@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
 import pytest
 
+from ckpt_tools.knowledge import kv_scales, runtimes
 from ckpt_tools.load.accounting import LoadAccounting
 from ckpt_tools.load.layers import per_layer, tensors_per_layer
 from ckpt_tools.load.model import load_accounting
@@ -66,6 +68,62 @@ def test_kv_cache_scales_load_into_the_attention_layer() -> None:
     acc = _accounting("modelopt-llama-nvfp4-fp8kv")
     f = _fate(acc, "model.layers.1.self_attn.v_proj.v_scale")
     assert (f.fate, f.parameter) == ("loaded", "model.layers.1.self_attn.attn.v_scale")
+
+
+_KV_FIXTURES = ("llmc-llama-fp8-dynamic-fp8kv", "modelopt-llama-nvfp4-fp8kv")
+
+
+def _kv_fates(fixture: str, runtime: str | None) -> dict[str, tuple[str, str | None]]:
+    a = analyze(str(GENUINE / fixture), runtime=runtime, headers_only=True)
+    acc = load_accounting(a.checkpoint, a.detection)
+    return {f.tensor: (f.fate, f.parameter) for f in acc.tensors if f.tensor.endswith(("k_scale", "v_scale"))}
+
+
+@pytest.mark.parametrize("fixture", _KV_FIXTURES)
+@pytest.mark.parametrize("runtime", sorted(runtimes.runtime_ids()))
+def test_kv_scales_load_alike_under_every_runtime_release(fixture: str, runtime: str) -> None:
+    """vLLM 0.23.0's model classes (maybe_remap_kv_scale_name) and 0.26.0+'s AutoWeightsLoader
+    (get_cache_scale_mapper) rename these spellings onto the same parameters (docs/reference/kv-cache.md)."""
+    fates = _kv_fates(fixture, runtime)
+    assert len(fates) == 4 and {fate for fate, _ in fates.values()} == {"loaded"}
+    assert fates == _kv_fates(fixture, None)
+
+
+def test_the_load_model_renames_only_what_the_runtime_release_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-release entry of rules/kv_scales.toml decides, not a built-in default: a release whose loader did
+    not know ModelOpt's `k_proj.k_scale` would leave those scales unloaded (the parameters keep their default)."""
+    import ckpt_tools.load.model as load_model
+
+    def without_modelopt(version: str) -> kv_scales.KvRelease:
+        r = kv_scales.renaming(version)
+        return replace(r, spellings=tuple(s for s in r.spellings if s != "modelopt-proj"))
+
+    monkeypatch.setattr(load_model, "renaming", without_modelopt)
+    fates = _kv_fates("modelopt-llama-nvfp4-fp8kv", "aeon-v0.23.0")
+    assert {fate for fate, _ in fates.values()} == {"skipped"}
+    assert {fate for fate, _ in _kv_fates("llmc-llama-fp8-dynamic-fp8kv", "aeon-v0.23.0").values()} == {"loaded"}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "runtime", "fate"),
+    [
+        ("llmc-qwen3moe-fp8-dynamic", "aeon-v0.23.0", "skipped"),  # Qwen3MoeModel.load_weights `continue`s
+        ("llmc-qwen3moe-fp8-dynamic", "aeon-v0.27.1", "fatal"),  # AutoWeightsLoader: no such parameter
+        ("llmc-qwen3moe-fp8-dynamic", None, "fatal"),
+        ("llmc-llama-fp8-dynamic-fp8kv", "aeon-v0.23.0", "fatal"),  # LlamaModel.load_weights: KeyError
+    ],
+)
+def test_unrenamed_output_scale_fate_follows_the_runtime_release(
+    tmp_path: Path, fixture: str, runtime: str | None, fate: str
+) -> None:
+    """A projection `output_scale` under compressed-tensors is renamed by no release; what the loader then does
+    differs by release and model class (rules/kv_scales.toml `drops_unrenamed`)."""
+    folder = copy_fixture(fixture, tmp_path)
+    case_ops.op_add_tensor(folder, "model.layers.0.self_attn.k_proj.output_scale", "F32", [], values=[0.5])
+    a = analyze(str(folder), runtime=runtime, headers_only=True)
+    f = _fate(load_accounting(a.checkpoint, a.detection), "model.layers.0.self_attn.k_proj.output_scale")
+    assert f.fate == fate
+    assert f.owner == ("kv-scale-naming" if fate == "fatal" else None)
 
 
 def test_weight_only_nvfp4_input_scales_are_registered_but_unused() -> None:

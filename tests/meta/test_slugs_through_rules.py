@@ -19,6 +19,7 @@ KNOWN: set[tuple[str, str]] = {
     ("load/model.py", slug)
     for slug in (
         "misnested-prefix",
+        "kv-scale-naming",
         "ignore-list-mismatch",
         "orphan-scale",
         "quant-config-mismatch",
