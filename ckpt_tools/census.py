@@ -22,7 +22,7 @@ from .load.layers import LayerLoad, per_layer, tensors_per_layer, text_lines
 from .model.checkpoint import Checkpoint
 from .model.tensors import TensorInfo
 from .report.model import SCHEMA_VERSION
-from .report.text import HEADER_INDENT, checkpoint_lines, hub_lines, human_size, terminal_width, wrap
+from .report.text import checkpoint_lines, header_indent, hub_lines, human_size, terminal_width, wrap
 
 if TYPE_CHECKING:
     from .pipeline import Analysis
@@ -114,7 +114,7 @@ class Inspection:
         header = checkpoint_lines(dict(self.checkpoint)) + hub_lines(dict(self.hub) if self.hub is not None else None)
         out = [
             f"ckpt inspect {self.target}",
-            *(part for line in header for part in wrap(line, width, HEADER_INDENT)),
+            *(part for line in header for part in wrap(line, width, header_indent(line))),
             "",
             "dtype census:",
         ]

@@ -47,9 +47,11 @@ def terminal_width() -> int | None:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+        columns_now = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
     except (OSError, ValueError, AttributeError):
         return None
+    # A pseudo-terminal that never had a size set (`script`, some CI runners, `docker run -t`) reports 0 columns.
+    return columns_now if columns_now > 0 else None
 
 
 def wrap(line: str, width: int | None, indent: int | None = None) -> list[str]:
@@ -70,7 +72,7 @@ def wrap(line: str, width: int | None, indent: int | None = None) -> list[str]:
 HEADER_INDENT = 16  # where the header's values start ("  quantization  ...")
 
 
-def _header_indent(line: str) -> int:
+def header_indent(line: str) -> int:
     """Where a wrapped header line continues: under the value, or, on the kernels lines (one per GPU group, `on gb10:
     ...`), under the GPU group's kernels."""
     if line.startswith("  kernels ") or (line.startswith(" " * HEADER_INDENT) and line.lstrip().startswith("on ")):
@@ -155,7 +157,7 @@ def render(report: Report, *, color: bool = False, width: int | None = -1) -> st
     data = report.to_dict()
     out = [_paint(f"ckpt {report.command} {report.target}", "bold", color)]
     for line in checkpoint_lines(data["checkpoint"]) + hub_lines(data.get("hub")) + vllm_lines(data.get("vllm")):
-        out.extend(wrap(line, width, _header_indent(line)))
+        out.extend(wrap(line, width, header_indent(line)))
     out.append("")
     findings = report.sorted_findings()
     for f in findings:
