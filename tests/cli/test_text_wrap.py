@@ -78,3 +78,11 @@ def test_a_terminal_that_reports_no_size_gets_unwrapped_lines_not_a_sliver() -> 
     out = b"".join(chunks).decode().replace("\r\n", "\n")
     (quantization,) = [line for line in out.splitlines() if line.startswith("  quantization")]
     assert quantization.endswith("on h100: no FP4 tensor cores)"), out
+
+
+def test_inspect_wraps_its_load_accounting_too() -> None:
+    defective = str(ROOT / "fixtures" / "defective" / "llama-nvfp4-missing-input-scales")
+    out = ckpt("inspect", defective, columns="72").stdout
+    load = out[out.index("vLLM load") :].splitlines()
+    assert max(len(line) for line in load) <= 72, out
+    assert "      nvfp4-weight-only)" in load  # a problem line continues indented under its tensor
