@@ -125,7 +125,7 @@ class Inspection:
         # The kernels are the header's (one line per GPU family), said once: a layer's kernel is its schemes'.
         out += [f"  {r.layer:<48} {r.summary}" for r in self.layers]
         if self.load is not None:
-            out += ["", *text_lines(self.load, self.load_layers)]
+            out += ["", *(part for line in text_lines(self.load, self.load_layers) for part in wrap(line, width, 6))]
         if self.tensors is not None:
             out += ["", f"tensors matching {self.pattern!r}: {len(self.tensors)}"]
             out += [f"  {t.name:<70} {t.dtype:<8} {list(t.shape)!s:<18} {t.shard}" for t in self.tensors]

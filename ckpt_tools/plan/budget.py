@@ -171,7 +171,7 @@ def answer(
     elif longest == 0:
         reason = "not even one token of one sequence fits the KV budget"
     elif max_model_len and max_model_len > context:
-        reason = f"--max-model-len {max_model_len:,} is above the model's context ({context:,})"
+        reason = f"--max-model-len {max_model_len} is above the model's context ({context:,})"
     elif max_model_len and seqs < 1:
         reason = f"one sequence of {max_model_len:,} tokens does not fit (largest: {longest:,})"
     elif max_num_seqs and seqs < max_num_seqs:

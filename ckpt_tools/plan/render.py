@@ -55,12 +55,12 @@ def summary_lines(plan: MemoryPlan) -> list[str]:
 def answer_lines(plan: MemoryPlan) -> list[str]:
     a = plan.answers
     if a.fits:
-        head = f"fits         yes: --max-model-len {a.max_model_len:,} at one sequence"
+        head = f"fits         yes: --max-model-len {a.max_model_len} at one sequence"
         head += " (the model's context)" if a.max_model_len == plan.context else f" (model context {plan.context:,})"
     else:
         head = f"fits         NO: {a.reason}"
         if a.max_model_len:
-            head += f"; largest that fits one sequence: --max-model-len {a.max_model_len:,}"
+            head += f"; largest that fits one sequence: --max-model-len {a.max_model_len}"
     out = [head]
     if a.planned_len and not a.refused:  # no sequence count at a length vLLM does not start with
         out.append(

@@ -47,9 +47,11 @@ def terminal_width() -> int | None:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     try:
-        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+        columns_now = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 0
     except (OSError, ValueError, AttributeError):
         return None
+    # A pseudo-terminal that never had a size set (`script`, some CI runners, `docker run -t`) reports 0 columns.
+    return columns_now if columns_now > 0 else None
 
 
 def wrap(line: str, width: int | None, indent: int | None = None) -> list[str]:

@@ -59,7 +59,7 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
     if a.max_model_len == 0:
         blocked = f"does not fit on {mem.hardware_name}: {memory_reason(mem) or a.reason}"
     elif asked_len is not None and a.max_num_seqs < 1:
-        blocked = f"--max-model-len {asked_len:,} does not fit on {mem.hardware_name}: {memory_reason(mem)}"
+        blocked = f"--max-model-len {asked_len} does not fit on {mem.hardware_name}: {memory_reason(mem)}"
     elif asked_len is None:
         for i, f in enumerate(flags):
             if f.flag == "--max-model-len" and f.value is not None and a.max_model_len < int(f.value):

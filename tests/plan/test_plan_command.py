@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -352,3 +353,13 @@ def _tensor_bytes_of(shard: Path) -> int:
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     return sum(e["data_offsets"][1] - e["data_offsets"][0] for k, e in header.items() if k != "__metadata__")
+
+
+def test_the_flags_it_names_are_spelled_as_vllm_takes_them() -> None:
+    """`--max-model-len 4,096` is no value vLLM parses: a flag in the answer is copied as typed, without separators."""
+    fits = run(str(GENUINE / LLAMA), "--hardware", "h100", "-q")
+    past = run(str(GENUINE / LLAMA), "--hardware", "h100", "--max-model-len", "100000", "-q")
+    assert fits.returncode == 0 and past.returncode == 1
+    for out in (fits.stdout, past.stdout):
+        flags = re.findall(r"--max-model-len (\S+)", out)
+        assert flags and all(value.rstrip(";:,").isdigit() for value in flags), out
