@@ -142,12 +142,30 @@ def _settle(code: int | str | None, message: str | None) -> None:
 
 
 def _invoke(app, args: list[str]) -> None:
+    """Run the app; a usage mistake click finds (an unknown option, a missing argument, a bad choice) is one line,
+    `ckpt: ...`, exit 2, as every other bad input."""
+    import typer
+
+    from ..errors import UsageError
     from .app import State
 
+    # click's UsageError, whichever copy typer runs on (recent typer releases vendor click): BadParameter's base.
+    click_usage_error: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
-        app(args=args, prog_name="ckpt")
+        code = app(args=args, prog_name="ckpt", standalone_mode=False)
+    except click_usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `ckpt`: the help, as before
+            exc.show()  # type: ignore[attr-defined]
+            raise SystemExit(2) from None
+        ctx = getattr(exc, "ctx", None)
+        where = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        raise UsageError(f"{exc.format_message().rstrip('.')}{where}") from None  # type: ignore[attr-defined]
+    except typer.Abort:
+        raise KeyboardInterrupt from None
     finally:
         State.argv = None  # an embedding process may invoke the app again, another way
+    if isinstance(code, int) and code:  # without standalone mode, click returns the code of `typer.Exit`
+        raise SystemExit(code)
 
 
 def __getattr__(name: str):

@@ -366,3 +366,20 @@ def test_report_format_choices_are_the_one_list_of_output_formats(command: str) 
     option = next(p for p in cmd.params if p.name == "format")
     flags, _help = option.get_help_record(cmd.make_context(command, ["x"], resilient_parsing=True))
     assert flags == f"-f, --format [{'|'.join(OUTPUT_FORMATS)}]"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["doctor", str(GENUINE / "llmc-llama-nvfp4"), "--hardwar", "h100"], "No such option: --hardwar"),
+        (["doctor"], "Missing argument 'TARGET'"),
+        (["explain"], "Missing argument 'CODE'"),
+        (["plan", str(GENUINE / "llmc-llama-nvfp4"), "-tp", "x"], "Invalid value for '--tensor-parallel-size'"),
+    ],
+)
+def test_a_usage_mistake_is_one_line(args: list[str], says: str) -> None:
+    """An unknown option, a missing argument or a bad value is one `ckpt: ...` line and exit 2, like every other bad
+    input (click's own four-line usage block before)."""
+    proc = ckpt(*args)
+    assert_one_line_error(proc)
+    assert says in proc.stderr and "--help`" in proc.stderr and proc.stdout == ""
