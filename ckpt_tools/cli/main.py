@@ -15,15 +15,25 @@ def _interrupted_at_startup(signum, frame) -> None:
     os._exit(130)
 
 
+def _quiet_interrupt(unraisable) -> None:
+    """A Ctrl-C that lands where Python cannot raise it (a weakref callback of the import system, a `__del__`) would
+    be printed as "Exception ignored ... KeyboardInterrupt"; the run still ends as interrupted (`_interrupt` remembers
+    it), with its one line. Anything else is reported as Python reports it."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_at_startup)
     # One command per process, allocating a few objects per tensor and freeing them only at exit: the cyclic
     # collector would re-walk all of them many times (the pipeline pauses it too), and once more at interpreter exit
     # unless they are frozen. Reference counting frees memory as usual.
     gc.disable()
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_interrupt
     try:
         _run()
     finally:
+        sys.unraisablehook = previous_hook
         gc.freeze()
 
 
