@@ -56,7 +56,7 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
         "a fused layer with some shards excluded; a vision config without `window_size`): CK605 naming the layer. "
         "The load model has no such build checks; kernel-selection (CK405), block-fp8-tp-sizes, "
         "kv-cache-config-mismatch and ignore-list-mismatch (CK301) report these causes",
-        ("llmc-llama-fp8-block", "block-fp8-tp-sizes#2", "scale-shape-mismatch#5", "kernel-selection#10",
+        ("llmc-llama-fp8-block", "block-fp8-tp-sizes#2", "scale-shape-mismatch#5", "kernel-selection#11", "kernel-selection#12",
          "packed-layout-mismatch#1", "kv-cache-config-mismatch#5", "ignore-list-mismatch#3", "non-hf-layout#7"),
     ),
     "router-gate": (
@@ -91,9 +91,15 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
         "a missing or mis-shaped expert: vLLM sees the unfilled slice of the fused experts parameter (`expert N`); "
         "the load model leaves per-expert gaps to moe-expert-missing-scale (CK402) and packed-layout-mismatch "
         "(CK404) without an accounting entry",
-        ("moe-expert-missing-scale#3", "moe-expert-missing-scale#6", "packed-layout-mismatch#15",
+        ("moe-expert-missing-scale#3", "moe-expert-missing-scale#7", "packed-layout-mismatch#15",
          "packed-layout-mismatch#17", "packed-layout-mismatch#18", "scale-shape-mismatch#19",
          "ignore-list-mismatch#10"),
+    ),
+    "config-count": (
+        "a config count past any released model (`num_local_experts = 10**12`): ckpt reports it before any loop "
+        "depends on it (moe-expert-missing-scale, CK402) and the load model builds no accounting from it; vLLM's "
+        "meta build then sees every expert parameter unfilled or misfit",
+        ("moe-expert-missing-scale#4",),
     ),
     "scale-shapes": (
         "a scale or packed tensor of the wrong shape: vLLM's weight loader raises (CK603) and leaves the parameter "
@@ -104,7 +110,8 @@ CAUSES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("scale-shape-mismatch#1", "scale-shape-mismatch#3", "scale-shape-mismatch#6", "scale-shape-mismatch#10",
          "scale-shape-mismatch#12", "scale-shape-mismatch#13", "packed-layout-mismatch#3", "packed-layout-mismatch#5",
          "packed-layout-mismatch#7", "packed-layout-mismatch#9", "packed-layout-mismatch#16", "load-shape-mismatch#1",
-         "orphan-scale#2", "quant-config-mismatch#2", "reader-dtype-support#1", "unsupported-quant-algo#9"),
+         "orphan-scale#2", "quant-config-mismatch#2", "reader-dtype-support#1", "unsupported-quant-algo#10",
+         "tensor-parallel-indivisible#3"),
     ),
     "model-gap": (
         "the load model is wrong here, to be fixed in rules/loader.toml: `k_proj.output_scale` has no parameter in "
