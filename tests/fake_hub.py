@@ -223,17 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_length: int | None = None,
     ) -> None:
         length = len(body) if content_length is None else content_length
-        self.hub.log.append(
-            Request(
-                self.command,
-                self.path,
-                self.headers.get("range"),
-                status,
-                0 if head else len(body),
-                self.headers.get("host", ""),
-                "authorization" in self.headers,
-            )
-        )
+        self._log(status, 0 if head else len(body))
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -255,20 +245,24 @@ class _Handler(BaseHTTPRequestHandler):
             return self._lie(lie, 200, body, headers)
         self._reply(200, body, headers, head=head)
 
-    def _lie(self, rule: list[Any], status: int, body: bytes, headers: dict[str, str]) -> None:
-        """Answer as the hostile server of `rule` ([behaviour, arg]) would, then close the connection."""
-        kind, arg = rule[0], rule[1] if len(rule) > 1 else None
+    def _log(self, status: int, size: int) -> None:
+        """Record this request and the answer it gets (status, body bytes)."""
         self.hub.log.append(
             Request(
                 self.command,
                 self.path,
                 self.headers.get("range"),
                 status,
-                len(body),
+                size,
                 self.headers.get("host", ""),
                 "authorization" in self.headers,
             )
         )
+
+    def _lie(self, rule: list[Any], status: int, body: bytes, headers: dict[str, str]) -> None:
+        """Answer as the hostile server of `rule` ([behaviour, arg]) would, then close the connection."""
+        kind, arg = rule[0], rule[1] if len(rule) > 1 else None
+        self._log(status, len(body))
         self.close_connection = True
         if kind == "redirect":
             location = self.path if arg == "self" else str(arg)
@@ -489,17 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply_cut(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         """Declare the whole body, send half of it, and close the connection."""
-        self.hub.log.append(
-            Request(
-                self.command,
-                self.path,
-                self.headers.get("range"),
-                status,
-                len(body) // 2,
-                self.headers.get("host", ""),
-                "authorization" in self.headers,
-            )
-        )
+        self._log(status, len(body) // 2)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)

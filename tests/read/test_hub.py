@@ -137,8 +137,11 @@ def hub_env(srv: HubServer | str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def ckpt(srv: HubServer | str, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The `ckpt` CLI in a subprocess, run from an empty folder so that no `org/name` exists locally."""
+def ckpt(
+    srv: HubServer | str, home: Path, *args: str, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The `ckpt` CLI in a subprocess, run from an empty folder so that no `org/name` exists locally; past `timeout`
+    seconds it is killed and the test fails."""
     cwd = home / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
@@ -147,7 +150,7 @@ def ckpt(srv: HubServer | str, home: Path, *args: str, **env: str) -> subprocess
         env=hub_env(srv, home, **env),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
