@@ -35,8 +35,7 @@ import vllm
 from vllm.config import LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config
 
 # The set-up `ckpt doctor --vllm` runs too (one copy; the repo root is on sys.path: run.py).
-from ckpt_tools.vllm_dry.meta_load import error_text
-from ckpt_tools.vllm_dry.meta_load import import_all as _import_all
+from ckpt_tools.vllm_dry.meta_load import error_text, selectors
 from ckpt_tools.vllm_dry.meta_load import init_parallel as _init_parallel
 
 VLLM_VERSION = vllm.__version__
@@ -118,34 +117,10 @@ class KernelRequested(Exception):
         self.selector, self.kwargs, self.owner = selector, kwargs, owner
 
 
-def _selector_names(module: object) -> list[str]:
-    return [
-        n
-        for n in vars(module)
-        if (n.startswith("select_") and n.endswith("_backend")) or (n.startswith("init_") and n.endswith("_kernel"))
-    ]
-
-
-_SELECTORS: list[tuple[object, str, object]] = []
-
-
 def _selectors() -> list[tuple[object, str, object]]:
-    """(module, name, original) for every kernel / backend selector in vLLM's model-executor modules."""
-    if not _SELECTORS:
-        for package in (
-            "vllm.model_executor.layers.quantization",
-            "vllm.model_executor.layers.fused_moe",
-            "vllm.model_executor.kernels",
-        ):
-            _import_all(package)
-        for name, module in list(sys.modules.items()):
-            if name.startswith("vllm.model_executor.") and module is not None:
-                _SELECTORS.extend(
-                    (module, attr, getattr(module, attr))
-                    for attr in _selector_names(module)
-                    if callable(getattr(module, attr))
-                )
-    return _SELECTORS
+    """(module, name, original) for every GPU kernel / MoE backend selector this check intercepts: the ones `--vllm`
+    stubs (meta_load.selectors), less `choose_*_kernel`, which return a kernel class rather than pick a backend."""
+    return [(module, attr, original) for module, attr, original in selectors() if not attr.startswith("choose_")]
 
 
 def _raiser(selector: str) -> Any:
