@@ -7,7 +7,7 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -357,79 +357,9 @@ def component_fixed_by(prefix: str, family: Family) -> bool:
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
 
 
-def component_lookup(family: Family) -> Callable[[str], str]:
-    """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
-    its prefix fixes it, and so do the modules below one fixed four-segment head (`model.language_model.layers.7`),
-    so most names cost one dictionary lookup and `component_of` runs about once per layer."""
-    of_module = module_component_lookup(family)
-    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
-
-    def lookup(name: str) -> str:
-        prefix = name.rpartition(".")[0]
-        try:
-            component = shared[prefix]
-        except KeyError:
-            component = shared[prefix] = of_module(prefix, name)
-        return component if component is not None else component_of(name, family)
-
-    return lookup
-
-
-def components_of(names: Sequence[str], family: Family) -> list[str]:
-    """`component_lookup(family)` of every name, in order."""
-    return list(map(component_lookup(family), names))
-
-
-def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:
-    """The components of every tensor name of `modules` (`component_of` of each), answered once per four-segment
-    head where the head fixes them (`component_fixed_by`: then `component_of` answers the same for every name below
-    the head, so one name of the first module under it answers for all)."""
-    prefixes = list(modules)
-    heads = [".".join(prefix.split(".", 4)[:4]) for prefix in prefixes]
-    first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
-    found: set[str] = set()
-    undecided: set[str] = set()  # heads whose names each decide
-    for head, prefix in first.items():
-        if component_fixed_by(head, family):  # four segments at least, below a root
-            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
-        else:
-            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
-    for prefix, head in zip(prefixes, heads, strict=True):
-        if head in undecided:
-            found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
-    return found
-
-
 def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
-    """`module_components(ckpt.modules, family)`."""
-    return module_components(ckpt.modules, family)
-
-
-def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
-    """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
-    prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""
-    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
-
-    def of_module(prefix: str, name: str) -> str | None:
-        if prefix.count(".") < 3:
-            return None
-        head = prefix if prefix.count(".") == 3 else prefix[: _nth_dot(prefix, 4)]
-        try:
-            return heads[head]
-        except KeyError:
-            component = component_of(name, family) if component_fixed_by(head, family) else None
-            heads[head] = component
-            return component
-
-    return of_module
-
-
-def _nth_dot(text: str, n: int) -> int:
-    """The index of the `n`-th dot of `text` (which has at least `n`)."""
-    at = -1
-    for _ in range(n):
-        at = text.index(".", at + 1)
-    return at
+    """The components of every tensor name of the checkpoint (`component_of` of each)."""
+    return {component_of(name, family) for name in ckpt.tensors}
 
 
 @lru_cache(maxsize=4096)
