@@ -15,7 +15,7 @@ from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .detect.resolve import Detection, ModuleRow, RowClass, component_of
+from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_of
 from .knowledge.hardware import Hardware
 from .load.accounting import LoadAccounting
 from .load.layers import LayerLoad, per_layer, tensors_per_layer, text_lines
@@ -215,13 +215,25 @@ def inspect_checkpoint(
 
 
 def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
-    """Tensors and bytes per (component, dtype), sorted."""
+    """Tensors and bytes per (component, dtype), sorted.
+
+    WHY an expert module's component is its experts prefix's: every tensor below a prefix that fixes the component
+    (`component_fixed_by`) has that prefix's component, so it is worked out once per MoE layer instead of once per
+    expert tensor; every other tensor is looked up by name."""
+    family = det.family
+    fixed: dict[str, str] = {}  # expert module name -> the component of each of its tensors
+    for prefix, group in ckpt.experts.items():
+        if component_fixed_by(prefix, family):
+            component = component_of(prefix + ".", family)
+            fixed.update((module.name, component) for projs in group.experts.values() for module in projs.values())
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
-    for t in ckpt.tensors.values():
-        key = (component_of(t.name, det.family), t.dtype)
-        counts[key] += 1
-        sizes[key] += t.nbytes
+    for name, module in ckpt.modules.items():
+        component = fixed.get(name)
+        for t in module.tensors.values():
+            key = (component or component_of(t.name, family), t.dtype)
+            counts[key] += 1
+            sizes[key] += t.nbytes
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 

@@ -4,7 +4,7 @@ kv-cache-config-mismatch (CK303)."""
 from __future__ import annotations
 
 from ..detect.resolve import component_of
-from ..knowledge.kv_scales import is_kv_scale_name
+from ..knowledge.kv_scales import attention, is_kv_scale_name
 from ._memo import once_per
 from .base import Context
 
@@ -12,7 +12,11 @@ from .base import Context
 @once_per
 def kv_tensors(ctx: Context) -> list[str]:
     """KV-cache scale tensors outside the vision tower, sorted."""
+    wanted = {*attention().scale_suffixes, "output_scale"}  # the suffixes `is_kv_scale_name` can accept
     family = ctx.det.family
     return sorted(
-        name for name in ctx.ckpt.tensors if is_kv_scale_name(name) and component_of(name, family) != "vision"
+        t.name
+        for module in ctx.ckpt.modules.values()
+        for suffix, t in module.tensors.items()
+        if suffix in wanted and is_kv_scale_name(t.name) and component_of(t.name, family) != "vision"
     )

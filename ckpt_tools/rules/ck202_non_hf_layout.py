@@ -5,6 +5,8 @@ from collections.abc import Iterable
 
 from ..knowledge.architectures import is_explicit, markers
 from ..knowledge.layouts import ForeignLayout, foreign_layouts
+from ..model.checkpoint import Checkpoint
+from ._experts import first_tensor, non_expert_modules
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
 
@@ -17,7 +19,9 @@ Verdict = tuple[str, str, ForeignLayout | None] | None  # ("unrooted" | "homeles
 
 
 class _Placement:
-    """Where each tensor name stands against the architecture family's roots."""
+    """Where each tensor name stands against the architecture family's roots. The verdict depends on a name's first
+    four segments and on the foreign prefixes it starts with, so it is decided once per prefix that holds both: per
+    module, and per MoE experts prefix (all its experts share it)."""
 
     def __init__(self, ctx: Context) -> None:
         self.family = ctx.det.family
@@ -30,6 +34,9 @@ class _Placement:
             for layout in foreign_layouts()
             if not layout.architecture_suffix or arch.endswith(layout.architecture_suffix)
         ]
+        self.longest = max((len(p) for layout in self.applicable for p in layout.prefixes), default=0)
+        self.by_module: dict[str, Verdict] = {}
+        self.by_layer: dict[str, Verdict] = {}
 
     def classify(self, name: str) -> Verdict:
         hit = self.family.root_of(name)
@@ -45,6 +52,53 @@ class _Placement:
             return "homeless", f"{prefix}{first}.*", None
         return None
 
+    def decides(self, prefix: str) -> bool:
+        return prefix.count(".") >= 3 and len(prefix) >= self.longest
+
+    def _layer_verdict(self, layer: str, name: str) -> Verdict:
+        if layer not in self.by_layer:
+            self.by_layer[layer] = self.classify(name)
+        return self.by_layer[layer]
+
+    def flagged(self, module: str, held) -> bool:
+        """Whether any tensor of `module` gets a verdict (filling the caches `verdict` reads)."""
+        where = held.expert
+        if where is not None and self.decides(where[0]):
+            self.by_module[module] = self._layer_verdict(where[0], next(iter(held.tensors.values())).name)
+            return self.by_module[module] is not None
+        if self.decides(module):
+            self.by_module[module] = self.classify(next(iter(held.tensors.values())).name)
+            return self.by_module[module] is not None
+        return any(self.classify(t.name) is not None for t in held.tensors.values())
+
+    def verdict(self, name: str, held) -> Verdict:
+        module = name.rpartition(".")[0]
+        try:
+            return self.by_module[module]
+        except KeyError:
+            pass
+        where = held.expert if held is not None else None
+        if where is not None and self.decides(where[0]):
+            verdict = self._layer_verdict(where[0], name)
+        else:
+            verdict = self.classify(name)
+        if self.decides(module):
+            self.by_module[module] = verdict
+        return verdict
+
+
+def _any_flagged(place: _Placement, ckpt: Checkpoint) -> bool:
+    """Whether any tensor gets a verdict. WHY per layer: below an experts prefix that `decides`, every name shares
+    the prefix's verdict (`_Placement`), so one tensor of the layer stands for all of its experts."""
+    modules = ckpt.modules
+    for layer, group in ckpt.experts.items():
+        if place.decides(layer):
+            if place._layer_verdict(layer, first_tensor(group)) is not None:
+                return True
+        elif any(place.flagged(m.name, m) for projs in group.experts.values() for m in projs.values()):
+            return True
+    return any(place.flagged(name, modules[name]) for name in non_expert_modules(ckpt))
+
 
 @once_per
 def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLayout], dict[str, list[str]]]:
@@ -54,8 +108,13 @@ def _misplaced(ctx: Context) -> tuple[dict[str, list[str]], dict[str, ForeignLay
     layouts: dict[str, ForeignLayout] = {}
     homeless: dict[str, list[str]] = defaultdict(list)
     place = _Placement(ctx)
+    modules = ctx.ckpt.modules
+    # A healthy checkpoint has nothing to report: one verdict per experts prefix and one per other module show it.
+    # Only when something is found are the names gathered, in tensor order.
+    if not _any_flagged(place, ctx.ckpt):
+        return unrooted, layouts, homeless
     for name in ctx.ckpt.tensors:
-        verdict = place.classify(name)
+        verdict = place.verdict(name, modules.get(name.rpartition(".")[0]))
         if verdict is None:
             continue
         kind, key, layout = verdict
