@@ -345,9 +345,29 @@ def component_fixed_by(prefix: str, family: Family) -> bool:
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
 
 
+def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:
+    """The components of every tensor name of `modules` (`component_of` of each). WHY once per four-segment head
+    where the head fixes them: `component_fixed_by` says `component_of` then answers the same for every name below
+    the head, so one name of the first module under it answers for all."""
+    prefixes = list(modules)
+    heads = [".".join(prefix.split(".", 4)[:4]) for prefix in prefixes]
+    first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
+    found: set[str] = set()
+    undecided: set[str] = set()  # heads whose names each decide
+    for head, prefix in first.items():
+        if component_fixed_by(head, family):  # four segments at least, below a root
+            found.add(component_of(next(iter(modules[prefix].tensors.values())).name, family))
+        else:
+            undecided.add(head)  # a short prefix is its own head (`split` gave fewer than four segments)
+    for prefix, head in zip(prefixes, heads, strict=True):
+        if head in undecided:
+            found.update(component_of(t.name, family) for t in modules[prefix].tensors.values())
+    return found
+
+
 def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
-    """The components of every tensor name of the checkpoint (`component_of` of each)."""
-    return {component_of(name, family) for name in ckpt.tensors}
+    """`module_components(ckpt.modules, family)`."""
+    return module_components(ckpt.modules, family)
 
 
 @lru_cache(maxsize=4096)
@@ -413,11 +433,13 @@ class _Resolver:
         return hit
 
     def find_forced(self, names: Iterable[str]) -> None:
-        """Fill `forced` (module name -> why the model builds it unquantized) for `names`: each pattern is one
-        C-level filter over the names, the first pattern that matches a name gives its reason."""
-        names = list(names)
-        for pattern, reason in reversed(self.forced_unquantized):
-            self.forced.update(dict.fromkeys(filter(pattern.search, names), f"(built unquantized by vLLM: {reason})"))
+        """Fill `forced` (module name -> why the model builds it unquantized) for `names`: the first pattern that
+        matches a name gives its reason."""
+        for name in names:
+            for pattern, reason in self.forced_unquantized:
+                if pattern.search(name):
+                    self.forced[name] = f"(built unquantized by vLLM: {reason})"
+                    break
 
     def _applicable_forced_unquantized(self) -> list:
         """The rules/modules.toml entries that apply to this family, producer and config, decided once."""
