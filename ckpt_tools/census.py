@@ -224,8 +224,8 @@ def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
     fixed: dict[str, str] = {}  # expert module name -> the component of each of its tensors
     for prefix, group in ckpt.experts.items():
         if component_fixed_by(prefix, family):
-            component = component_of(prefix + ".", family)
-            fixed.update((module.name, component) for projs in group.experts.values() for module in projs.values())
+            shared = component_of(prefix + ".", family)
+            fixed.update((module.name, shared) for projs in group.experts.values() for module in projs.values())
     counts: Counter[tuple[str, str]] = Counter()
     sizes: Counter[tuple[str, str]] = Counter()
     for name, module in ckpt.modules.items():

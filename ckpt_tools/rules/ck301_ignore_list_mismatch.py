@@ -252,6 +252,6 @@ class IgnoreListMismatch(Rule):
 
 def _split_drafter(parts: list[_Part], dropped: tuple[str, ...]) -> tuple[list[_Part], list[_Part]]:
     """(parts with the names outside `dropped`, parts with the names under it), each class's names in their order."""
-    main = [(c, [n for n in names if not n.startswith(dropped)]) for c, names in parts]
-    drafter = [(c, [n for n in names if n.startswith(dropped)]) for c, names in parts]
+    main: list[_Part] = [(c, [n for n in names if not n.startswith(dropped)]) for c, names in parts]
+    drafter: list[_Part] = [(c, [n for n in names if n.startswith(dropped)]) for c, names in parts]
     return main, drafter
