@@ -146,8 +146,11 @@ def test_moe_defects_are_reported_on_the_members_that_have_them(tmp_path: Path) 
     assert "model.layers.0.mlp.experts.2.gate_proj.input_scale" in gaps["all"]
 
 
-def test_name_templates_replace_digits() -> None:
+def test_name_templates_replace_digits_and_keep_names_holding_the_separator() -> None:
     assert name_templates(["model.layers.12.mlp.experts.3.w1", "lm_head"]) == [
         "model.layers.##.mlp.experts.#.w#",
         "lm_head",
     ]
+    odd = ["a.1", "b\n2"]
+    assert name_templates(odd) == odd
+    assert name_templates([]) == []
