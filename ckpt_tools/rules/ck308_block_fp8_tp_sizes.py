@@ -183,6 +183,15 @@ def tp_verdicts(ctx: Context, built: list[Layer], bn: int, bk: int) -> TpVerdict
     return TpVerdicts(tuple(valid), tuple(by_heads), blocked)
 
 
+def refused_layer(ctx: Context, tp: int) -> str | None:
+    """The layer whose block shape vLLM refuses at tensor-parallel size `tp` (the first CK308 names), if any."""
+    rows = block_rows(ctx)
+    block = _block_size(ctx, rows) if rows else None
+    if block is None or _heads_ok(ctx, tp) is not None:
+        return None
+    return next((layer.name for layer in layers(ctx, rows) if _block_ok(ctx, layer, tp, *block)), None)
+
+
 def _message(verdicts: TpVerdicts, bn: int, bk: int, moe: bool) -> str:
     ruled = ", ".join(str(tp) for tp in verdicts.blocked)
     tp, why = next(iter(verdicts.blocked.items()))
