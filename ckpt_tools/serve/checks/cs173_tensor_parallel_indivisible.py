@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ...plan.limits import tensor_parallel_refusal, tensor_parallel_sizes
 from ...rules.base import Finding
@@ -44,8 +45,16 @@ class TensorParallelIndivisible(ServeCheck):
             tp = parse_int(f.value, "int")
         except ValueError:
             return  # not a number: the flag table's value check reports it
-        cfg = ctx.analysis.checkpoint.text_config
-        refusal = tensor_parallel_refusal(cfg, tp)
-        if refusal:
-            fewer = [n for n in tensor_parallel_sizes(cfg) if n < tp]
-            yield self.finding(refusal, fix=f"--tensor-parallel-size {fewer[-1]}" if fewer else None)
+        finding = tensor_parallel_finding(ctx.analysis.checkpoint.text_config, tp)
+        if finding is not None:
+            yield finding
+
+
+def tensor_parallel_finding(cfg: Mapping[str, Any], tp: int) -> Finding | None:
+    """This check's finding on `--tensor-parallel-size tp` for a model with this text config, or None: what
+    check-serve says of a command, and `ckpt plan -tp` of its settings."""
+    refusal = tensor_parallel_refusal(cfg, tp)
+    if not refusal:
+        return None
+    fewer = [n for n in tensor_parallel_sizes(cfg) if n < tp]
+    return TensorParallelIndivisible().finding(refusal, fix=f"--tensor-parallel-size {fewer[-1]}" if fewer else None)
