@@ -238,7 +238,8 @@ class BlockFp8TpSizes(Rule):
     128; block-quantizing a model whose dimensions are not multiples of the block.
 
     Fix
-    Serve with one of the valid sizes listed in the finding (`ckpt serve-flags` picks one), use expert parallelism
+    Serve with one of the valid sizes listed in the finding (a command, `ckpt serve-flags -tp N` or `ckpt plan -tp
+    N` naming a ruled-out size is block-fp8-tp-size's error, CS174), use expert parallelism
     (`--enable-expert-parallel`) when only the MoE split fails, or re-export with a smaller block.
     """
 

@@ -14,8 +14,8 @@ class TensorParallelIndivisible(ServeCheck):
 
     What it catches
     A --tensor-parallel-size that does not divide the text config's `num_attention_heads` (vLLM's own check), or,
-    on a hybrid model, its linear-attention (GatedDeltaNet) heads. The same check `ckpt plan -tp N` refuses with
-    (ckpt_tools/plan/limits.py), so plan, check-serve and serve-flags give one verdict.
+    on a hybrid model, its linear-attention (GatedDeltaNet) heads (ckpt_tools/plan/limits.py). `ckpt plan -tp N`
+    and `ckpt serve-flags -tp N` report this very finding, so plan, check-serve and serve-flags give one verdict.
 
     Why it matters
     vLLM refuses to start: 'Total number of attention heads (28) must be divisible by tensor parallel size (3).'
