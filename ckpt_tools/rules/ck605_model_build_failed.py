@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 from ._load_model import accounting, findings_of
 from .base import Context, Finding, Rule, register
-from .ck308_block_fp8_tp_sizes import refused_layer
+from .ck308_block_fp8_tp_sizes import ruled_out
 
 
 @register
@@ -46,5 +46,6 @@ def _block_shape_refusal(ctx: Context) -> bool:
     error = accounting(ctx).build_error
     if error is None:
         return False
-    layer = refused_layer(ctx, 1)
+    refusal = ruled_out(ctx, 1)
+    layer = refusal[0].partition(":")[0] if refusal else None  # a reason starts with the layer it names
     return layer is not None and f"`{layer}`" in error
