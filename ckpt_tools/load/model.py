@@ -16,7 +16,7 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
-from ..knowledge.architectures import markers
+from ..knowledge.architectures import Family, markers
 from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name, renaming
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
@@ -55,9 +55,9 @@ def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = Tr
     the same entries
     the whole accounting has (`_Model.problems` says why)."""
     arch = _architecture(ckpt)
-    judged_by = _judged_by(det)
+    judge = judged_by(det)
     if det.rejection is not None:  # the config is refused before any layer is built
-        return LoadAccounting("model", judged_by, arch, build_error=det.rejection)
+        return LoadAccounting("model", judge, arch, build_error=det.rejection)
     model = _Model(ckpt, det, model_class(arch))
     if every_tensor:
         model.rows.update((n, c.row) for c in det.classes for n in c.names)
@@ -66,15 +66,15 @@ def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = Tr
     else:
         model.problems()
     if model.build_errors:
-        return LoadAccounting("model", judged_by, arch, build_error="; ".join(model.build_errors))
+        return LoadAccounting("model", judge, arch, build_error="; ".join(model.build_errors))
     fates, fills = tuple(model.fates), model.fills()
     if not every_tensor:
         fates = tuple(f for f in fates if f.fate != "loaded" or f.problem is not None)
         fills = tuple(p for p in fills if (not p.filled or p.partial) and p.default is None)
-    return LoadAccounting(judge="model", judged_by=judged_by, architecture=arch, tensors=fates, parameters=fills)
+    return LoadAccounting(judge="model", judged_by=judge, architecture=arch, tensors=fates, parameters=fills)
 
 
-def _judged_by(det: Detection) -> str:
+def judged_by(det: Detection) -> str:
     """`vLLM 0.33.0`, or, under a runtime profile of another release, which release's loader judged it."""
     release, version = loader().release, det.runtime.vllm_version
     return f"vLLM {release}" if version == release else f"vLLM {release} (runtime {det.runtime.id} is vLLM {version})"
@@ -83,6 +83,28 @@ def _judged_by(det: Detection) -> str:
 def _architecture(ckpt: Checkpoint) -> str | None:
     archs = (ckpt.config or {}).get("architectures")
     return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
+def vllm_name(family: Family, mc: ModelClass, name: str) -> str | None:
+    """A checkpoint name (or prefix) as vLLM's loader sees it: the family's hf_to_vllm_mapper, then the model
+    class's own text-model mapper (`inner_prefix_map`); None when the mapper drops it."""
+    if any(name.startswith(p) for p in family.dropped_prefixes):
+        return None
+    for old, new in family.vllm_prefix_map:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+            break
+    for old, new in mc.inner_prefix_map:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
+
+def maps_back(ckpt: Checkpoint, det: Detection, old: str, new: str) -> bool:
+    """Whether vLLM's mappers bring names under prefix `old` to where names under `new` go (a doubled
+    `model.language_model.` on Qwen3.5, which its text model strips again): vLLM then loads them where they belong."""
+    mc = model_class(_architecture(ckpt))
+    return vllm_name(det.family, mc, old) == vllm_name(det.family, mc, new)
 
 
 @dataclass(frozen=True)
@@ -122,7 +144,6 @@ class _Model:
         # otherwise): filled from `Detection.classes` as they are met.
         self.rows: dict[str, ModuleRow] = {}
         self.family = det.family
-        self.prefix_map = det.family.vllm_prefix_map
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
         self.stacked = {shard: (fused, sid) for fused, shard, sid in mc.stacked}
@@ -192,16 +213,7 @@ class _Model:
     # ---- names ---------------------------------------------------------------------------------------------------
     def vllm_name(self, name: str) -> str | None:
         """The name after the class's hf_to_vllm_mapper; None when the mapper drops it."""
-        if any(name.startswith(p) for p in self.dropped):
-            return None
-        for old, new in self.prefix_map:
-            if name.startswith(old):
-                name = new + name[len(old) :]
-                break
-        for old, new in self.mc.inner_prefix_map:
-            if name.startswith(old):
-                return new + name[len(old) :]
-        return name
+        return vllm_name(self.family, self.mc, name)
 
     def relative(self, name: str) -> str:
         p = self.mc.inner_prefix
