@@ -98,6 +98,10 @@ class _Built:
     bits: int | None = None
 
 
+# What the load model knows of a module it has no knowledge of (a norm, a convolution): nothing but its name.
+_UNMODELLED = _Built({}, frozenset(), frozenset(), "the layer")
+
+
 @dataclass
 class _Param:
     name: str
@@ -117,6 +121,7 @@ class _Model:
         # The rows of the modules judged (all of them for the whole accounting, the classes with something to say
         # otherwise): filled from `Detection.classes` as they are met.
         self.rows: dict[str, ModuleRow] = {}
+        self.family = det.family
         self.prefix_map = det.family.vllm_prefix_map
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
@@ -150,6 +155,7 @@ class _Model:
         fused parameter expects every sibling). Every other module outside a row class is loaded unchecked."""
         ckpt, modules = self.ckpt, self.ckpt.modules
         special = set(filter(methodcaller("endswith", (".embed_tokens", ".rotary_emb")), modules))
+        special.update(filter(self.family.belongs_at, modules))
         if self.dropped:
             special.update(filter(methodcaller("startswith", tuple(self.dropped)), modules))
         layouts = ckpt.layouts
@@ -190,6 +196,10 @@ class _Model:
             return None
         for old, new in self.prefix_map:
             if name.startswith(old):
+                name = new + name[len(old) :]
+                break
+        for old, new in self.mc.inner_prefix_map:
+            if name.startswith(old):
                 return new + name[len(old) :]
         return name
 
@@ -222,6 +232,11 @@ class _Model:
             return
         vname = vname[:-1]
         built = self.built(name, module)
+        belongs = self.family.belongs_at(name)
+        # Misnested, and vLLM's mappers do not bring it back where it belongs.
+        if belongs is not None and self.vllm_name(belongs + ".") != vname + ".":
+            self.misnested_module(name, vname, belongs, module, built)
+            return
         owner = self.owner(name) if built is not None else None
         proj = name.rpartition(".")[2]
         if built is not None:
@@ -239,6 +254,45 @@ class _Model:
                 # An unrenamed KV-scale name that raises is kv-scale-naming's (CK203), which says how to rename it.
                 rule = owner or (KV_SCALE_NAMING if is_kv_scale_name(tensor) else None)
                 self.fates.append(replace(fate, owner=rule) if rule and fate.problem else fate)
+
+    def misnested_module(self, name: str, vname: str, belongs: str, module: Module, built: _Built | None) -> None:
+        """A module nested under another component's root (misnested-prefix, CK201, reports it and its fix). vLLM
+        has no module at its name: the inner model's loader raises on every one of its tensors, naming the first
+        segment it lacks (`visual`). The layer vLLM does build for it, where it belongs (`visual.blocks.0.attn.qkv`
+        for `model.language_model.visual.blocks.0.attn.qkv`, built as the config declares that name), gets none of
+        them: its parameters stay unfilled (filled only where the checkpoint also holds the module at its place)."""
+        lacking = self.relative(vname).split(".", 1)[0]
+        for suffix in module.tensors:
+            tensor = f"{name}.{suffix}"
+            if self.skip.search(tensor):
+                self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
+                continue
+            self.fates.append(
+                TensorFate(
+                    tensor,
+                    "fatal",
+                    error=f"ValueError: There is no module or parameter named '{lacking}' in {self.mc.inner_class}",
+                    reason=f"it belongs at `{belongs}.{suffix}`",
+                    problem="no-parameter",
+                    owner=MISNESTED_PREFIX,
+                )
+            )
+        target = self.vllm_name(belongs + ".")
+        if target is None:  # where it belongs, the mapper drops it: nothing is built for it
+            return
+        layer = built or _UNMODELLED
+        proj = belongs.rpartition(".")[2]
+        suffixes: set[str] | frozenset[str]
+        if built is None:  # a module the model does not describe: a parameter per tensor, of the same name
+            suffixes = {s for s in module.tensors if not self.skip.search(f"{name}.{s}")}
+        else:
+            suffixes = built.must_fill | built.unused | (module.suffixes & set(built.params))
+        for suffix in sorted(suffixes):
+            pname, sid = self.param_of(target[:-1], proj, suffix)
+            param = self.param(pname, layer, suffix, MISNESTED_PREFIX)
+            param.unused = param.unused or suffix in layer.unused
+            param.expected.add(sid)
+            param.sources.setdefault(sid, f"{name}.{suffix}")
 
     def register(self, name: str, vname: str, proj: str, module: Module, built: _Built, owner: str | None) -> None:
         """The parameters this module's layer registers, each with the shards it expects and the checkpoint tensor

@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..knowledge.architectures import markers
 from ._experts import first_tensor, non_expert_modules
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
@@ -16,23 +15,8 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
     Layouts come from rules/architectures.toml: a component marker (`visual`, `language_model`, ...) found directly
     below another component's root is mis-nested; it belongs at its own component's canonical root.
     """
-    family = ctx.det.family
-    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+    move = ctx.det.family.misnesting
     plan: dict[tuple[str, str], list[str]] = defaultdict(list)
-
-    def move(name: str) -> tuple[str, str] | None:
-        hit = family.root_of(name + ".")
-        if hit is None:
-            return None
-        root, prefix = hit
-        first = name[len(prefix) :].split(".", 1)[0]
-        if root.children is None or first in root.children:
-            return None
-        comp = comp_of_marker.get(first)
-        if comp is None:
-            return None
-        new = prefix if comp == root.component else family.canonical_root(comp)
-        return None if new is None else (prefix + first + ".", new)
 
     # The answer depends on the first four segments only: every expert below one experts prefix that long shares it,
     # so a healthy checkpoint shows itself with one answer per such prefix and one per other module.
