@@ -1,5 +1,5 @@
 """A short, seeded run of the differential header fuzzer (bench/fuzz_headers.py): ckpt's verdict and tensor names
-equal the safetensors reader's on every generated file, and nothing raises. The long run is in the README."""
+equal the safetensors reader's on every generated file, and nothing raises. The long run is in CONTRIBUTING.md."""
 
 from __future__ import annotations
 
