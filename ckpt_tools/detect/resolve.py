@@ -610,7 +610,7 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
     - embedding or not (a 2-D weight): the projection name, the member's last segment;
     - component: fixed by the experts prefix when `component_fixed_by` says so, else found per member.
     Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
-    `experts.1`) is judged on its own, as before."""
+    `experts.1`) is judged on its own."""
     modules = ckpt.modules
     resolver.find_forced(modules)
     out, found, claimed = _expert_classes(ckpt, family, resolver)

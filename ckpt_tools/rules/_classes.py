@@ -40,7 +40,7 @@ def row_classes(ctx: Context) -> tuple[RowClass, ...]:
 
 
 def templates_of(names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
-    """The members' name templates, and each distinct template with the first member that has it (in C)."""
+    """The members' name templates, and each distinct template with the first member that has it."""
     templates = name_templates(list(names))
     first = dict(zip(reversed(templates), reversed(names), strict=True))  # later items overwrite: the first stays
     return templates, first
