@@ -10,12 +10,11 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, filterfalse, repeat
-from operator import attrgetter, eq, itemgetter, methodcaller, sub
+from operator import attrgetter, itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_lookup, component_of
+from .detect.resolve import Detection, ModuleRow, RowClass, component_fixed_by, component_of
 from .knowledge.hardware import Hardware
 from .load.accounting import LoadAccounting
 from .load.layers import LayerLoad, per_layer, tensors_per_layer, text_lines
@@ -212,38 +211,23 @@ def inspect_checkpoint(
 def census(ckpt: Checkpoint, det: Detection) -> tuple[CensusRow, ...]:
     """Tensors and bytes per (component, dtype), sorted.
 
-    Every tensor below an experts prefix that fixes the component (`component_fixed_by`) has that prefix's
-    component, so those tensors are counted in bulk (C-level maps over the expert modules `Checkpoint.experts`
-    holds); every other tensor is looked up by name."""
+    WHY an expert module's component is its experts prefix's: every tensor below a prefix that fixes the component
+    (`component_fixed_by`) has that prefix's component, so it is worked out once per MoE layer instead of once per
+    expert tensor; every other tensor is looked up by name."""
     family = det.family
-    by_component: dict[str, list[TensorInfo]] = {}
-    bulk: set[str] = set()  # the modules counted in bulk
+    fixed: dict[str, str] = {}  # expert module name -> the component of each of its tensors
     for prefix, group in ckpt.experts.items():
-        if not component_fixed_by(prefix, family):
-            continue
-        held = list(chain.from_iterable(map(methodcaller("values"), group.experts.values())))
-        bulk.update(map(attrgetter("name"), held))
-        below = chain.from_iterable(map(methodcaller("values"), map(attrgetter("tensors"), held)))
-        first = next(iter(held[0].tensors.values())).name
-        by_component.setdefault(component_of(first, family), []).extend(below)
-    lookup = component_lookup(family)
-    modules = ckpt.modules
-    for name in filterfalse(bulk.__contains__, modules):
-        for t in modules[name].tensors.values():
-            by_component.setdefault(lookup(t.name), []).append(t)
-    counts: dict[tuple[str, str], int] = {}
-    sizes: dict[tuple[str, str], int] = {}
-    for component, tensors in by_component.items():
-        dtypes = list(map(attrgetter("dtype"), tensors))
-        nbytes = list(map(sub, map(attrgetter("end"), tensors), map(attrgetter("begin"), tensors)))  # TensorInfo.nbytes
-        per_dtype = Counter(dtypes)
-        left = sum(nbytes)
-        *others, last = per_dtype  # the last dtype's bytes are what the others leave: one pass fewer
-        for dtype in others:
-            size = sum(compress(nbytes, map(eq, dtypes, repeat(dtype))))
-            counts[(component, dtype)], sizes[(component, dtype)] = per_dtype[dtype], size
-            left -= size
-        counts[(component, last)], sizes[(component, last)] = per_dtype[last], left
+        if component_fixed_by(prefix, family):
+            shared = component_of(prefix + ".", family)
+            fixed.update((module.name, shared) for projs in group.experts.values() for module in projs.values())
+    counts: Counter[tuple[str, str]] = Counter()
+    sizes: Counter[tuple[str, str]] = Counter()
+    for name, module in ckpt.modules.items():
+        component = fixed.get(name)
+        for t in module.tensors.values():
+            key = (component or component_of(t.name, family), t.dtype)
+            counts[key] += 1
+            sizes[key] += t.nbytes
     return tuple(CensusRow(c, d, n, sizes[(c, d)]) for (c, d), n in sorted(counts.items()))
 
 

@@ -7,12 +7,12 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import chain, filterfalse
-from operator import attrgetter, itemgetter, methodcaller
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -319,25 +319,13 @@ def _kv_cache(view: QuantConfigView, producer: str) -> str | None:
 
 def is_linear_candidate(module: Module) -> bool:
     """A module vLLM builds as a linear layer or expert projection: a 2-D (possibly packed) weight, not an embedding."""
-    fit = _linear_weight(module)
-    return fit is True or (fit is None and _not_embedding(module.name))
-
-
-def _linear_weight(module: Module) -> bool | None:
-    """What a module's weight says of `is_linear_candidate` (its layout alone): True (a linear weight), False (no
-    weight, or not a linear one), None (a 2-D weight: linear unless the module's name is an embedding's)."""
     w = module.weight
     if w is None:
         return False
     if len(w.shape) != 2:
         # gpt-oss fused experts: `*_blocks` [E, rows, cols/32, 16], one module for the whole expert bank
         return len(w.shape) == 4 and w.name.endswith("_proj_blocks")
-    return None
-
-
-def _not_embedding(name: str) -> bool:
-    last = name.rsplit(".", 1)[-1]
-    return not model_config().is_embedding(last)
+    return not model_config().is_embedding(module.name.rsplit(".", 1)[-1])
 
 
 def component_of(name: str, family: Family) -> str:
@@ -357,33 +345,10 @@ def component_fixed_by(prefix: str, family: Family) -> bool:
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
 
 
-def component_lookup(family: Family) -> Callable[[str], str]:
-    """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
-    its prefix fixes it, and so do the modules below one fixed four-segment head (`model.language_model.layers.7`),
-    so most names cost one dictionary lookup and `component_of` runs about once per layer."""
-    of_module = module_component_lookup(family)
-    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
-
-    def lookup(name: str) -> str:
-        prefix = name.rpartition(".")[0]
-        try:
-            component = shared[prefix]
-        except KeyError:
-            component = shared[prefix] = of_module(prefix, name)
-        return component if component is not None else component_of(name, family)
-
-    return lookup
-
-
-def components_of(names: Sequence[str], family: Family) -> list[str]:
-    """`component_lookup(family)` of every name, in order."""
-    return list(map(component_lookup(family), names))
-
-
 def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:
-    """The components of every tensor name of `modules` (`component_of` of each), answered once per four-segment
-    head where the head fixes them (`component_fixed_by`: then `component_of` answers the same for every name below
-    the head, so one name of the first module under it answers for all)."""
+    """The components of every tensor name of `modules` (`component_of` of each). WHY once per four-segment head
+    where the head fixes them: `component_fixed_by` says `component_of` then answers the same for every name below
+    the head, so one name of the first module under it answers for all."""
     prefixes = list(modules)
     heads = [".".join(prefix.split(".", 4)[:4]) for prefix in prefixes]
     first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
@@ -403,33 +368,6 @@ def module_components(modules: Mapping[str, Module], family: Family) -> set[str]
 def tensor_components(ckpt: Checkpoint, family: Family) -> AbstractSet[str]:
     """`module_components(ckpt.modules, family)`."""
     return module_components(ckpt.modules, family)
-
-
-def module_component_lookup(family: Family) -> Callable[[str, str], str | None]:
-    """(module prefix, one of its tensor names) -> the component of every tensor name of that module when the
-    prefix's four-segment head fixes it (`component_fixed_by`), else None: each name decides."""
-    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
-
-    def of_module(prefix: str, name: str) -> str | None:
-        if prefix.count(".") < 3:
-            return None
-        head = prefix if prefix.count(".") == 3 else prefix[: _nth_dot(prefix, 4)]
-        try:
-            return heads[head]
-        except KeyError:
-            component = component_of(name, family) if component_fixed_by(head, family) else None
-            heads[head] = component
-            return component
-
-    return of_module
-
-
-def _nth_dot(text: str, n: int) -> int:
-    """The index of the `n`-th dot of `text` (which has at least `n`)."""
-    at = -1
-    for _ in range(n):
-        at = text.index(".", at + 1)
-    return at
 
 
 @lru_cache(maxsize=4096)
@@ -499,11 +437,13 @@ class _Resolver:
         return hit
 
     def find_forced(self, names: Iterable[str]) -> None:
-        """Fill `forced` (module name -> why the model builds it unquantized) for `names`: each pattern is one
-        C-level filter over the names, the first pattern that matches a name gives its reason."""
-        names = list(names)
-        for pattern, reason in reversed(self.forced_unquantized):
-            self.forced.update(dict.fromkeys(filter(pattern.search, names), f"(built unquantized by vLLM: {reason})"))
+        """Fill `forced` (module name -> why the model builds it unquantized) for `names`: the first pattern that
+        matches a name gives its reason."""
+        for name in names:
+            for pattern, reason in self.forced_unquantized:
+                if pattern.search(name):
+                    self.forced[name] = f"(built unquantized by vLLM: {reason})"
+                    break
 
     def _applicable_forced_unquantized(self) -> list:
         """The rules/modules.toml entries that apply to this family, producer and config, decided once."""
@@ -670,13 +610,12 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
     - embedding or not (a 2-D weight): the projection name, the member's last segment;
     - component: fixed by the experts prefix when `component_fixed_by` says so, else found per member.
     Every other module (and any expert module `Checkpoint.experts` does not hold, e.g. `experts.01` beside
-    `experts.1`) is judged on its own, as before."""
+    `experts.1`) is judged on its own."""
     modules = ckpt.modules
     resolver.find_forced(modules)
-    judge = _ModuleJudge(ckpt, family, resolver)
-    out, found, claimed = _expert_classes(ckpt, family, resolver, judge)
+    out, found, claimed = _expert_classes(ckpt, family, resolver)
     for name in filterfalse(claimed.__contains__, modules):
-        component, row_class = judge.module(name, modules[name])
+        component, row_class = _module_class(ckpt, family, resolver, name)
         found.add(component)
         if row_class is not None:
             out.append(row_class)
@@ -684,46 +623,19 @@ def _row_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple
     return out, found
 
 
-class _ModuleJudge:
-    """The per-layout and per-name facts `_row_classes` reads of a module, each computed once."""
-
-    def __init__(self, ckpt: Checkpoint, family: Family, resolver: _Resolver) -> None:
-        self.modules, self.of, self.family, self.resolver = ckpt.modules, ckpt.layouts.of, family, resolver
-        self.by_layout: dict[int, tuple[bool | None, Scheme]] = {}
-        self.embed_ok: dict[str, bool] = {}  # a module name's last segment -> not an embedding's
-
-    def layout_facts(self, lid: int, module: Module) -> tuple[bool | None, Scheme]:
-        # What a module's tensors say (is its weight a linear one, its disk scheme) depends on its layout alone.
-        said = self.by_layout.get(lid)
-        if said is None:
-            said = self.by_layout[lid] = (_linear_weight(module), disk_scheme(module))
-        return said
-
-    def linear(self, fit: bool | None, last: str) -> bool:
-        if fit is None:
-            ok = self.embed_ok.get(last)
-            if ok is None:
-                ok = self.embed_ok[last] = _not_embedding(last)
-            return ok
-        return fit
-
-    def module(self, name: str, module: Module) -> tuple[str, RowClass | None]:
-        """(the component of a module judged on its own, its one-member class or None when it is no linear layer)."""
-        family = self.family
-        where = module.expert
-        component = component_of(name + "." if name else "", family)
-        lid = self.of[name]
-        fit, disk = self.layout_facts(lid, module)
-        if not self.linear(fit, where[2] if where is not None else name.rpartition(".")[2]):
-            return component, None
-        judged = self.resolver.declared(module)
-        row_component = component if name else component_of(".", family)
-        return component, RowClass(lid, row_component, judged[0], disk, judged[1], judged[2], (name,))
+def _module_class(ckpt: Checkpoint, family: Family, resolver: _Resolver, name: str) -> tuple[str, RowClass | None]:
+    """(the component of a module judged on its own, its one-member class or None when it is no linear layer)."""
+    module = ckpt.modules[name]
+    component = component_of(name + "." if name else "", family)
+    if not is_linear_candidate(module):
+        return component, None
+    judged = resolver.declared(module)
+    row_component = component if name else component_of(".", family)
+    row = RowClass(ckpt.layouts.of[name], row_component, judged[0], disk_scheme(module), judged[1], judged[2], (name,))
+    return component, row
 
 
-def _expert_classes(
-    ckpt: Checkpoint, family: Family, resolver: _Resolver, judge: _ModuleJudge
-) -> tuple[list[RowClass], set[str], set[str]]:
+def _expert_classes(ckpt: Checkpoint, family: Family, resolver: _Resolver) -> tuple[list[RowClass], set[str], set[str]]:
     """The classes of the expert projections `ckpt.experts` files, their components, and the module names they
     claim (`_row_classes`)."""
     modules = ckpt.modules
@@ -739,18 +651,12 @@ def _expert_classes(
     for prefix, group in ckpt.experts.items():
         fixed = component_fixed_by(prefix, family)
         banks = list(group.experts.values())  # {projection -> module}, per expert
-        projs = sorted(set().union(*banks))
-        # Every expert has every projection (the usual case): one C-level item lookup per member.
-        complete = sum(map(len, banks)) == len(banks) * len(projs)
-        for proj in projs:
-            pick = itemgetter(proj) if complete else methodcaller("get", proj)
-            names = list(map(attrgetter("name"), filter(None, map(pick, banks))))
+        for proj in sorted(set().union(*banks)):
+            names = [bank[proj].name for bank in banks if proj in bank]
             claimed.update(names)
-            lids = set(map(of.__getitem__, names))
-            by_lid: dict[int, list[str]] = {lids.pop(): names} if len(lids) == 1 else {}
-            if not by_lid:
-                for name in names:
-                    by_lid.setdefault(of[name], []).append(name)
+            by_lid: dict[int, list[str]] = {}
+            for name in names:
+                by_lid.setdefault(of[name], []).append(name)
             if fixed:
                 shared = component_of(names[0] + ".", family)
                 found.add(shared)
@@ -758,9 +664,10 @@ def _expert_classes(
                 each = {n: component_of(n + ".", family) for n in names}
                 found.update(each.values())
             for lid, lid_names in by_lid.items():
-                fit, disk = judge.layout_facts(lid, modules[lid_names[0]])
-                if not judge.linear(fit, proj):
+                first = modules[lid_names[0]]
+                if not is_linear_candidate(first):
                     continue
+                disk = disk_scheme(first)
                 judged = resolver.declared_at(f"{prefix}.0.{proj}", prefix)
                 by_component = {shared: lid_names} if fixed else {}
                 if not fixed:

@@ -25,8 +25,9 @@ V = TypeVar("V")
 
 
 def name_templates(names: list[str]) -> list[str]:
-    """Each name with its digits replaced by `#`, translated as one joined string (names holding the separator,
-    which a header may contain, are kept as they are: exact, and only finer classes)."""
+    """Each name with its digits replaced by `#`. WHY as one joined string: one `translate` call for a whole class
+    instead of one per member; names holding the separator, which a header may contain, are kept as they are
+    (exact, and only finer classes)."""
     joined = "\n".join(names)
     if joined.count("\n") != max(len(names) - 1, 0):
         return names
@@ -39,7 +40,7 @@ def row_classes(ctx: Context) -> tuple[RowClass, ...]:
 
 
 def templates_of(names: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
-    """The members' name templates, and each distinct template with the first member that has it (in C)."""
+    """The members' name templates, and each distinct template with the first member that has it."""
     templates = name_templates(list(names))
     first = dict(zip(reversed(templates), reversed(names), strict=True))  # later items overwrite: the first stays
     return templates, first

@@ -13,8 +13,6 @@ import importlib
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter, methodcaller
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -243,29 +241,9 @@ def find_rule(code_or_slug: str) -> type[Rule] | None:
 
 
 def module_files(ckpt: Checkpoint, modules: Iterable[str]) -> set[str]:
-    """The shards holding any tensor of these modules (C-level maps: a whole-checkpoint finding names every module)."""
+    """The shards holding any tensor of these modules."""
     lookup = ckpt.modules
-    names = set(filter(lookup.__contains__, modules))
-    if 2 * len(names) > len(lookup):
-        return _files_by_shard(ckpt, names)
-    held = map(lookup.__getitem__, names)
-    tensors = chain.from_iterable(map(methodcaller("values"), map(attrgetter("tensors"), held)))
-    return set(map(attrgetter("shard"), tensors))
-
-
-def _files_by_shard(ckpt: Checkpoint, names: set[str]) -> set[str]:
-    """`module_files` for most of the checkpoint's modules (e.g. every quantized one), asked shard by shard: a shard
-    is in the answer as soon as one of its tensors is, so the common shard costs one step instead of a walk over all
-    its tensors. WHY this is exact: a module's tensors are the tensor map's entries under its prefix, and the map
-    holds, for each name, the first loaded shard's entry, so a tensor counts here only when it is the map's own."""
-    tensors = ckpt.tensors
-    found: set[str] = set()
-    for shard in ckpt.loaded_shards:
-        for t in shard.tensors:
-            if t.name.rpartition(".")[0] in names and tensors.get(t.name) is t:
-                found.add(shard.name)
-                break
-    return found
+    return {t.shard for name in modules if name in lookup for t in lookup[name].tensors.values()}
 
 
 def files_of(ckpt: Checkpoint, tensors: Iterable[str]) -> set[str]:

@@ -5,8 +5,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from itertools import chain, compress, repeat
-from operator import itemgetter, not_
+from itertools import chain
+from operator import itemgetter
 from types import MappingProxyType
 
 from ..detect.matching import RegexBudget
@@ -251,17 +251,7 @@ class IgnoreListMismatch(Rule):
 
 
 def _split_drafter(parts: list[_Part], dropped: tuple[str, ...]) -> tuple[list[_Part], list[_Part]]:
-    """(parts with the names outside `dropped`, parts with the names under it), each class's names in their order:
-    one C-level `startswith` pass per class, and a class none of whose names is under `dropped` (nearly all) is
-    kept whole on the main side without being copied."""
-    main: list[_Part] = []
-    drafter: list[_Part] = []
-    for c, names in parts:
-        under = list(map(str.startswith, names, repeat(dropped)))
-        if not any(under):
-            main.append((c, names))
-            drafter.append((c, []))
-        else:
-            main.append((c, list(compress(names, map(not_, under)))))
-            drafter.append((c, list(compress(names, under))))
+    """(parts with the names outside `dropped`, parts with the names under it), each class's names in their order."""
+    main: list[_Part] = [(c, [n for n in names if not n.startswith(dropped)]) for c, names in parts]
+    drafter: list[_Part] = [(c, [n for n in names if n.startswith(dropped)]) for c, names in parts]
     return main, drafter

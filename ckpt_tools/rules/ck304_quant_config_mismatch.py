@@ -235,8 +235,8 @@ class QuantConfigMismatch(Rule):
 
     def _naming(self, ctx: Context, declared_q: list[RowClass], source: str) -> Iterable[Finding]:
         producer = ctx.det.producer
-        # The other producer's names: a module carrying any of them is named wrongly (a C-level disjointness test
-        # on the module's own suffix view, once per class: its members share the layout, so the suffixes).
+        # The other producer's names: a module carrying any of them is named wrongly (tested once per class: its
+        # members share the layout, so the suffixes).
         foreign = {"compressed-tensors": _CT_FOREIGN, "modelopt": COMPRESSED_TENSORS_SUFFIXES}.get(producer)
         if foreign is None:
             return

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from operator import methodcaller
 from typing import Any
 
 from ..dtypes import FLOAT_HIGH_PRECISION
@@ -21,12 +20,7 @@ def tie_flag(ctx: Context) -> tuple[bool | None, str]:
 
 def head_modules(ctx: Context) -> list[str]:
     """Output-head modules: `lm_head` at the root or under a language-model prefix."""
-    # The last segment is `lm_head` exactly when the name is `lm_head` or ends in `.lm_head`: one C-level
-    # `endswith` filter over the module names finds them.
-    modules = ctx.ckpt.modules
-    return sorted(
-        [*filter(methodcaller("endswith", ".lm_head"), modules), *(["lm_head"] if "lm_head" in modules else [])]
-    )
+    return sorted(name for name in ctx.ckpt.modules if name.rpartition(".")[2] == "lm_head")
 
 
 def _stray_heads(ctx: Context) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..detect.resolve import component_of, tensor_components
+from ..detect.resolve import tensor_components
 from ..knowledge.architectures import is_explicit
 from ..knowledge.layouts import ComponentExpectation, component_expectations
 from .base import Context, Finding, Rule, register
@@ -39,23 +39,8 @@ def _present(ctx: Context, entry: ComponentExpectation) -> bool:
     prefixes = tuple(_prefixes(ctx, entry)) if entry.expect_prefixes else ()
     if prefixes and any(n.startswith(prefixes) for n in names):
         return True
-    if entry.expect_component:
-        # The tensors of the modules detection already placed in the component are tried first: when the component is
-        # there (the usual case) one of them answers, without a pass over every tensor name.
-        modules = ctx.ckpt.modules
-        likely = (
-            t.name
-            for c in ctx.det.classes
-            if c.component == entry.expect_component
-            for name in c.names
-            for t in modules[name].tensors.values()
-        )
-        if any(component_of(n, ctx.det.family) == entry.expect_component for n in likely):
-            return True
-        # Absent (the case that costs): the components of every name, once per four-segment head where the head fixes
-        # them (`tensor_components`, exactly `component_of` of each name; the modules hold every tensor name).
-        if entry.expect_component in tensor_components(ctx.ckpt, ctx.det.family):
-            return True
+    if entry.expect_component and entry.expect_component in tensor_components(ctx.ckpt, ctx.det.family):
+        return True
     return bool(entry.expect_pattern is not None and any(entry.expect_pattern.search(n) for n in names))
 
 

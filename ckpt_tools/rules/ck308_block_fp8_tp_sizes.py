@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from ..detect.resolve import ModuleRow
 from ..knowledge.modules import fused_groups_for, parallel
 from ..knowledge.scales import schemes
-from ._classes import in_row_order, row_classes
 from .base import Context, Finding, Rule, register
 
 
@@ -56,12 +55,8 @@ def _block_fp8(row: ModuleRow) -> bool:
 
 
 def block_rows(ctx: Context) -> list[ModuleRow]:
-    """The block-FP8 rows, in row order. WHY per class: the test reads the row's schemes alone (its disk scheme is
-    its layout's), so it is decided on the first row of each class (`_classes.row_classes`)."""
-    wanted = [(c.names, None) for c in row_classes(ctx) if _block_fp8(c.row)]
-    if not wanted:
-        return []
-    return [ctx.det.row_by_name[name] for name, _ in in_row_order(wanted)]
+    """The block-FP8 rows, in row order."""
+    return [row for row in ctx.det.rows if _block_fp8(row)]
 
 
 def layers(ctx: Context, rows: list[ModuleRow]) -> list[Layer]:
