@@ -311,7 +311,7 @@ class _Model:
         that should fill each shard."""
         missing_owner = owner or self.missing_owner(name, module, built)
         parent = name.rpartition(".")[0]
-        for suffix in built.must_fill | built.unused:
+        for suffix in sorted(built.must_fill | built.unused):  # sorted: the report lists them in a stable order
             pname, sid = self.param_of(vname, proj, suffix)
             param = self.param(pname, built, suffix, owner)
             param.unused = param.unused or suffix in built.unused
