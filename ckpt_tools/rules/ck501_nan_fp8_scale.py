@@ -6,7 +6,6 @@ from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
 from ..model.values import value_dtype
-from ._value_columns import unusual
 from ._values import is_scale
 from .base import Context, Finding, Rule, files_of, register
 
@@ -16,9 +15,7 @@ def nan_counts(ckpt: Checkpoint) -> dict[str, int]:
     out: dict[str, int] = {}
     if ckpt.values is None:
         return out
-    measured = ckpt.values.tensors
-    for name in unusual(ckpt.values):  # WHY only these: a tensor with NaN codes counted is one of them
-        s = measured[name]
+    for name, s in ckpt.values.items():
         t = ckpt.tensors.get(name)
         if s.nan and t is not None and NanFp8Scale.wants_values(t):
             out[name] = s.nan

@@ -7,7 +7,6 @@ from ..model.modules import ROLES
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
 from ._memo import once_per
-from ._value_columns import unusual
 from ._values import role
 from .base import Context, Finding, Rule, files_of, register
 
@@ -62,12 +61,7 @@ def problems(ctx: Context) -> dict[str, str]:
     if ctx.ckpt.values is None:
         return out
     tensors = ctx.ckpt.tensors
-    measured = ctx.ckpt.values.tensors
-    # WHY only the unusual tensors: `_problem` reports only a non-finite value (in `values`, else counted in nan /
-    # inf), a negative one, or zeros (a zero block or global scale, an all-zero tensor); a tensor with none of these
-    # has no problem, whatever its name, and `unusual` names every tensor with one. Most scanned tensors are clean.
-    for name in unusual(ctx.ckpt.values):
-        s = measured[name]
+    for name, s in ctx.ckpt.values.items():
         t = tensors.get(name)
         if t is None or not InvalidScaleValue.wants_values(t) or not s.count:
             continue

@@ -4,7 +4,6 @@ from collections.abc import Iterable
 
 from ..model.tensors import TensorInfo
 from ..model.values import STATS_DTYPES, TensorStats, channel_layout, value_dtype
-from ._value_columns import unusual
 from .base import Context, Finding, Rule, files_of, register
 from .ck503_invalid_scale_value import problems as invalid_scale_values
 
@@ -63,9 +62,7 @@ class ZeroScaleRow(Rule):
         reported = invalid_scale_values(ctx)
         found: dict[str, str] = {}
         rows = 0
-        measured = ctx.ckpt.values.tensors
-        for name in unusual(ctx.ckpt.values):  # WHY only these: a tensor with a zero channel counted is one of them
-            s = measured[name]
+        for name, s in ctx.ckpt.values.items():
             t = ctx.ckpt.tensors.get(name)
             if t is None or not s.zero_rows or name in reported or not self.wants_values(t):
                 continue
