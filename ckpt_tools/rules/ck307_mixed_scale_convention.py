@@ -27,19 +27,25 @@ def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
     if not ctx.ckpt.values:
         return []
     conventions = global_scale_conventions()
-    found: list[tuple[str, str, float]] = []
-    for row in ctx.det.rows:  # sorted by name
-        if row.disk.kind != "nvfp4":
+    found: list[tuple[str, int, str, str, float]] = []
+    for c in ctx.det.classes:
+        if c.disk.kind != "nvfp4":
             continue
-        for suffix in ctx.ckpt.modules[row.name].tensors:
-            convention = conventions.get(suffix)
-            if convention is None or ROLES.get(suffix) != "weight_global_scale":
-                continue
-            name = join_name(row.name, suffix)
-            value = usable_scalar(stats(ctx.ckpt, name))  # NaN when unread or unusable (invalid-scale-value's)
-            if (convention == "direct" and value > BOUNDARY) or (convention == "reciprocal" and value < BOUNDARY):
-                found.append((name, convention, value))
-    return found
+        # A class's members share their layout, which fixes a module's suffixes in their order: the first member's
+        # global-scale suffixes are every member's.
+        suffixes = [
+            (suffix, conventions[suffix])
+            for suffix in ctx.ckpt.modules[c.names[0]].tensors
+            if conventions.get(suffix) is not None and ROLES.get(suffix) == "weight_global_scale"
+        ]
+        for module in c.names:
+            for position, (suffix, convention) in enumerate(suffixes):
+                name = join_name(module, suffix)
+                value = usable_scalar(stats(ctx.ckpt, name))  # NaN when unread or unusable (invalid-scale-value's)
+                if (convention == "direct" and value > BOUNDARY) or (convention == "reciprocal" and value < BOUNDARY):
+                    found.append((module, position, name, convention, value))
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [(name, convention, value) for _module, _position, name, convention, value in found]
 
 
 @register

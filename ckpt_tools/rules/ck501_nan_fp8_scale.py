@@ -16,8 +16,10 @@ def nan_counts(ckpt: Checkpoint) -> dict[str, int]:
     if ckpt.values is None:
         return out
     for name, s in ckpt.values.items():
+        if not s.nan:
+            continue
         t = ckpt.tensors.get(name)
-        if s.nan and t is not None and NanFp8Scale.wants_values(t):
+        if t is not None and NanFp8Scale.wants_values(t):
             out[name] = s.nan
     return out
 

@@ -27,11 +27,14 @@ def fused_layers(ctx: Context) -> dict[tuple[str, str], list[str]]:
     disk (including each expert's gate/up pair, vLLM's w13), in layer order."""
     group_of = {shard: g for g in fused_groups_for(ctx.det.family.id) for shard in g.shards}
     layers: dict[tuple[str, str], list[str]] = {}
-    for row in ctx.det.rows:
-        parent, _, last = row.name.rpartition(".")
-        group = group_of.get(last)
-        if group is not None and row.disk.kind == "nvfp4":
-            layers.setdefault((parent, group.fused), []).append(row.name)
+    for c in ctx.det.classes:
+        if c.disk.kind != "nvfp4":
+            continue
+        for module in c.names:
+            parent, _, last = module.rpartition(".")
+            group = group_of.get(last)
+            if group is not None:
+                layers.setdefault((parent, group.fused), []).append(module)
     return {layer: sorted(shards) for layer, shards in sorted(layers.items()) if len(shards) > 1}
 
 

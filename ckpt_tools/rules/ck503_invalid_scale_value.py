@@ -43,8 +43,7 @@ def _value_problem(name: str, s: TensorStats) -> str | None:
             return f"{len(bad)} non-finite value(s) ({bad[0]})"
     elif s.nonfinite:
         return f"{s.nonfinite} non-finite value(s) ({'nan' if s.nan else 'inf'})"
-    signed = role(name) in SIGNED_ROLES
-    if s.negative and not signed:
+    if s.negative and role(name) not in SIGNED_ROLES:
         return f"negative value ({s.min:.6g})"
     if s.zero and name.endswith(NONZERO_SUFFIXES) and s.zero < s.count:
         return f"{s.zero} zero block scale(s): those blocks' weights dequantize to 0"
@@ -62,11 +61,11 @@ def problems(ctx: Context) -> dict[str, str]:
         return out
     tensors = ctx.ckpt.tensors
     for name, s in ctx.ckpt.values.items():
-        t = tensors.get(name)
-        if t is None or not InvalidScaleValue.wants_values(t) or not s.count:
+        if s.dtype not in WIDE_FLOAT_DTYPES or not s.count:  # 8-bit scales are nan-fp8-scale's
             continue
         found = _problem(name, s)
-        if found:
+        t = tensors.get(name) if found else None
+        if t is not None and InvalidScaleValue.wants_values(t):
             out[name] = found
     return dict(sorted(out.items()))
 

@@ -63,8 +63,10 @@ class ZeroScaleRow(Rule):
         found: dict[str, str] = {}
         rows = 0
         for name, s in ctx.ckpt.values.items():
+            if not s.zero_rows or name in reported:
+                continue
             t = ctx.ckpt.tensors.get(name)
-            if t is None or not s.zero_rows or name in reported or not self.wants_values(t):
+            if t is None or not self.wants_values(t):
                 continue
             found[name] = _what(t, s)
             rows += s.zero_rows
