@@ -24,12 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..errors import TargetError
 from ..model.tensors import Shard, TensorInfo
 from ..model.values import (
+    FLOAT8_DTYPES,
     ITEM_SIZE,
+    SMALL_TENSOR_ELEMENTS,
     STATS_DTYPES,
     TensorStats,
     ValueStats,
@@ -37,7 +39,7 @@ from ..model.values import (
     value_dtype,
 )
 from .source import Source
-from .value_measure import Accumulator
+from .value_measure import Accumulator, all_plain, all_zero, small_stats
 
 CHUNK = 8 * 1024 * 1024  # bytes per read: large sequential reads, a bounded buffer
 PREFETCH = 2 * CHUNK  # bytes asked of the disk ahead of the read being measured (page cache, not memory we hold)
@@ -86,8 +88,16 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
+    base = shard.data_start
+    # WHY: most tensors a scan plans are small scales that join the read being built whole; the element arithmetic
+    # below is only for those that start a read or straddle one (every item size divides `whole`).
+    whole = chunk - chunk % 4
     for index, t in enumerate(ordered):
-        pos, stop = shard.data_start + t.begin, shard.data_start + t.end
+        pos, stop = base + t.begin, base + t.end
+        if pieces and pos - end <= gap and stop - start <= whole:
+            pieces.append((index, pos - start, stop - pos))
+            end = stop
+            continue
         item = ITEM_SIZE.get(value_dtype(t), 1)
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
@@ -329,7 +339,16 @@ def scan_shard(
 ) -> list[TensorStats]:
     """The statistics of one shard's planned tensors, in plan order; `ScanCancelled` at the next read once `cancel`
     is set."""
-    accs = [Accumulator(value_dtype(t), t.numel, channel_layout(t)) for t in plan.tensors]
+    tensors = plan.tensors
+    kinds = [(value_dtype(t), channel_layout(t), t.numel, t.end - t.begin) for t in tensors]
+    # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
+    # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
+    accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
+    # A tensor read whole in one piece has statistics that are a function of (format, layout, element count, bytes)
+    # alone: small tensors', all-zero and all-plain pieces' results are shared, not recomputed (stats are immutable).
+    small: dict[tuple[str, bytes], TensorStats] = {}
+    zero_whole: dict[_Kind, TensorStats] = {}
+    plain_whole: dict[_Kind, TensorStats] = {}
     buffer = memoryview(bytearray(max((r.length for r in plan.reads), default=0)))
     reads = plan.reads
     ahead = pending = 0  # reads[:ahead] were asked for; `pending` bytes of them lie beyond the current read
@@ -350,17 +369,120 @@ def scan_shard(
             view = _complete(read, reader.read_into(read, buffer))
             fetched += len(view)
             largest = max(largest, len(view))
-            blob = bytes(view)
+            codes = _one_float8_run(read, kinds)
+            if codes is not None and all_zero(view):  # holes of sparse files, zero-filled exports: no copy, no pass
+                _feed_uniform_read(read, kinds, accs, zero_whole, _feed_zeros)
+            elif codes is not None and all_plain(codes, view):
+                _feed_uniform_read(read, kinds, accs, plain_whole, Accumulator.feed_plain)
+            else:
+                _feed_read(read, bytes(view), kinds, accs, small, zero_whole)
             del view
-            for index, offset, length in read.pieces:
-                accs[index].feed(blob[offset : offset + length])
             reader.done(read)
             if progress is not None:
                 progress(read.length)
     finally:
         reader.close()
     counters.add(fetched, len(reads), largest)
-    return [acc.result() for acc in accs]
+    for i, acc in enumerate(accs):  # most are measured already (`TensorStats`): a type test each
+        if acc.__class__ is not TensorStats:
+            kind = kinds[i]
+            # None: an empty tensor, which no piece fed
+            accs[i] = (Accumulator(kind[0], kind[2], kind[1]) if acc is None else acc).result()  # type: ignore[union-attr]
+    return cast("list[TensorStats]", accs)
+
+
+_Accs = list[Accumulator | TensorStats | None]
+_Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
+
+
+def _one_float8_run(read: Read, kinds: Sequence[_Kind]) -> str | None:
+    """The 8-bit float format of a read made only of pieces of tensors in that one format, end to end (no gap bytes),
+    none of them small (small tensors keep their values): such a read is measured whole, in one vector pass (a
+    shard's block scales lie side by side, as the safetensors writer groups tensors by dtype). Else None."""
+    first = kinds[read.pieces[0][0]][0]
+    if first not in FLOAT8_DTYPES:
+        return None
+    covered = 0
+    for index, _offset, length in read.pieces:
+        dtype, _layout, numel, _nbytes = kinds[index]
+        if dtype != first or numel <= SMALL_TENSOR_ELEMENTS:
+            return None
+        covered += length
+    return first if covered == read.length else None
+
+
+def _feed_uniform_read(
+    read: Read,
+    kinds: Sequence[_Kind],
+    accs: _Accs,
+    shared: dict[_Kind, TensorStats],
+    feed: Callable[[Accumulator, int], None],
+) -> None:
+    """Measure a read of 8-bit codes known to be all of one sort (`_one_float8_run`, then `all_zero` or `all_plain`)
+    without looking at them again: a whole tensor's statistics then depend on its kind alone, so one result per kind
+    (`shared`) serves every such tensor; `feed(accumulator, n)` counts `n` codes of that sort, for a tensor that
+    straddles reads and for the first whole tensor of each kind."""
+    for index, _offset, length in read.pieces:
+        acc = accs[index]
+        if acc is None:
+            kind = kinds[index]
+            dtype, layout, numel, nbytes = kind
+            if length == nbytes:
+                stats = shared.get(kind)
+                if stats is None:
+                    whole = Accumulator(dtype, numel, layout)
+                    feed(whole, length)
+                    stats = shared[kind] = whole.result()
+                accs[index] = stats
+                continue
+            acc = accs[index] = Accumulator(dtype, numel, layout)
+        assert isinstance(acc, Accumulator)
+        feed(acc, length)
+
+
+def _feed_zeros(acc: Accumulator, n: int) -> None:
+    acc.feed(bytes(n))
+
+
+def _feed_read(
+    read: Read,
+    blob: bytes,
+    kinds: Sequence[_Kind],
+    accs: _Accs,
+    small: dict[tuple[str, bytes], TensorStats],
+    zero_whole: dict[_Kind, TensorStats],
+) -> None:
+    """Measure a read piece by piece."""
+    for index, offset, length in read.pieces:
+        acc = accs[index]
+        if acc is None:
+            kind = kinds[index]
+            dtype, layout, numel, nbytes = kind
+            if length == nbytes:  # the whole tensor in this piece: measured on the spot
+                piece = blob[offset : offset + length] if length != len(blob) else blob
+                if layout is None and numel <= SMALL_TENSOR_ELEMENTS:
+                    key = (dtype, piece)
+                    stats = small.get(key)
+                    if stats is None:
+                        stats = small[key] = small_stats(dtype, piece)
+                    accs[index] = stats
+                elif all_zero(piece):
+                    stats = zero_whole.get(kind)
+                    if stats is None:
+                        stats = zero_whole[kind] = _whole(dtype, numel, layout, piece)
+                    accs[index] = stats
+                else:
+                    accs[index] = _whole(dtype, numel, layout, piece)
+                continue
+            acc = accs[index] = Accumulator(dtype, numel, layout)
+        assert isinstance(acc, Accumulator)
+        acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
+
+
+def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes) -> TensorStats:
+    acc = Accumulator(dtype, numel, layout)
+    acc.feed(piece)
+    return acc.result()
 
 
 def _progress_bar(total: int) -> Any:
@@ -373,7 +495,7 @@ def _progress_bar(total: int) -> Any:
 @dataclass(frozen=True)
 class ScanColumns:
     """A scan's statistics as columns: per measured tensor, its position in the tensors the scan was given and its
-    statistics, shard by shard in plan order; and the bytes fetched."""
+    statistics (equal results are often one shared object), shard by shard in plan order; and the bytes fetched."""
 
     positions: list[int]
     stats: list[TensorStats]

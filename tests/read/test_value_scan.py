@@ -606,7 +606,7 @@ def test_zero_channels_of_an_all_zero_tensor_and_a_clean_one(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("dtype", sorted(STATS_DTYPES))
 def test_one_element_scales_are_exact_for_every_special_value(dtype: str, tmp_path: Path) -> None:
-    # Global / input scales are one element each.
+    # Global / input scales are one element each: the scan measures them on a path of their own (`small_stats`).
     if dtype in FLOAT8_DTYPES:
         blobs = [bytes([c]) for c in range(256)]
     else:
@@ -699,3 +699,22 @@ def test_residency_is_taken_per_bounded_window_before_the_window_is_read(
     assert len(snapshots) == 5 and max(snapshots) <= 8192 + residency.PAGE  # 10 reads of 4 KiB, 2 per window
     # The cold windows' reads are hinted and dropped (about half of the 10); the cached ones get no hint.
     assert 4 <= hints.count(os.POSIX_FADV_WILLNEED) == hints.count(os.POSIX_FADV_DONTNEED) <= 6
+
+
+@pytest.mark.parametrize("dtype", ["F8_E4M3", "F8_E5M2", "F8_E8M0"])
+def test_all_plain_finds_one_special_code_in_any_step(dtype: str) -> None:
+    """A read is judged step by step (`PLAIN_STEP` bytes per min / max pair): a single code outside the plain run,
+    in the first step, a later one, the last byte or a short last step, makes it not plain."""
+    from ckpt_tools.model.values import float8_table
+    from ckpt_tools.read.value_measure import PLAIN_STEP, all_plain
+
+    lo, hi = float8_table(dtype).plain_range
+    size = 3 * PLAIN_STEP + 1000  # a short last step
+    clean = bytes([lo, hi]) * (size // 2)
+    assert all_plain(dtype, clean) and all_plain(dtype, memoryview(clean))
+    outside = [c for c in (lo - 1, hi + 1) if 0 <= c <= 255]
+    for code in outside:
+        for at in (0, PLAIN_STEP - 1, PLAIN_STEP, 2 * PLAIN_STEP + 17, len(clean) - 1):
+            dirty = bytearray(clean)
+            dirty[at] = code
+            assert not all_plain(dtype, dirty), (code, at)
