@@ -34,8 +34,8 @@ def all_plain(dtype: str, data: bytes | bytearray | memoryview) -> bool:
     """Whether every code of 8-bit float bytes is positive, normal and finite: nothing to count, the common case.
     A min and a max over the bytes (`Float8Table.plain_range`): vector passes that release the GIL (numpy), where
     testing for each non-plain code would cost one pass per code (nine for E4M3) and hold it. Step by step over
-    `PLAIN_STEP` bytes, so the second pass of each step reads the processor's cache, not memory (a fifth faster on a
-    scan of cached scales, for a few microseconds per step)."""
+    `PLAIN_STEP` bytes, so the second pass of each step reads the processor's cache, not memory (WHY kept: it is
+    measurably faster on a scan of cached scales; docs/performance.md)."""
     if not data:
         return True
     import numpy

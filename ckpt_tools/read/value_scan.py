@@ -181,9 +181,9 @@ class _LocalReader:
 class _MappedReader(_LocalReader):
     """`_LocalReader` whose reads of cached pages are mappings of the file (`MAP_POPULATE`: mapped in one call)
     instead of copies into a buffer: the measuring reads the page cache itself, which saves a copy of every scanned
-    byte (a third of the scan's CPU on cached scales). A read whose pages were not all cached before the scan
-    (`_LocalReader.cached`) is read with `preadv` as before: paging in through a mapping measured 10-20% slower from
-    a cold cache than `preadv` with the kernel's readahead, and the copy is cheap next to the disk.
+    byte (docs/performance.md). A read whose pages were not all cached before the scan
+    (`_LocalReader.cached`) is read with `preadv` as before: paging in through a mapping is slower from a cold cache
+    than `preadv` with the kernel's readahead, and the copy is cheap next to the disk.
 
     Only for a scan in a process of its own (`read.background_scan`): a file truncated after its size was taken
     turns the next touch of a mapped page into SIGBUS, which kills the process instead of raising. The forked scan

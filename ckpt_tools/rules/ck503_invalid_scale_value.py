@@ -64,7 +64,9 @@ def problems(ctx: Context) -> dict[str, str]:
         if s.dtype not in WIDE_FLOAT_DTYPES or not s.count:  # 8-bit scales are nan-fp8-scale's
             continue
         found = _problem(name, s)
-        t = tensors.get(name) if found else None
+        if found is None:
+            continue
+        t = tensors.get(name)
         if t is not None and InvalidScaleValue.wants_values(t):
             out[name] = found
     return dict(sorted(out.items()))
