@@ -88,8 +88,16 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
+    base = shard.data_start
+    # WHY: most tensors a scan plans are small scales that join the read being built whole; the element arithmetic
+    # below is only for those that start a read or straddle one (every item size divides `whole`).
+    whole = chunk - chunk % 4
     for index, t in enumerate(ordered):
-        pos, stop = shard.data_start + t.begin, shard.data_start + t.end
+        pos, stop = base + t.begin, base + t.end
+        if pieces and pos - end <= gap and stop - start <= whole:
+            pieces.append((index, pos - start, stop - pos))
+            end = stop
+            continue
         item = ITEM_SIZE.get(value_dtype(t), 1)
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0

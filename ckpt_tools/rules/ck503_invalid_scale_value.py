@@ -7,7 +7,7 @@ from ..model.modules import ROLES
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
 from ._memo import once_per
-from ._values import role
+from ._values import role, unusual
 from .base import Context, Finding, Rule, files_of, register
 
 # Scales vLLM divides by or inverts: one value per module (global / input / per-tensor) or per attention layer.
@@ -43,7 +43,8 @@ def _value_problem(name: str, s: TensorStats) -> str | None:
             return f"{len(bad)} non-finite value(s) ({bad[0]})"
     elif s.nonfinite:
         return f"{s.nonfinite} non-finite value(s) ({'nan' if s.nan else 'inf'})"
-    if s.negative and role(name) not in SIGNED_ROLES:
+    signed = role(name) in SIGNED_ROLES
+    if s.negative and not signed:
         return f"negative value ({s.min:.6g})"
     if s.zero and name.endswith(NONZERO_SUFFIXES) and s.zero < s.count:
         return f"{s.zero} zero block scale(s): those blocks' weights dequantize to 0"
@@ -60,14 +61,17 @@ def problems(ctx: Context) -> dict[str, str]:
     if ctx.ckpt.values is None:
         return out
     tensors = ctx.ckpt.tensors
-    for name, s in ctx.ckpt.values.items():
-        if s.dtype not in WIDE_FLOAT_DTYPES or not s.count:  # 8-bit scales are nan-fp8-scale's
+    measured = ctx.ckpt.values.tensors
+    # WHY only the unusual tensors: `_problem` reports only a non-finite value (in `values`, else counted in nan /
+    # inf), a negative one, or zeros (a zero block or global scale, an all-zero tensor); a tensor with none of these
+    # has no problem, whatever its name, and `unusual` names every tensor with one. Most scanned tensors are clean.
+    for name in unusual(ctx.ckpt.values):
+        s = measured[name]
+        t = tensors.get(name)
+        if t is None or not InvalidScaleValue.wants_values(t) or not s.count:
             continue
         found = _problem(name, s)
-        if found is None:
-            continue
-        t = tensors.get(name)
-        if t is not None and InvalidScaleValue.wants_values(t):
+        if found:
             out[name] = found
     return dict(sorted(out.items()))
 

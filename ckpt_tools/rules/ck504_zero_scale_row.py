@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 from ..model.tensors import TensorInfo
 from ..model.values import STATS_DTYPES, TensorStats, channel_layout, value_dtype
+from ._values import unusual
 from .base import Context, Finding, Rule, files_of, register
 from .ck503_invalid_scale_value import problems as invalid_scale_values
 
@@ -62,11 +63,11 @@ class ZeroScaleRow(Rule):
         reported = invalid_scale_values(ctx)
         found: dict[str, str] = {}
         rows = 0
-        for name, s in ctx.ckpt.values.items():
-            if not s.zero_rows or name in reported:
-                continue
+        measured = ctx.ckpt.values.tensors
+        for name in unusual(ctx.ckpt.values):  # WHY only these: a tensor with a zero channel counted is one of them
+            s = measured[name]
             t = ctx.ckpt.tensors.get(name)
-            if t is None or not self.wants_values(t):
+            if t is None or not s.zero_rows or name in reported or not self.wants_values(t):
                 continue
             found[name] = _what(t, s)
             rows += s.zero_rows
