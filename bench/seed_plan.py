@@ -1,4 +1,4 @@
-"""The README sanity table: `ckpt plan` for the seed model (AEON-7 Qwen3.6-35B-A3B NVFP4) on GB10.
+"""The sanity table of docs/plan.md: `ckpt plan` for the seed model (AEON-7 Qwen3.6-35B-A3B NVFP4) on GB10.
 
 Builds the seed-size header set of tests/memory_models.py (sparse shards, ~22 GB of tensor data that take no disk
 space), plans it at --kv-cache-dtype auto / fp8 / nvfp4, and prints a Markdown table: weights, KV bytes per token,

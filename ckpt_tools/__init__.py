@@ -14,9 +14,8 @@ from importlib import import_module
 
 from ._version import __version__
 
-# Not `from typing import TYPE_CHECKING`: importing typing (and re) here costs the `ckpt` command ~20 ms before its
-# Ctrl-C handler is installed (cli/main.py), time in which Ctrl-C would print a Python traceback. Type checkers
-# treat this name as typing's.
+# Not `from typing import TYPE_CHECKING`: importing typing (and re) here delays the `ckpt` command's Ctrl-C handler
+# (cli/main.py), and a Ctrl-C before it would print a Python traceback. Type checkers treat this name as typing's.
 TYPE_CHECKING = False
 
 # The API is imported on first use, so that `ckpt --help` and any `ckpt_tools.<module>` import do not pay for the

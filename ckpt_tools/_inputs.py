@@ -46,11 +46,11 @@ def command(value: Any) -> list[str]:
     raise UsageError("command must be a `vllm serve` / `docker run` command: one string or a non-empty argv list")
 
 
-def positive_int(value: Any, what: str) -> int | None:
+def positive_int(value: Any, what: str, unit: str = "tokens") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"{what} must be a whole number of tokens, not {value!r}")
+        raise UsageError(f"{what} must be a whole number of {unit}, not {value!r}")
     return value
 
 

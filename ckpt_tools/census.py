@@ -132,24 +132,19 @@ class Inspection:
         return "\n".join(out) + "\n"
 
 
-_MODULE_KEYS = ("name", "component", "declared", "disk", "covered_by", "group")
-
-
 def _module_dicts(rows: Sequence[ModuleRow]) -> list[dict[str, Any]]:
-    """The JSON `modules` objects, made by C-level maps: a scheme's label is worked out once per scheme object (the
-    rows of a class share theirs), not once per row."""
-    declared_schemes = list(map(itemgetter(2), rows))
-    disk_schemes = list(map(itemgetter(3), rows))
-    # By id: the schemes are alive (the rows hold them), and a hostile config's detail may be unhashable.
-    unique = dict(zip(map(id, declared_schemes), declared_schemes, strict=True))
-    unique.update(zip(map(id, disk_schemes), disk_schemes, strict=True))
-    labels = {k: scheme.label for k, scheme in unique.items()}
-    declared = map(labels.__getitem__, map(id, declared_schemes))
-    disk = map(labels.__getitem__, map(id, disk_schemes))
-    columns = (map(itemgetter(i), rows) for i in (0, 1, 4, 5))
-    name, component, covered_by, group = columns
-    values = zip(name, component, declared, disk, covered_by, group, strict=True)
-    return list(map(dict, map(zip, repeat(_MODULE_KEYS), values)))
+    """The JSON `modules` objects."""
+    return [
+        {
+            "name": row.name,
+            "component": row.component,
+            "declared": row.declared.label,
+            "disk": row.disk.label,
+            "covered_by": row.covered_by,
+            "group": row.group,
+        }
+        for row in rows
+    ]
 
 
 def inspection(analysis: Analysis, pattern: str | None = None, hardware: Sequence[str] = ()) -> Inspection:

@@ -56,7 +56,7 @@ def render() -> str:
         "",
         "Every rule has a stable code and slug; `ckpt rules` lists them and `ckpt explain CODE|SLUG` prints one. "
         "CK rules judge a checkpoint (`ckpt doctor` and every command built on it); silence a rule or tensors with "
-        "a reason in `[tool.ckpt]` (pyproject.toml) or `.ckpt.toml` (see README, \"Rule catalogue\"). CS checks "
+        "a reason in `[tool.ckpt]` (pyproject.toml) or `.ckpt.toml` (see README.md, \"Rules\"). CS checks "
         "judge a `vllm serve` command against the checkpoint and the runtime and hardware profiles.",
         "",
         "| code | slug | severity | title |",

@@ -1,6 +1,6 @@
 """Header-only checkpoints the size of real ones, for the memory plan: every tensor name, dtype and shape as the
 producer writes them, with sparse data regions (no disk space). Used by tests/serve/test_memory_plan_in_serve.py and
-bench/seed_plan.py (the README sanity table).
+bench/seed_plan.py (the sanity table of docs/plan.md).
 
 - `qwen36_35b_a3b_nvfp4`: the seed model, AEON-7 Qwen3.6-35B-A3B NVFP4 (model card: Qwen3_5MoeForConditionalGeneration,
   compressed-tensors NVFP4, 256 experts x 8 active + 1 shared, 40 layers, hybrid GatedDeltaNet + full attention,

@@ -7,7 +7,7 @@ import typer
 
 from ..errors import UsageError
 from .app import TextOrJson, app, emit, note
-from .options import hardware_option, one_hardware, runtime_option, target_argument
+from .options import fail_on_option, hardware_option, one_hardware, runtime_option, target_argument
 
 
 @app.command("plan", short_help="Memory plan: does it fit, with what context and batch.")
@@ -51,9 +51,16 @@ def plan_command(
     ),
     format: TextOrJson = typer.Option(TextOrJson.text, "--format", "-f", help="text or json.", case_sensitive=False),
     explain: bool = typer.Option(False, "--explain", help="Show the arithmetic."),
+    fail_on: str = fail_on_option(
+        "error",
+        "Exit 1 when a finding (settings vLLM refuses, as check-serve judges them) is at or above this "
+        "(warn = warning).",
+    ),
 ) -> None:
     """Memory plan from headers and config: weights, KV cache per token, state per sequence, the KV budget, and the
-    largest context and sequence count that fit. Exit 0 when it fits, 1 when it does not, 2 on bad usage."""
+    largest context and sequence count that fit. Settings vLLM refuses at start-up (a -tp that does not divide the
+    heads, a --max-model-len above the context) are findings, as check-serve reports them. Exit 0 when it fits, 1
+    when it does not or a finding is at or above --fail-on, 2 on bad usage."""
     from ..knowledge.runtimes import runtime as load_runtime
     from ..memory_plan import Settings, memory_plan
     from ..plan.render import notes_text, text
@@ -84,4 +91,4 @@ def plan_command(
     else:
         emit(text(plan, explain=explain, notes=False))
         note(notes_text(plan))  # how the numbers were estimated: for people, on stderr
-    raise typer.Exit(0 if plan.fits else 1)
+    raise typer.Exit(plan.exit_code(fail_on))

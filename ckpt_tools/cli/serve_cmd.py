@@ -34,6 +34,12 @@ def serve_flags_command(
         None, "--max-model-len", help="Context length (default: the checkpoint's)."
     ),
     colocated: bool = typer.Option(False, "--colocated", help="Leave GPU memory for sidecars (ASR/TTS/embeddings)."),
+    tensor_parallel_size: int | None = typer.Option(
+        None,
+        "--tensor-parallel-size",
+        "-tp",
+        help="GPUs the model is split over (emitted as asked; the memory plan is per GPU).",
+    ),
     emit_as: Emit = typer.Option(
         Emit.argv,
         "--emit",
@@ -92,6 +98,7 @@ def serve_flags_command(
         repo_id=repo_id,
         served_model_name=served_model_name,
         keep=keep_until_exit,
+        tensor_parallel_size=tensor_parallel_size,
     )
     code = plan.exit_code(fail_on)
     if format == TextOrJson.json:

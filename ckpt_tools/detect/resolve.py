@@ -491,7 +491,11 @@ class _Resolver:
         vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.4)), so every expert of a layer gets its answer."""
         hit = self.cache.get(key)
         if hit is None:
-            hit = self.cache[key] = self._declared(key, experts_prefix)
+            # A module nested under another component's root (misnested-prefix) has no layer of its own in vLLM;
+            # the layer vLLM builds for it is where it belongs, and the config resolves that one.
+            at = self.family.belongs_at(key) or key
+            moved_prefix = experts_prefix and (self.family.belongs_at(experts_prefix) or experts_prefix)
+            hit = self.cache[key] = self._declared(at, moved_prefix)
         return hit
 
     def find_forced(self, names: Iterable[str]) -> None:

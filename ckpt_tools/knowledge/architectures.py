@@ -57,6 +57,31 @@ class Family:
         with_children = [r for r in candidates if r.children is not None]
         return (with_children or candidates)[0].prefixes[0]
 
+    def misnesting(self, name: str) -> tuple[str, str] | None:
+        """(old prefix, new prefix) for a module or tensor name nested under a root its component does not belong
+        to: a component marker (`visual`, `language_model`, ...) directly below another component's root belongs at
+        its own component's canonical root (`model.language_model.visual.` -> `model.visual.`); None when the name is
+        where its layout puts it, or the family has no root for that component. misnested-prefix (CK201) reports
+        these names; the detection and the load model judge them where they belong."""
+        hit = self.root_of(name + ".")
+        if hit is None:
+            return None
+        root, prefix = hit
+        first = name[len(prefix) :].split(".", 1)[0]
+        if root.children is None or first in root.children:
+            return None
+        comp = _component_of_marker().get(first)
+        if comp is None:
+            return None
+        new = prefix if comp == root.component else self.canonical_root(comp)
+        return None if new is None else (prefix + first + ".", new)
+
+    def belongs_at(self, name: str) -> str | None:
+        """Where a misnested name belongs (`misnesting`): `model.visual.blocks.0` for
+        `model.language_model.visual.blocks.0`; None when it is where it belongs."""
+        moved = self.misnesting(name)
+        return None if moved is None else moved[1] + name[len(moved[0]) :]
+
     def to_vllm(self, name: str) -> str:
         """The module name vLLM sees for a checkpoint name (hf_to_vllm_mapper prefix rules)."""
         for old, new in self.vllm_prefix_map:
@@ -116,6 +141,11 @@ def families() -> tuple[Family, ...]:
 
 def markers() -> Mapping[str, tuple[str, ...]]:
     return architectures().markers
+
+
+@cache
+def _component_of_marker() -> Mapping[str, str]:
+    return {seg: comp for comp, segs in markers().items() for seg in segs}
 
 
 @cache

@@ -25,6 +25,9 @@ class ModelClass:
     default: bool
     inner_class: str
     inner_prefix: str
+    # The text model's own hf_to_vllm_mapper, which its load_weights applies to the names the class hands it:
+    # (vLLM name prefix after the class's mapper, the prefix it becomes).
+    inner_prefix_map: tuple[tuple[str, str], ...]
     stacked: tuple[tuple[str, str, str], ...]  # (fused, checkpoint shard, shard id)
     row_parallel: frozenset[str]
     experts: tuple[tuple[str, str, str], ...]  # (fused parameter prefix, checkpoint projection, shard id)
@@ -79,6 +82,7 @@ def _model(t: Table) -> ModelClass:
         default=t.boolean("default", False),
         inner_class=t.string("inner_class"),
         inner_prefix=t.string("inner_prefix"),
+        inner_prefix_map=t.pairs("inner_prefix_map"),
         stacked=_triples(t, "stacked"),
         row_parallel=frozenset(t.strs("row_parallel")),
         experts=_triples(t, "experts"),

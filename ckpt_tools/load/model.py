@@ -16,7 +16,7 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
-from ..knowledge.architectures import markers
+from ..knowledge.architectures import Family, markers
 from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name, renaming
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
@@ -55,9 +55,9 @@ def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = Tr
     the same entries
     the whole accounting has (`_Model.problems` says why)."""
     arch = _architecture(ckpt)
-    judged_by = _judged_by(det)
+    judge = judged_by(det)
     if det.rejection is not None:  # the config is refused before any layer is built
-        return LoadAccounting("model", judged_by, arch, build_error=det.rejection)
+        return LoadAccounting("model", judge, arch, build_error=det.rejection)
     model = _Model(ckpt, det, model_class(arch))
     if every_tensor:
         model.rows.update((n, c.row) for c in det.classes for n in c.names)
@@ -66,15 +66,15 @@ def load_accounting(ckpt: Checkpoint, det: Detection, *, every_tensor: bool = Tr
     else:
         model.problems()
     if model.build_errors:
-        return LoadAccounting("model", judged_by, arch, build_error="; ".join(model.build_errors))
+        return LoadAccounting("model", judge, arch, build_error="; ".join(model.build_errors))
     fates, fills = tuple(model.fates), model.fills()
     if not every_tensor:
         fates = tuple(f for f in fates if f.fate != "loaded" or f.problem is not None)
         fills = tuple(p for p in fills if (not p.filled or p.partial) and p.default is None)
-    return LoadAccounting(judge="model", judged_by=judged_by, architecture=arch, tensors=fates, parameters=fills)
+    return LoadAccounting(judge="model", judged_by=judge, architecture=arch, tensors=fates, parameters=fills)
 
 
-def _judged_by(det: Detection) -> str:
+def judged_by(det: Detection) -> str:
     """`vLLM 0.33.0`, or, under a runtime profile of another release, which release's loader judged it."""
     release, version = loader().release, det.runtime.vllm_version
     return f"vLLM {release}" if version == release else f"vLLM {release} (runtime {det.runtime.id} is vLLM {version})"
@@ -83,6 +83,28 @@ def _judged_by(det: Detection) -> str:
 def _architecture(ckpt: Checkpoint) -> str | None:
     archs = (ckpt.config or {}).get("architectures")
     return archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+
+
+def vllm_name(family: Family, mc: ModelClass, name: str) -> str | None:
+    """A checkpoint name (or prefix) as vLLM's loader sees it: the family's hf_to_vllm_mapper, then the model
+    class's own text-model mapper (`inner_prefix_map`); None when the mapper drops it."""
+    if any(name.startswith(p) for p in family.dropped_prefixes):
+        return None
+    for old, new in family.vllm_prefix_map:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+            break
+    for old, new in mc.inner_prefix_map:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
+
+
+def maps_back(ckpt: Checkpoint, det: Detection, old: str, new: str) -> bool:
+    """Whether vLLM's mappers bring names under prefix `old` to where names under `new` go (a doubled
+    `model.language_model.` on Qwen3.5, which its text model strips again): vLLM then loads them where they belong."""
+    mc = model_class(_architecture(ckpt))
+    return vllm_name(det.family, mc, old) == vllm_name(det.family, mc, new)
 
 
 @dataclass(frozen=True)
@@ -96,6 +118,10 @@ class _Built:
     what: str
     scheme: ScaleScheme | None = None
     bits: int | None = None
+
+
+# What the load model knows of a module it has no knowledge of (a norm, a convolution): nothing but its name.
+_UNMODELLED = _Built({}, frozenset(), frozenset(), "the layer")
 
 
 @dataclass
@@ -117,7 +143,7 @@ class _Model:
         # The rows of the modules judged (all of them for the whole accounting, the classes with something to say
         # otherwise): filled from `Detection.classes` as they are met.
         self.rows: dict[str, ModuleRow] = {}
-        self.prefix_map = det.family.vllm_prefix_map
+        self.family = det.family
         self.dropped = det.family.dropped_prefixes
         self.skip = loader().skip
         self.stacked = {shard: (fused, sid) for fused, shard, sid in mc.stacked}
@@ -150,6 +176,7 @@ class _Model:
         fused parameter expects every sibling). Every other module outside a row class is loaded unchecked."""
         ckpt, modules = self.ckpt, self.ckpt.modules
         special = set(filter(methodcaller("endswith", (".embed_tokens", ".rotary_emb")), modules))
+        special.update(filter(self.family.belongs_at, modules))
         if self.dropped:
             special.update(filter(methodcaller("startswith", tuple(self.dropped)), modules))
         layouts = ckpt.layouts
@@ -186,12 +213,7 @@ class _Model:
     # ---- names ---------------------------------------------------------------------------------------------------
     def vllm_name(self, name: str) -> str | None:
         """The name after the class's hf_to_vllm_mapper; None when the mapper drops it."""
-        if any(name.startswith(p) for p in self.dropped):
-            return None
-        for old, new in self.prefix_map:
-            if name.startswith(old):
-                return new + name[len(old) :]
-        return name
+        return vllm_name(self.family, self.mc, name)
 
     def relative(self, name: str) -> str:
         p = self.mc.inner_prefix
@@ -222,6 +244,11 @@ class _Model:
             return
         vname = vname[:-1]
         built = self.built(name, module)
+        belongs = self.family.belongs_at(name)
+        # Misnested, and vLLM's mappers do not bring it back where it belongs.
+        if belongs is not None and self.vllm_name(belongs + ".") != vname + ".":
+            self.misnested_module(name, vname, belongs, module, built)
+            return
         owner = self.owner(name) if built is not None else None
         proj = name.rpartition(".")[2]
         if built is not None:
@@ -239,6 +266,45 @@ class _Model:
                 # An unrenamed KV-scale name that raises is kv-scale-naming's (CK203), which says how to rename it.
                 rule = owner or (KV_SCALE_NAMING if is_kv_scale_name(tensor) else None)
                 self.fates.append(replace(fate, owner=rule) if rule and fate.problem else fate)
+
+    def misnested_module(self, name: str, vname: str, belongs: str, module: Module, built: _Built | None) -> None:
+        """A module nested under another component's root (misnested-prefix, CK201, reports it and its fix). vLLM
+        has no module at its name: the inner model's loader raises on every one of its tensors, naming the first
+        segment it lacks (`visual`). The layer vLLM does build for it, where it belongs (`visual.blocks.0.attn.qkv`
+        for `model.language_model.visual.blocks.0.attn.qkv`, built as the config declares that name), gets none of
+        them: its parameters stay unfilled (filled only where the checkpoint also holds the module at its place)."""
+        lacking = self.relative(vname).split(".", 1)[0]
+        for suffix in module.tensors:
+            tensor = f"{name}.{suffix}"
+            if self.skip.search(tensor):
+                self.fates.append(TensorFate(tensor, "skipped", reason="the loader skips this name on purpose"))
+                continue
+            self.fates.append(
+                TensorFate(
+                    tensor,
+                    "fatal",
+                    error=f"ValueError: There is no module or parameter named '{lacking}' in {self.mc.inner_class}",
+                    reason=f"it belongs at `{belongs}.{suffix}`",
+                    problem="no-parameter",
+                    owner=MISNESTED_PREFIX,
+                )
+            )
+        target = self.vllm_name(belongs + ".")
+        if target is None:  # where it belongs, the mapper drops it: nothing is built for it
+            return
+        layer = built or _UNMODELLED
+        proj = belongs.rpartition(".")[2]
+        suffixes: set[str] | frozenset[str]
+        if built is None:  # a module the model does not describe: a parameter per tensor, of the same name
+            suffixes = {s for s in module.tensors if not self.skip.search(f"{name}.{s}")}
+        else:
+            suffixes = built.must_fill | built.unused | (module.suffixes & set(built.params))
+        for suffix in sorted(suffixes):
+            pname, sid = self.param_of(target[:-1], proj, suffix)
+            param = self.param(pname, layer, suffix, MISNESTED_PREFIX)
+            param.unused = param.unused or suffix in layer.unused
+            param.expected.add(sid)
+            param.sources.setdefault(sid, f"{name}.{suffix}")
 
     def register(self, name: str, vname: str, proj: str, module: Module, built: _Built, owner: str | None) -> None:
         """The parameters this module's layer registers, each with the shards it expects and the checkpoint tensor

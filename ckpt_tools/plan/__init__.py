@@ -12,8 +12,16 @@ from .planner import MemoryPlan, Settings, plan_checkpoint
 __all__ = ["MemoryPlan", "Settings", "plan_for"]
 
 
-def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_label: str | None = None) -> MemoryPlan:
-    """The plan for an `Analysis` (ckpt_tools.pipeline), optionally with a drafter's `Analysis`."""
+def plan_for(
+    analysis,
+    settings: Settings,
+    *,
+    drafter_analysis=None,
+    drafter_label: str | None = None,
+    refusals: tuple[str, ...] = (),
+) -> MemoryPlan:
+    """The plan for an `Analysis` (ckpt_tools.pipeline), optionally with a drafter's `Analysis`; `refusals`: why
+    vLLM refuses the settings beyond what the plan judges itself (`plan_checkpoint`)."""
     det = analysis.detection
     drafter = None
     if drafter_analysis is not None:
@@ -30,6 +38,7 @@ def plan_for(analysis, settings: Settings, *, drafter_analysis=None, drafter_lab
         kv_word=det.kv_cache,
         target=analysis.report.target,
         drafter=drafter,
+        refusals=refusals,
     )
 
 

@@ -15,7 +15,7 @@ from ..errors import UsageError
 from ..knowledge.memory import KvDtype, memory
 from ..knowledge.modules import model_config
 from . import facts
-from .limits import first_int, tensor_parallel_refusal
+from .limits import first_int
 
 FULL, SLIDING, MLA, GDN = "full_attention", "sliding_attention", "mla", "linear_attention"
 
@@ -201,9 +201,6 @@ def cache_model(
     kv = facts.kv_dtype(kv_name)
     model_bytes = int(facts.dtype_bytes(dtype) or 2)
     kinds, notes = layer_kinds(cfg)
-    refusal = tensor_parallel_refusal(cfg, tp)  # the check check-serve runs on a command (tensor-parallel-indivisible)
-    if refusal:
-        raise UsageError(refusal)
     layers = tuple(
         _gdn_layer(i, cfg, tp, dtype) if kind == GDN else _attention_layer(i, kind, cfg, tp, kv, model_bytes)
         for i, kind in enumerate(kinds)

@@ -1,7 +1,8 @@
 """What vLLM 0.33 refuses of a serve setting for a given model, before any memory is planned: a tensor-parallel size
-that does not divide the heads, a context longer than the config's. One implementation, asked by `ckpt plan` (which
-refuses to plan it) and by check-serve's checks (which judge the command, and so serve-flags' own command): the
-three commands cannot disagree about the same setting.
+that does not divide the heads, a context longer than the config's. One implementation, asked by `ckpt plan` (whose
+answer it refuses, with check-serve's finding: ckpt_tools.memory_plan.plan_findings) and by check-serve's checks
+(which judge the command, and so serve-flags' own command): the three commands cannot disagree about the same
+setting.
 """
 
 from __future__ import annotations

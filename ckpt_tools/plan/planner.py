@@ -20,11 +20,12 @@ from ..knowledge.modules import model_config
 from ..knowledge.runtimes import default_runtime_id
 from ..knowledge.runtimes import runtime as load_runtime
 from ..model.checkpoint import Checkpoint
+from ..rules.base import SEVERITY_RANK, Finding
 from . import facts
 from .budget import Answers, Pages, answer, pages
 from .context import derived_max_model_len
 from .layers import FULL, GDN, MLA, SLIDING, CacheModel, cache_model
-from .limits import context_refusal
+from .limits import context_refusal, tensor_parallel_refusal
 from .weights import Weights, checkpoint_weights, combine
 
 SEQ_COUNTS = (1, 8, 32)  # the sequence counts every plan answers for (plus --max-num-seqs)
@@ -74,6 +75,22 @@ class MemoryPlan:
     max_num_batched_tokens: int
     drafter: str | None = None
     notes: tuple[str, ...] = field(default=())
+    # check-serve's verdict on the same settings (`ckpt_tools.memory_plan.plan_findings`: an indivisible
+    # --tensor-parallel-size, a --max-model-len above the context), most severe first.
+    findings: tuple[Finding, ...] = ()
+
+    def failing(self, fail_on: str = "error") -> list[Finding]:
+        """Findings at or above `fail_on` (none for "none")."""
+        if fail_on == "none":
+            return []
+        return [f for f in self.findings if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[fail_on]]
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        """1 when a finding is at or above `fail_on`, or when the settings do not fit for want of memory; a refusal
+        at vLLM's config check is its finding's verdict, which `fail_on` judges as check-serve does."""
+        if self.failing(fail_on):
+            return 1
+        return 0 if self.fits or self.answers.refused else 1
 
     # ---- derived figures -----------------------------------------------------------------------------------------
     @property
@@ -196,6 +213,7 @@ class MemoryPlan:
                 if v is not None
             },
             "notes": list(self.notes),
+            "findings": [f.to_dict() for f in self.findings],
         }
 
 
@@ -260,9 +278,12 @@ def plan_checkpoint(
     kv_word: str | None,
     target: str,
     drafter: tuple[Checkpoint, Any, str] | None = None,
+    refusals: tuple[str, ...] = (),
 ) -> MemoryPlan:
     """The plan for a loaded checkpoint (`family`: its architecture family; `kv_word`: the KV scheme its quant
-    config declares, as detection reads it; `drafter`: (checkpoint, family, label) of a drafter to add)."""
+    config declares, as detection reads it; `drafter`: (checkpoint, family, label) of a drafter to add;
+    `refusals`: why vLLM refuses these settings where the plan does not judge it itself, e.g. block-FP8 shapes a
+    tensor-parallel size splits off their blocks)."""
     tp = settings.tensor_parallel_size
     if tp < 1:
         raise UsageError("--tensor-parallel-size must be at least 1")
@@ -289,6 +310,11 @@ def plan_checkpoint(
     label = None
     if drafter is not None:
         d_ckpt, d_family, label = drafter
+        # check-serve judges the target's heads only (tensor-parallel-indivisible): a drafter the size cannot split
+        # stays a plan that cannot be made.
+        d_refusal = tensor_parallel_refusal(d_ckpt.text_config, tp)
+        if d_refusal:
+            raise UsageError(f"the drafter: {d_refusal}")
         d_cache = cache_model(
             d_ckpt.text_config,
             d_ckpt.config or {},
@@ -322,12 +348,14 @@ def plan_checkpoint(
     reserve = _reserve(cfg, tp)
     context = model_context(ckpt, settings.max_model_len)
     budget = int(device.bytes * util) - w.per_device_bytes - reserve.bytes
-    refused = None
+    # The verdicts check-serve gives the same command (tensor-parallel-indivisible, max-model-len-exceeded): vLLM
+    # refuses these settings at start-up, before it sizes any memory.
+    found = [tensor_parallel_refusal(cfg, tp)]
     if settings.max_model_len is not None:
-        # The verdict check-serve gives the same command (max-model-len-exceeded): vLLM refuses it at start-up.
         derived, key = derived_max_model_len(cfg)
         env = load_runtime(settings.runtime).behaviour.long_max_model_len_env
-        refused = context_refusal(settings.max_model_len, derived, key, env=env)
+        found.append(context_refusal(settings.max_model_len, derived, key, env=env))
+    refused = "; ".join(filter(None, (*found, *refusals))) or None
     ans = answer(
         p,
         budget,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..knowledge.runtimes import default_runtime_id
-from ..report.text import terminal_width, wrap
+from ..report.text import finding_lines, terminal_width, wrap
 from .layers import FULL, GDN, MLA, SLIDING
 from .planner import MemoryPlan
 
@@ -91,6 +91,8 @@ def text(plan: MemoryPlan, *, explain: bool = False, notes: bool = True) -> str:
         return [part for ln in lines for part in wrap(prefix + ln, width, indent)]
 
     out = [head, *block(summary_lines(plan) + answer_lines(plan), "  ", VALUE_COLUMN)]
+    if plan.findings:  # check-serve's verdict on the same settings, as every text report shows findings
+        out += ["", *(line for f in plan.findings for line in finding_lines(f, width))][:-1]
     if explain:
         out += ["", "arithmetic:", *block(arithmetic(plan), "  ", 4)]
     if notes and plan.notes:

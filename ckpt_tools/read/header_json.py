@@ -4,7 +4,7 @@ orjson is fast but forgets what the reader rejects on: a repeated key (orjson ke
 repeated struct field), `-0` (orjson: the integer 0; serde: the float -0.0, which is no `usize`), where a huge
 number stops being finite, and how deep the nesting is. `parse_exact` re-reads the text with the standard library's
 C scanner, keeping every repeated key (`JObject.pairs`), classifying number tokens the way serde_json does
-(`serde_number`, used only when a byte scan finds a token where the standard library's reading could differ), and
+(`_serde_int`, `_serde_float`: the standard library's own reading where it is serde_json's, `serde_number` past it), and
 rejecting lone surrogates; `check_depth` applies the nesting limit where a valid header may nest. Everything is
 linear in the text: no big integer is ever built from a long digit string, and no step recurses on the nesting.
 """
@@ -170,11 +170,6 @@ def check_depth(value: Any, depth: int) -> None:
                 push((child, depth + 1))
 
 
-# Number tokens whose serde_json reading the standard library's int / float cannot stand in for: 20 digits or more
-# (past the 64-bit ranges, or near f64's), a 3-digit exponent (near f64's range), and `-0` (a float to serde_json).
-# Found with C-speed byte scans: digits are mapped to "0" first, so every test is a substring search.
-_DIGITS = bytes.maketrans(b"0123456789", b"0" * 10)
-_LONG_TOKENS = (b"0" * 20, b"e000", b"E000", b"e+000", b"E+000")
 NEG_ZERO = re.compile(rb"-0(?![0-9.eE])")  # `-0` as a whole token (or inside a string)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -200,16 +195,6 @@ def _serde_float(token: str) -> int | float:
     return serde_number(token)
 
 
-def _number_hooks(raw: bytes) -> tuple[Any, Any]:
-    """(parse_int, parse_float) for `json.loads`: None (the standard library's own, in C) unless a token needs
-    serde_json's reading."""
-    negative_zero = b"-0" in raw and NEG_ZERO.search(raw) is not None
-    digits = raw.translate(_DIGITS)
-    long_run = _LONG_TOKENS[0] in digits
-    long_exponent = any(token in digits for token in _LONG_TOKENS[1:])
-    return (_serde_int if negative_zero or long_run else None, _serde_float if long_run or long_exponent else None)
-
-
 def parse_exact(raw: bytes, text: str) -> Any:
     """Parse header text (`raw` decoded) as serde_json does, objects with a repeated key as `JObject`s. Raises
     `HeaderJsonError`.
@@ -217,9 +202,6 @@ def parse_exact(raw: bytes, text: str) -> Any:
     Nesting is the caller's to check where it matters (`check_depth`), except past the standard library's own
     recursion limit, which is far beyond the reader's and raises here.
     """
-    # Plain number tokens parse natively (the same verdict: an int is a u64 / i64 exactly when serde_json says so);
-    # only a text with a risky token pays for the per-token emulation.
-    parse_int, parse_float = _number_hooks(raw)
     repeated: list[JObject] = []
 
     def make_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -233,7 +215,11 @@ def parse_exact(raw: bytes, text: str) -> Any:
 
     try:
         value = json.loads(
-            text, object_pairs_hook=make_object, parse_int=parse_int, parse_float=parse_float, parse_constant=_constant
+            text,
+            object_pairs_hook=make_object,
+            parse_int=_serde_int,
+            parse_float=_serde_float,
+            parse_constant=_constant,
         )
     except RecursionError:
         raise HeaderJsonError(f"nested {MAX_DEPTH} levels deep or more (the reader's limit)", too_deep=True) from None

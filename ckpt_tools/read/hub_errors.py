@@ -1,8 +1,8 @@
 """Turn huggingface_hub's exceptions into one-line `TargetError`s (exit 2) that say what to do next.
 
-The order matters (hub-offline.md section 4): `GatedRepoError` is a subclass of `RepositoryNotFoundError`, every Hub
-HTTP error is an `HfHubHTTPError`, and that in turn is the HTTP library's `HTTPError` (httpx in huggingface_hub 1.x,
-httpx2 in 2.x), as are the transport errors of a network failure. So: offline, gated, not found, revision, disabled,
+The order matters, as huggingface_hub's exception classes nest: `GatedRepoError` is a subclass of
+`RepositoryNotFoundError`, every Hub HTTP error is an `HfHubHTTPError`, and that in turn is the HTTP library's
+`HTTPError` (httpx in huggingface_hub 1.x, httpx2 in 2.x), as are the transport errors of a network failure. So: offline, gated, not found, revision, disabled,
 missing file, any other HTTP status, then network.
 """
 

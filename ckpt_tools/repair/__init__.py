@@ -6,7 +6,7 @@ Python API (each returns a `RepairResult`; refusals raise `ckpt_tools.errors.Ckp
     result = run("./model", fix_prefix.job())                      # the misnested-prefix finding's plan
     result = run("./model", fix_prefix.job([("model.language_model.visual", "model.visual")]), dry_run=True)
 
-Layout: `plan` (what changes, in checkpoint terms), `steps` (the exact bytes, decided from the headers on disk),
+Layout: `edits` (what changes, in checkpoint terms), `steps` (the exact bytes, decided from the headers on disk),
 `execute` (idempotent, verifying writers), `journal` (the crash-safety protocol and the lock), `guard` (refusals),
 `runner` (one job end to end), one module per job (`fix_prefix`, `scrub_nan`, `drop_orphans`, `fix_all`), `render`.
 """

@@ -55,7 +55,7 @@ class Report:
         return 1 if any(SEVERITY_RANK[f.severity] >= floor for f in self.findings) else 0
 
     def render(self, format: str = "text") -> str:
-        """This report as `ckpt doctor --format FORMAT` prints it: text, json, markdown or sarif."""
+        """This report as `ckpt doctor --format FORMAT` prints it (FORMAT: a name in renderers.OUTPUT_FORMATS)."""
         from .._inputs import choice
         from .renderers import OUTPUT_FORMATS, render
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
+from ..rules.base import Finding
 from .model import Report, Unreadable
 
 COLORS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "bold": "\033[1m", "dim": "\033[2m"}
@@ -150,6 +151,25 @@ def vllm_lines(vllm: dict | None) -> list[str]:
     return [f"  load judged   by {vllm['judged_by']}'s own loader on the meta device ({vllm['platform']}{took})"]
 
 
+def finding_lines(f: Finding, width: int | None, color: bool = False) -> list[str]:
+    """One finding as every text report shows it: severity, code and slug, then message, tensors, files and fix,
+    and a blank line."""
+    out = [f"{_paint(f.severity.upper().ljust(7), f.severity, color)} {f.code} {f.slug}"]
+    out.extend(wrap(f"        {f.message}", width))
+    if f.tensors:
+        shown = ", ".join(f.tensors[:SHOWN_TENSORS])
+        more = f.count - min(len(f.tensors), SHOWN_TENSORS)
+        line = f"        tensors: {shown}" + (f" (+{more} more)" if more > 0 else "")
+        out.extend(_paint(part, "dim", color) for part in wrap(line, width, 17))
+    if f.files:
+        files = ", ".join(f.files[:5]) + (f" (+{len(f.files) - 5} more)" if len(f.files) > 5 else "")
+        out.extend(_paint(part, "dim", color) for part in wrap(f"        files: {files}", width, 15))
+    if f.fix:
+        out.extend(wrap(f"        fix: {f.fix}", width, 13))
+    out.append("")
+    return out
+
+
 def render(report: Report, *, color: bool = False, width: int | None = -1) -> str:
     """The text report; `width`: the column to wrap long lines at (-1: `terminal_width()`, None: never)."""
     if width == -1:
@@ -161,19 +181,7 @@ def render(report: Report, *, color: bool = False, width: int | None = -1) -> st
     out.append("")
     findings = report.sorted_findings()
     for f in findings:
-        out.append(f"{_paint(f.severity.upper().ljust(7), f.severity, color)} {f.code} {f.slug}")
-        out.extend(wrap(f"        {f.message}", width))
-        if f.tensors:
-            shown = ", ".join(f.tensors[:SHOWN_TENSORS])
-            more = f.count - min(len(f.tensors), SHOWN_TENSORS)
-            line = f"        tensors: {shown}" + (f" (+{more} more)" if more > 0 else "")
-            out.extend(_paint(part, "dim", color) for part in wrap(line, width, 17))
-        if f.files:
-            files = ", ".join(f.files[:5]) + (f" (+{len(f.files) - 5} more)" if len(f.files) > 5 else "")
-            out.extend(_paint(part, "dim", color) for part in wrap(f"        files: {files}", width, 15))
-        if f.fix:
-            out.extend(wrap(f"        fix: {f.fix}", width, 13))
-        out.append("")
+        out += finding_lines(f, width, color)
     by_reason: dict[str, list[str]] = {}  # one line per reason: a pointer checkout skips most rules for one cause
     for s in report.skipped:
         by_reason.setdefault(s["reason"], []).append(f"{s['code']} {s['slug']}")

@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ..knowledge.architectures import markers
 from ._experts import first_tensor, non_expert_modules
 from ._memo import once_per
 from .base import Context, Finding, Rule, files_of, register
@@ -16,23 +15,8 @@ def rename_plan(ctx: Context) -> dict[tuple[str, str], list[str]]:
     Layouts come from rules/architectures.toml: a component marker (`visual`, `language_model`, ...) found directly
     below another component's root is mis-nested; it belongs at its own component's canonical root.
     """
-    family = ctx.det.family
-    comp_of_marker = {seg: comp for comp, segs in markers().items() for seg in segs}
+    move = ctx.det.family.misnesting
     plan: dict[tuple[str, str], list[str]] = defaultdict(list)
-
-    def move(name: str) -> tuple[str, str] | None:
-        hit = family.root_of(name + ".")
-        if hit is None:
-            return None
-        root, prefix = hit
-        first = name[len(prefix) :].split(".", 1)[0]
-        if root.children is None or first in root.children:
-            return None
-        comp = comp_of_marker.get(first)
-        if comp is None:
-            return None
-        new = prefix if comp == root.component else family.canonical_root(comp)
-        return None if new is None else (prefix + first + ".", new)
 
     # The answer depends on the first four segments only: every expert below one experts prefix that long shares it,
     # so a healthy checkpoint shows itself with one answer per such prefix and one per other module.
@@ -66,6 +50,9 @@ class MisnestedPrefix(Rule):
     A component nested inside another component's namespace: the Qwen3.5/3.6 VL vision tower saved as
     `model.language_model.visual.*` instead of `model.visual.*`, or a doubled `model.language_model.language_model.*`
     (docs/reference/failures.md #4). Expected layouts per architecture family live in rules/architectures.toml.
+    An error where vLLM does not load the names from there; a warning where vLLM's own mappers bring the prefix back
+    where it belongs (Qwen3.5's text model strips a doubled `model.language_model.`; rules/loader.toml
+    `inner_prefix_map`), so it serves, but other loaders read the names as stored.
 
     Why it matters
     vLLM maps checkpoint names through the architecture's `hf_to_vllm_mapper` (vllm/model_executor/models/qwen3_5.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §5.1)). A mis-nested
@@ -92,6 +79,29 @@ class MisnestedPrefix(Rule):
         plan = rename_plan(ctx)
         if not plan:
             return
+        # The load model is imported when it is needed, not with the rule catalogue.
+        from ..load.model import judged_by, maps_back
+
+        # A prefix vLLM's own mappers bring back where it belongs loads there: the checkpoint is still laid out
+        # against its architecture (transformers and other loaders read the names as stored), but it serves.
+        served = {key: names for key, names in plan.items() if maps_back(ctx.ckpt, ctx.det, *key)}
+        lost = {key: names for key, names in plan.items() if key not in served}
+        if lost:
+            yield self._finding(
+                ctx, lost, "vLLM does not load them from there: the component is missing or fails to load."
+            )
+        if served:
+            yield self._finding(
+                ctx,
+                served,
+                f"{judged_by(ctx.det)}'s loader maps that prefix back, so it loads them where they belong; "
+                "other loaders (transformers, other runtimes) read the names as stored.",
+                severity="warning",
+            )
+
+    def _finding(
+        self, ctx: Context, plan: dict[tuple[str, str], list[str]], why: str, severity: str | None = None
+    ) -> Finding:
         existing = ctx.ckpt.tensors
         steps = []
         tensors: list[str] = []
@@ -101,10 +111,7 @@ class MisnestedPrefix(Rule):
             tensors.extend(sorted(names))
             collisions.extend(n for n in names if new + n[len(old) :] in existing)
         desc = "; ".join(f"{s['count']} tensor(s) under `{s['from']}` belong under `{s['to']}`" for s in steps)
-        message = (
-            f"{desc} ({ctx.det.family.name} layout). vLLM does not load them from there: the component is missing "
-            f"or fails to load."
-        )
+        message = f"{desc} ({ctx.det.family.name} layout). {why}"
         fix = ctx.command("fix-prefix")
         if collisions:
             message += f" {len(collisions)} renamed name(s) would collide with existing tensors; resolve by hand."
@@ -112,10 +119,11 @@ class MisnestedPrefix(Rule):
         files = files_of(ctx.ckpt, tensors)
         if ctx.ckpt.index is not None:
             files.add(ctx.ckpt.index.name)
-        yield self.finding(
+        return self.finding(
             message,
             tensors=tensors,
             files=files,
             fix=fix,
+            severity=severity,
             details={"rename": steps, "family": ctx.det.family.id, "collisions": collisions[:20]},
         )

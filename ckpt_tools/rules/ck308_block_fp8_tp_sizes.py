@@ -183,6 +183,23 @@ def tp_verdicts(ctx: Context, built: list[Layer], bn: int, bk: int) -> TpVerdict
     return TpVerdicts(tuple(valid), tuple(by_heads), blocked)
 
 
+def ruled_out(ctx: Context, tp: int, *, expert_parallel: bool = False) -> tuple[str, TpVerdicts] | None:
+    """Why the block-FP8 shapes rule out `--tensor-parallel-size tp` (vLLM refuses to start there), with every
+    candidate's verdict; None when they allow it, or the checkpoint has no block-FP8 layer. With `expert_parallel`
+    (--enable-expert-parallel) the MoE layers are not split by TP. A size the heads rule out is not judged here
+    (tensor-parallel-indivisible)."""
+    rows = block_rows(ctx)
+    block = _block_size(ctx, rows) if rows else None
+    if block is None or _heads_ok(ctx, tp) is not None:
+        return None
+    bn, bk = block
+    built = [layer for layer in layers(ctx, rows) if not (expert_parallel and layer.style == "experts")]
+    reason = next((r for layer in built if (r := _block_ok(ctx, layer, tp, bn, bk))), None)
+    if reason is None:
+        return None
+    return f"{reason} ({bn}x{bk} blocks)", tp_verdicts(ctx, built, bn, bk)
+
+
 def _message(verdicts: TpVerdicts, bn: int, bk: int, moe: bool) -> str:
     ruled = ", ".join(str(tp) for tp in verdicts.blocked)
     tp, why = next(iter(verdicts.blocked.items()))
@@ -221,7 +238,8 @@ class BlockFp8TpSizes(Rule):
     128; block-quantizing a model whose dimensions are not multiples of the block.
 
     Fix
-    Serve with one of the valid sizes listed in the finding (`ckpt serve-flags` picks one), use expert parallelism
+    Serve with one of the valid sizes listed in the finding (a command, `ckpt serve-flags -tp N` or `ckpt plan -tp
+    N` naming a ruled-out size is block-fp8-tp-size's error, CS174), use expert parallelism
     (`--enable-expert-parallel`) when only the MoE split fails, or re-export with a smaller block.
     """
 

@@ -60,6 +60,7 @@ def serve_flags(
     repo_id: str | None = None,
     served_model_name: str | None = None,
     keep: Callable[[tuple[object, ...]], None] | None = None,
+    tensor_parallel_size: int | None = None,
 ) -> ServePlan:
     """The `vllm serve` plan for `target` (a folder, a .safetensors file or a Hub repo id), with the verdict in
     `plan.findings`: doctor's findings plus check-serve's on the planned command (`plan.exit_code(fail_on)`).
@@ -75,6 +76,7 @@ def serve_flags(
     target = _inputs.target(target)
     drafter = _inputs.target(drafter, "drafter") if drafter is not None else None
     max_model_len = _inputs.positive_int(max_model_len, "max_model_len")
+    tensor_parallel_size = _inputs.positive_int(tensor_parallel_size, "tensor_parallel_size", "GPUs")
     rt, hw = _profiles(_inputs.optional_id(runtime, "runtime"), _inputs.optional_id(hardware, "hardware"))
     analysis = analyze(
         target,
@@ -102,6 +104,7 @@ def serve_flags(
         colocated=colocated,
         speculative_method=speculative_method,
         served_model_name=served_model_name,
+        tensor_parallel_size=tensor_parallel_size,
     )
     from .memory import fit_serve_plan
 

@@ -39,6 +39,7 @@ class PlanOptions:
     colocated: bool = False
     speculative_method: str | None = None
     served_model_name: str | None = None  # --served-model-name: what clients request instead of the path
+    tensor_parallel_size: int | None = None  # --tensor-parallel-size: GPUs the model is split over (None: not set)
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ def plan(
             "vllm/entrypoints/openai/cli_args.py, vLLM 0.33.0 (--served-model-name)",
         )
     _max_model_len(b, facts, rt, options)
+    _tensor_parallel(b, rt, options)
     _hardware_limits(b, hw, rt, options)
     fam = serving().family(facts.architecture, facts.model_type)
     _family(b, facts, fam, rt)
@@ -303,6 +305,24 @@ def _max_model_len(b: _Builder, facts: CheckpointFacts, rt: Runtime, options: Pl
             f"the checkpoint's context ({facts.max_len_key}={derived}); explicit so a longer copy-paste fails",
             src,
         )
+
+
+def _tensor_parallel(b: _Builder, rt: Runtime, options: PlanOptions) -> None:
+    """--tensor-parallel-size as asked: emitted as it is, whether or not vLLM accepts it. A size that does not split
+    the model is the verdict's (tensor-parallel-indivisible, block-fp8-tp-size: the checks check-serve runs on the
+    same command, and `ckpt plan -tp` on the same setting), never silently changed; the memory plan sizes the
+    weights and KV cache per GPU at it (`fit_serve_plan`)."""
+    tp = options.tensor_parallel_size
+    if tp is None:
+        return
+    if tp < 1:
+        raise UsageError("--tensor-parallel-size must be at least 1")
+    b.add(
+        "--tensor-parallel-size",
+        str(tp),
+        f"the model is split over {tp} GPU{'s' if tp != 1 else ''} (asked with --tensor-parallel-size)",
+        rt.source_of("--tensor-parallel-size"),
+    )
 
 
 def _hardware_limits(b: _Builder, hw: Hardware | None, rt: Runtime, options: PlanOptions) -> None:

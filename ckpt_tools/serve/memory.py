@@ -40,8 +40,10 @@ def fit_serve_plan(sp: ServePlan, analysis: Analysis, drafter: Analysis | None, 
     util = _flag(sp, "--gpu-memory-utilization")
     batched = _flag(sp, "--max-num-batched-tokens")
     spec = _flag(sp, "--speculative-config")
+    tp = _flag(sp, "--tensor-parallel-size")
     settings = Settings(
         hardware=sp.hardware.id,
+        tensor_parallel_size=int(tp) if tp else 1,
         max_model_len=asked_len,
         gpu_memory_utilization=float(util) if util else None,
         max_num_batched_tokens=int(batched) if batched else None,

@@ -160,6 +160,62 @@ def test_doctor_inspect_and_serve_flags_agree_on_a_load_defect(tmp_path: Path) -
     assert serve.stdout == ""
 
 
+MISNESTED = ROOT / "fixtures" / "defective" / "qwen35moe-nvfp4-misnested-vision"
+DOUBLED = "model.language_model.language_model.layers.1."
+
+
+def test_a_misnested_vision_tower_is_accounted_as_vllm_loads_it() -> None:
+    """The vision tower saved under `model.language_model.visual.`: vLLM 0.33's Qwen3_5Model raises on every one of
+    its tensors (biases and norms too), naming `visual`, and the tower it builds at `visual.*` stays unfilled,
+    unquantized as the config's ignore list (`model.visual.*`) declares it (what `ckpt doctor --vllm` measured)."""
+    a = analyze(str(MISNESTED), headers_only=True)
+    acc = load_accounting(a.checkpoint, a.detection)
+    moved = sorted(t for t in a.checkpoint.tensors if t.startswith("model.language_model.visual."))
+    assert len(moved) == 33
+    assert sorted(f.tensor for f in acc.tensors) == sorted(a.checkpoint.tensors)  # each tensor once
+    fates = {f.tensor: f for f in acc.tensors if f.tensor in moved}
+    assert {(f.fate, f.owner, f.error) for f in fates.values()} == {
+        ("fatal", "misnested-prefix", "ValueError: There is no module or parameter named 'visual' in Qwen3_5Model")
+    }
+    unfilled = {p.parameter for p in acc.parameters if not p.filled}
+    assert unfilled == {"visual." + t.removeprefix("model.language_model.visual.") for t in moved}
+    assert {p.owner for p in acc.parameters if not p.filled} == {"misnested-prefix"}
+    qkv = a.detection.row_by_name["model.language_model.visual.blocks.0.attn.qkv"]
+    assert (qkv.declared.quantized, qkv.covered_by) == (False, "model.visual.blocks.0.attn.qkv")
+    # Every defect is misnested-prefix's: the CK60x findings say nothing more.
+    assert findings(acc) == []
+
+
+def test_per_layer_counts_add_up_to_the_tensors_of_the_layer() -> None:
+    a = analyze(str(MISNESTED), headers_only=True)
+    modules = a.checkpoint.modules
+    totals = tensors_per_layer(modules, (len(m.tensors) for m in modules.values()))
+    layers = per_layer(load_accounting(a.checkpoint, a.detection, every_tensor=False), totals)
+    assert {r.layer: r.loaded + r.skipped + r.fatal for r in layers if r.layer in totals} == totals
+    block = next(r for r in layers if r.layer == "model.language_model.visual.blocks.0")
+    tower = next(r for r in layers if r.layer == "visual.blocks.0")
+    assert (block.loaded, block.skipped, block.fatal, block.unfilled) == (0, 0, 12, 0)
+    assert (tower.loaded, tower.skipped, tower.fatal, tower.unfilled) == (0, 0, 0, 12)
+    assert "visual.blocks.0.attn.qkv.weight: unfilled (reported as misnested-prefix)" in tower.problems
+
+
+def test_a_doubled_language_model_prefix_loads_where_it_belongs(tmp_path: Path) -> None:
+    """Qwen3_5ForCausalLM's own mapper turns `model.language_model.` into `model.` once more, so vLLM 0.33 loads a
+    doubled prefix into the right layer: nothing fatal, nothing unfilled (misnested-prefix still reports the names)."""
+    folder = copy_fixture("llmc-qwen35moe-nvfp4", tmp_path)
+    case_ops.apply(folder, [{"op": "rename", "pattern": r"^model\.language_model\.layers\.1\.", "repl": DOUBLED}])
+    a = analyze(str(folder), headers_only=True)
+    acc = load_accounting(a.checkpoint, a.detection)
+    f = _fate(acc, DOUBLED + "mlp.experts.2.down_proj.weight_packed")
+    assert (f.fate, f.parameter, f.shard) == (
+        "loaded",
+        "language_model.model.layers.1.mlp.experts.w2_weight_packed",
+        "2:w2",
+    )
+    assert [t for t in acc.tensors if t.fate != "loaded"] == []
+    assert [p.parameter for p in acc.parameters if not p.filled and p.default is None] == []
+
+
 CORRUPTIONS = [
     ("transformers-llama-fp8-block", [{"op": "rename", "pattern": r"weight_scale_inv$", "repl": "weight_scale"}]),
     ("llmc-llama-w4a16", [{"op": "drop", "pattern": r"model\.layers\.0\.mlp\.up_proj\."}]),
@@ -182,6 +238,8 @@ CORRUPTIONS = [
     ),
     ("modelopt-llama-fp8", [{"op": "retype", "tensor": "model.layers.0.self_attn.o_proj.weight", "dtype": "U8"}]),
     ("llmc-qwen3moe-nvfp4", [{"op": "drop", "pattern": r"experts\.1\.up_proj\.input_global_scale$"}]),
+    ("../defective/qwen35moe-nvfp4-misnested-vision", []),
+    ("llmc-qwen35moe-nvfp4", [{"op": "rename", "pattern": r"^model\.language_model\.layers\.1\.", "repl": DOUBLED}]),
     (
         "modelopt-llama-nvfp4",
         [

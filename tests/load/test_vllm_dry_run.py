@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ckpt_tools.load.accounting import LoadAccounting, ParameterFill, TensorFate
 from ckpt_tools.rules._load_findings import findings
 from ckpt_tools.vllm_dry import meta_load
@@ -97,6 +99,27 @@ def test_build_failure_names_the_layer(tmp_path: Path, capsys) -> None:
     (ck605,) = [f for f in json.loads(out)["findings"] if f["code"] == "CK605"]
     assert "model.layers.0.mlp.experts" in ck605["message"] and "vLLM 9.9.9" in ck605["message"]
     assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("layer", "reported"),
+    [("model.layers.0.self_attn.qkv_proj", {"CK308"}), ("model.layers.0.mlp.down_proj", {"CK308", "CK605"})],
+)
+def test_a_block_shape_build_failure_is_left_to_block_fp8_tp_sizes(tmp_path: Path, capsys, layer, reported) -> None:
+    """The genuine 128x128 block-FP8 export is too small for its blocks at any TP size: CK308 says so, with the sizes.
+    vLLM's failure to build that very layer at one GPU is the same cause, not a second finding; a failure on another
+    layer still is one."""
+    error = (
+        f"layer `{layer}` (QKVParallelLinear): ValueError: Weight output_partition_size = 64 is not divisible by "
+        "weight quantization block_n = 128."
+    )
+    target = GENUINE / "llmc-llama-fp8-block"
+    py = printing(tmp_path, accounting(build_error=error))
+    code, out, _ = run_cli(
+        ["doctor", str(target), "--headers-only", "-f", "json", "--vllm", "--vllm-python", str(py)], capsys
+    )
+    codes = {f["code"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert codes == reported and code == 1
 
 
 def assert_one_line(code: int, err: str, *needles: str) -> None:

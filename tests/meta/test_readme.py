@@ -73,3 +73,13 @@ def test_docs_name_every_value_rule() -> None:
     assert listed, "docs/doctor.md lost its list of value rules"
     named = set(re.findall(r"CK\d{3}\s+`([a-z0-9-]+)`", listed.group(1)))
     assert named == {rule.slug for rule in all_rules() if rule.needs_values}
+
+
+def test_docs_name_every_output_format() -> None:
+    """docs/doctor.md's `--format` row, the one list of formats the user docs give, is report/renderers.py's."""
+    from ckpt_tools.report.renderers import OUTPUT_FORMATS
+
+    page = (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
+    row = re.search(r"^\| `--format ([a-z\\|]+)` \|", page, re.M)
+    assert row, "docs/doctor.md lost its --format row"
+    assert row.group(1).split("\\|") == list(OUTPUT_FORMATS)

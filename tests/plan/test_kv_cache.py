@@ -110,7 +110,7 @@ def _seed_cache() -> CacheModel:
 
 
 def test_seed_model_figures() -> None:
-    """Qwen3.6-35B-A3B: the README sanity table's KV figures."""
+    """Qwen3.6-35B-A3B: the KV figures of docs/plan.md's sanity table."""
     cache = _seed_cache()
     assert len(cache.of(FULL)) == 10 and len(cache.of(GDN)) == 30
     assert sum(layer.token_bytes for layer in cache.of(FULL)) == 10 * 2 * 512 * 2  # 20,480 B per token

@@ -240,9 +240,16 @@ def _shard_tensor_bytes(folder: Path) -> dict[str, int]:
     return out
 
 
-def test_bad_tensor_parallel_and_dtype_are_usage_errors() -> None:
-    with pytest.raises(UsageError, match="does not divide the 4 attention heads"):
-        plan(LLAMA, tensor_parallel_size=3)
+def test_a_tensor_parallel_size_vllm_refuses_is_a_finding_not_bad_input() -> None:
+    refused = plan(LLAMA, tensor_parallel_size=3)
+    assert not refused.fits and refused.answers.refused
+    assert [f.code for f in refused.findings] == ["CS173"] and refused.answers.reason == refused.findings[0].message
+    assert (refused.exit_code(), refused.exit_code("none")) == (1, 0)
+    SCHEMA.validate(refused.to_json())
+    assert plan(LLAMA, tensor_parallel_size=2).findings == ()
+
+
+def test_bad_dtype_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="not modelled by the memory plan"):
         plan(LLAMA, kv_cache_dtype="turboquant_k8v4")
     with pytest.raises(UsageError, match="for MLA models only"):
@@ -288,7 +295,7 @@ def test_cli_json_and_exit_codes(tmp_path: Path) -> None:
         ([str(GENUINE / LLAMA)], "--hardware is required"),
         ([str(tmp_path / "missing"), "--hardware", "gb10"], "no such folder"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "--kv-cache-dtype", "fp4"], "not modelled"),
-        ([str(GENUINE / LLAMA), "--hardware", "gb10", "-tp", "3"], "does not divide"),
+        ([str(GENUINE / LLAMA), "--hardware", "gb10", "-tp", "0"], "at least 1"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "--gpu-memory-utilization", "1.5"], "outside (0, 1]"),
         ([str(GENUINE / LLAMA), "--hardware", "gb10", "--max-num-seqs", "0"], "at least 1"),
     ):

@@ -58,7 +58,6 @@ INDEXES = {
     "no metadata": {"weight_map": dict.fromkeys(["a.w", "b.w"], SHARD)},
     "metadata not an object": {"metadata": [1, 2], "weight_map": dict.fromkeys(["a.w", "b.w"], SHARD)},
     "another top-level key": {"metadata": {}, "weight_map": dict.fromkeys(["a.w", "b.w"], SHARD), "x": 1},
-    "float metadata": {"metadata": {"total_size": 8, "ratio": 0.1}, "weight_map": dict.fromkeys(["a.w"], SHARD)},
 }
 
 

@@ -47,7 +47,7 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The seed's layers, attention and vision tower with 16 of its 256 experts: the KV figures are the seed's, the
-    # header 16x smaller (bench/seed_plan.py plans the full one for the README).
+    # header 16x smaller (bench/seed_plan.py plans the full one for docs/plan.md).
     folder = tmp_path_factory.mktemp("seed") / "qwen36-35b-a3b-nvfp4-16x"
     qwen36_35b_a3b_nvfp4(folder, experts=16)
     return folder

@@ -13,6 +13,7 @@ from tests.serve.test_one_verdict import MISNESTED
 
 LLAMA = str(GENUINE / "llmc-llama-nvfp4")  # 4 attention heads, a 4,096-token context
 AWQ = str(GENUINE / "modelopt-llama-nvfp4-awq")
+FP8_BLOCK = str(GENUINE / "transformers-llama-fp8-block")  # 64x64 blocks: TP 2 splits q/k/v off its blocks
 
 
 def _one(findings, code: str):
@@ -20,13 +21,56 @@ def _one(findings, code: str):
     return finding
 
 
-def test_a_tensor_parallel_size_plan_refuses_is_a_check_serve_error_in_the_same_words() -> None:
-    plan = ckpt("plan", LLAMA, "--hardware", "h100", "-tp", "3")
+def test_a_tensor_parallel_size_vllm_refuses_is_one_finding_in_plan_serve_flags_and_check_serve() -> None:
+    """`plan -tp 3`, `serve-flags -tp 3` and `check-serve ... -tp 3` on a model with 4 heads: the same CS173 finding
+    (code, slug, severity, message, fix) and the same --fail-on exit codes, in text and JSON."""
     cs173 = _one(check_serve(LLAMA, f"vllm serve {LLAMA} --tensor-parallel-size 3").findings, "CS173")
     assert cs173.severity == "error" and "Total number of attention heads (4)" in cs173.message
-    assert plan.returncode == 2 and plan.stderr == f"ckpt: {cs173.message}\n"
+    checked = ckpt("check-serve", LLAMA, "--hardware", "h100", "--", "vllm", "serve", LLAMA, "-tp", "3")
+    assert checked.returncode == 1
+    plan = ckpt("plan", LLAMA, "--hardware", "h100", "-tp", "3")
+    assert plan.returncode == 1 and "Traceback" not in plan.stderr and "ckpt:" not in plan.stderr
+    assert f"ERROR   CS173 tensor-parallel-indivisible\n        {cs173.message}\n" in plan.stdout
+    assert f"fits         NO: {cs173.message}" in plan.stdout and "fix: --tensor-parallel-size 2" in plan.stdout
+    doc = json.loads(ckpt("plan", LLAMA, "--hardware", "h100", "-tp", "3", "-f", "json").stdout)
+    assert doc["findings"] == [cs173.to_dict()] and doc["fits"] is False and doc["reason"] == cs173.message
+    assert ckpt("plan", LLAMA, "--hardware", "h100", "-tp", "3", "--fail-on", "none").returncode == 0
+    assert ckpt("check-serve", LLAMA, "--fail-on", "none", "--", "vllm", "serve", LLAMA, "-tp", "3").returncode == 0
+    # serve-flags -tp 3: the same finding refuses the command.
+    flags = ckpt("serve-flags", LLAMA, "--hardware", "h100", "-tp", "3")
+    assert flags.returncode == 1 and flags.stdout == ""
+    assert f"error: CS173 tensor-parallel-indivisible: {cs173.message}" in flags.stderr
+    forced = json.loads(ckpt("serve-flags", LLAMA, "-tp", "3", "--fail-on", "none", "-f", "json").stdout)
+    assert [f for f in forced["findings"] if f["code"] == "CS173"] == [cs173.to_dict()]
+    # A size that divides the heads: no finding anywhere.
     assert ckpt("plan", LLAMA, "--hardware", "h100", "-tp", "2").returncode == 0
     assert not [f for f in check_serve(LLAMA, f"vllm serve {LLAMA} -tp 2").findings if f.code == "CS173"]
+    assert serve_flags(LLAMA, tensor_parallel_size=2).exit_code() == 0
+
+
+def test_serve_flags_tensor_parallel_size_is_emitted_with_its_reason_and_plans_memory_per_gpu() -> None:
+    sp = serve_flags(LLAMA, hardware="h100", tensor_parallel_size=2)
+    argv = list(sp.argv)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    (flag,) = [f for f in sp.flags if f.flag == "--tensor-parallel-size"]
+    assert "split over 2 GPUs" in flag.why and flag.source
+    alone = memory_plan(LLAMA, Settings(hardware="h100", tensor_parallel_size=2))
+    assert sp.memory.tp == 2 and sp.memory.weights.per_device_bytes == alone.weights.per_device_bytes
+    assert sp.memory.weights.per_device_bytes < serve_flags(LLAMA, hardware="h100").memory.weights.per_device_bytes
+    for emit in ("docker", "compose"):
+        out = ckpt("serve-flags", LLAMA, "-tp", "2", "--emit", emit)
+        assert out.returncode == 0 and "--tensor-parallel-size" in out.stdout, out.stderr
+    assert "--tensor-parallel-size" not in serve_flags(LLAMA).argv  # only when asked
+
+
+def test_a_size_block_fp8_shapes_rule_out_is_one_finding_in_plan_serve_flags_and_check_serve() -> None:
+    cs174 = _one(check_serve(FP8_BLOCK, f"vllm serve {FP8_BLOCK} -tp 2").findings, "CS174")
+    assert cs174.severity == "error" and cs174.fix == "--tensor-parallel-size 1"
+    planned = memory_plan(FP8_BLOCK, Settings(hardware="h100", tensor_parallel_size=2))
+    assert planned.findings == (cs174,) and not planned.fits and planned.answers.reason == cs174.message
+    flags = serve_flags(FP8_BLOCK, hardware="h100", tensor_parallel_size=2)
+    assert _one(flags.findings, "CS174") == cs174 and flags.exit_code() == 1
+    assert not [f for f in serve_flags(FP8_BLOCK, tensor_parallel_size=1).findings if f.severity == "error"]
 
 
 def test_a_length_past_the_context_has_one_verdict_in_plan_serve_flags_and_check_serve() -> None:

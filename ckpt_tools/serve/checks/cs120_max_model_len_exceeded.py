@@ -48,10 +48,27 @@ class MaxModelLenExceeded(ServeCheck):
             return
         env = ctx.rt.behaviour.long_max_model_len_env
         allowed = bool(env) and ctx.cmd.env.get(env or "") not in (None, "", "0")
-        message = context_refusal(
+        finding = context_finding(
             asked, derived, ctx.facts.max_len_key, env=env, allowed=allowed, spelled=f.value.strip()
         )
-        if message:
-            yield self.finding(
-                message, fix=flag_text("--max-model-len", str(derived)), severity="warning" if allowed else None
-            )
+        if finding is not None:
+            yield finding
+
+
+def context_finding(
+    asked: int,
+    derived: int | None,
+    key: str | None,
+    *,
+    env: str | None = None,
+    allowed: bool = False,
+    spelled: str | None = None,
+) -> Finding | None:
+    """This check's finding on `--max-model-len asked` (`context_refusal` says when and why), or None: what
+    check-serve says of a command, and `ckpt plan --max-model-len` of its settings."""
+    message = context_refusal(asked, derived, key, env=env, allowed=allowed, spelled=spelled)
+    if not message:
+        return None
+    return MaxModelLenExceeded().finding(
+        message, fix=flag_text("--max-model-len", str(derived)), severity="warning" if allowed else None
+    )

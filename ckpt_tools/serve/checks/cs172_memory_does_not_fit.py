@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 from ...errors import CkptError
 from ...plan import MemoryPlan, Settings, plan_for
+from ...plan.limits import tensor_parallel_refusal
 from ...plan.render import size
 from ...rules.base import Finding
 from ..memory import memory_reason, speculative_tokens
@@ -61,6 +62,8 @@ class MemoryDoesNotFit(ServeCheck):
             num_speculative_tokens=speculative_tokens(speculative_config(ctx)[1]),
             runtime=rt.id,
         )
+        if tensor_parallel_refusal(ctx.analysis.checkpoint.text_config, settings.tensor_parallel_size):
+            return  # vLLM stops before it sizes memory: tensor-parallel-indivisible's verdict
         try:
             mem = plan_for(ctx.analysis, settings, drafter_analysis=ctx.drafter_analysis)
         except CkptError:

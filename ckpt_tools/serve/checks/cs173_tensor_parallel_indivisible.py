@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ...plan.limits import tensor_parallel_refusal, tensor_parallel_sizes
 from ...rules.base import Finding
@@ -13,8 +14,8 @@ class TensorParallelIndivisible(ServeCheck):
 
     What it catches
     A --tensor-parallel-size that does not divide the text config's `num_attention_heads` (vLLM's own check), or,
-    on a hybrid model, its linear-attention (GatedDeltaNet) heads. The same check `ckpt plan -tp N` refuses with
-    (ckpt_tools/plan/limits.py), so plan, check-serve and serve-flags give one verdict.
+    on a hybrid model, its linear-attention (GatedDeltaNet) heads (ckpt_tools/plan/limits.py). `ckpt plan -tp N`
+    and `ckpt serve-flags -tp N` report this very finding, so plan, check-serve and serve-flags give one verdict.
 
     Why it matters
     vLLM refuses to start: 'Total number of attention heads (28) must be divisible by tensor parallel size (3).'
@@ -44,8 +45,16 @@ class TensorParallelIndivisible(ServeCheck):
             tp = parse_int(f.value, "int")
         except ValueError:
             return  # not a number: the flag table's value check reports it
-        cfg = ctx.analysis.checkpoint.text_config
-        refusal = tensor_parallel_refusal(cfg, tp)
-        if refusal:
-            fewer = [n for n in tensor_parallel_sizes(cfg) if n < tp]
-            yield self.finding(refusal, fix=f"--tensor-parallel-size {fewer[-1]}" if fewer else None)
+        finding = tensor_parallel_finding(ctx.analysis.checkpoint.text_config, tp)
+        if finding is not None:
+            yield finding
+
+
+def tensor_parallel_finding(cfg: Mapping[str, Any], tp: int) -> Finding | None:
+    """This check's finding on `--tensor-parallel-size tp` for a model with this text config, or None: what
+    check-serve says of a command, and `ckpt plan -tp` of its settings."""
+    refusal = tensor_parallel_refusal(cfg, tp)
+    if not refusal:
+        return None
+    fewer = [n for n in tensor_parallel_sizes(cfg) if n < tp]
+    return TensorParallelIndivisible().finding(refusal, fix=f"--tensor-parallel-size {fewer[-1]}" if fewer else None)

@@ -1,17 +1,22 @@
-"""The whole-list fast path of the header reader (`_plain_entries`, `_in_order_end`) gives exactly the verdict of the
-entry-by-entry path and the sorted layout walk, value by value: every number a JSON header can hold in a shape or an
-offset (floats, negatives, past u64, strings, null, lists, objects, booleans with and without `true` elsewhere in the
-text), offsets out of header order, spans that do not fit, the hidden overflow behind a zero dimension, trailing
-bytes. The fuzz test compares both with the safetensors reader itself."""
+"""Odd tensor entries get the safetensors reader's verdict: every value a JSON header can hold in a shape or an offset
+(floats, negatives, past u64, strings, null, lists, objects, booleans with and without `true` elsewhere in the text),
+odd entries and fields, offsets out of header order, spans that do not fit, the hidden overflow behind a zero
+dimension, trailing bytes. Each case is written as a file and judged by the safetensors library too: plain entries
+are checked inline by the reader (`header._entries_one_by_one`), anything else by `_entry`, and both must say what
+the library says."""
 
 from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
 from ckpt_tools.read import header
+from ckpt_tools.read.local import LocalSource
+
+from .test_header_vs_safetensors import library_accepts
 
 ENTRIES = [
     ("a.weight", "BF16", [4, 8], 64),
@@ -32,18 +37,15 @@ def _header(entries=ENTRIES, order=None) -> tuple[dict, int]:
     return out, at
 
 
-def _verdict(raw: bytes, data_len: int):
-    read = header.parse_header("m.safetensors", 8 + len(raw) + data_len, raw)
+def _judged(tmp_path: Path, obj: dict, data_len: int) -> tuple:
+    """Our verdict on the file (shard, problems), after checking that it accepts exactly what the library accepts."""
+    raw = json.dumps(obj).encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(max(data_len, 0)))
+    read = header.read_shard(LocalSource(tmp_path), "m.safetensors")
+    ours = read.shard is not None and read.shard.valid
+    assert ours == library_accepts(path), read.problems
     return read.shard, read.problems
-
-
-def _both(raw: bytes, data_len: int, monkeypatch) -> tuple:
-    fast = _verdict(raw, data_len)
-    with monkeypatch.context() as m:
-        m.setattr(header, "_plain_entries", lambda *args: None)  # every entry through `_entries_one_by_one`
-        slow = _verdict(raw, data_len)
-    assert fast == slow
-    return fast
 
 
 ODD_VALUES = [1.0, -1, 2**64, -(2**63) - 1, "2", None, [2], {"x": 2}, True, False]
@@ -51,30 +53,29 @@ ODD_VALUES = [1.0, -1, 2**64, -(2**63) - 1, "2", None, [2], {"x": 2}, True, Fals
 
 @pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
 @pytest.mark.parametrize("where", ["shape", "begin", "end"])
-def test_an_odd_number_gets_the_entry_by_entry_verdict(where: str, value, monkeypatch) -> None:
+def test_an_odd_number_is_rejected_as_the_reader_rejects_it(tmp_path: Path, where: str, value) -> None:
     obj, data_len = _header()
     entry = obj["a.weight_scale"]
     if where == "shape":
         entry["shape"] = [value, 2]
     else:
         entry["data_offsets"][0 if where == "begin" else 1] = value
-    raw = json.dumps(obj).encode()
-    shard, problems = _both(raw, data_len, monkeypatch)
+    shard, problems = _judged(tmp_path, obj, data_len)
     assert shard is None and len(problems) == 1
     assert problems[0].kind in ("invalid-schema", "invalid-offset", "invalid-span"), problems
 
 
-def test_a_name_holding_true_takes_the_typed_checks_and_still_loads(monkeypatch) -> None:
+def test_a_name_holding_true_still_loads(tmp_path: Path) -> None:
     entries = [("true.false.weight", "BF16", [4, 8], 64), *ENTRIES[1:]]
     obj, data_len = _header(entries)
-    shard, problems = _both(json.dumps(obj).encode(), data_len, monkeypatch)
+    shard, problems = _judged(tmp_path, obj, data_len)
     assert problems == () and shard is not None and shard.valid
     assert [t.name for t in shard.tensors] == ["true.false.weight", "a.weight_scale", "b.weight"]
 
 
-def test_offsets_out_of_header_order_are_judged_by_the_sorted_walk(monkeypatch) -> None:
+def test_offsets_out_of_header_order_load_in_header_order(tmp_path: Path) -> None:
     obj, data_len = _header(order=[2, 0, 1])
-    shard, problems = _both(json.dumps(obj).encode(), data_len, monkeypatch)
+    shard, problems = _judged(tmp_path, obj, data_len)
     assert problems == () and shard is not None and [t.name for t in shard.tensors] == list(obj)[1:]
 
 
@@ -88,30 +89,17 @@ def test_offsets_out_of_header_order_are_judged_by_the_sorted_walk(monkeypatch) 
         ([("a.weight", "BF16", [0, 2**40, 2**40], 0)], None),
     ],
 )
-def test_span_checks_per_distinct_triple_match_the_walk(entries, kind, monkeypatch) -> None:
+def test_spans_and_overflows_get_the_readers_verdict(tmp_path: Path, entries, kind) -> None:
     obj, data_len = _header(entries)
-    _shard, problems = _both(json.dumps(obj).encode(), max(data_len, 0), monkeypatch)
+    _shard, problems = _judged(tmp_path, obj, data_len)
     assert [p.kind for p in problems] == ([kind] if kind else [])
 
 
 @pytest.mark.parametrize("extra", [1, -1])
-def test_the_file_length_is_still_checked(extra: int, monkeypatch) -> None:
+def test_the_file_length_is_checked(tmp_path: Path, extra: int) -> None:
     obj, data_len = _header()
-    shard, problems = _both(json.dumps(obj).encode(), data_len + extra, monkeypatch)
+    shard, problems = _judged(tmp_path, obj, data_len + extra)
     assert shard is None and [p.kind for p in problems] == ["incomplete-buffer"]
-
-
-def test_the_length_prefix_path_reads_the_same(tmp_path, monkeypatch) -> None:
-    """Through `read_shard` and a real file as well: same tensors, both paths."""
-    from ckpt_tools.read.local import LocalSource
-
-    obj, data_len = _header()
-    raw = json.dumps(obj).encode()
-    (tmp_path / "m.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(data_len))
-    fast = header.read_shard(LocalSource(tmp_path), "m.safetensors")
-    monkeypatch.setattr(header, "_plain_entries", lambda *args: None)
-    assert header.read_shard(LocalSource(tmp_path), "m.safetensors") == fast
-    assert fast.shard is not None and fast.shard.valid and len(fast.shard.tensors) == 3
 
 
 ODD_ENTRIES = [
@@ -143,16 +131,16 @@ ODD_FIELDS = [
 
 
 @pytest.mark.parametrize("entry", ODD_ENTRIES, ids=repr)
-def test_an_odd_entry_gets_the_entry_by_entry_verdict(entry, monkeypatch) -> None:
+def test_an_odd_entry_gets_the_readers_verdict(tmp_path: Path, entry) -> None:
     obj, data_len = _header()
     obj["a.weight_scale"] = entry
-    _both(json.dumps(obj).encode(), data_len, monkeypatch)
+    _judged(tmp_path, obj, data_len)
 
 
 @pytest.mark.parametrize(("field", "value"), ODD_FIELDS, ids=repr)
-def test_an_odd_field_gets_the_entry_by_entry_verdict(field: str, value, monkeypatch) -> None:
+def test_an_odd_field_gets_the_readers_verdict(tmp_path: Path, field: str, value) -> None:
     obj, data_len = _header()
     obj["a.weight_scale"][field] = value
-    shard, problems = _both(json.dumps(obj).encode(), data_len, monkeypatch)
+    shard, problems = _judged(tmp_path, obj, data_len)
     # only the enum spelling of a dtype is valid; every other odd field is a problem
     assert (shard is not None and not problems) == (field == "dtype" and isinstance(value, dict))
