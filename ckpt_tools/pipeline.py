@@ -279,8 +279,6 @@ class JudgementInProgress:
         schema, skipped = _producer_schema(ckpt, det) if settings.producer_schema else (None, [])
         ctx = Context(ckpt=ckpt, det=det, hardware=profiles, target=settings.target, producer_schema=schema, vllm=vllm)
         per_rule, deferred = _run_rules(ctx, skipped, settings.skipped_reason, dict(settings.silenced), values_later)
-        for _slot, rule_cls in deferred:  # their header-only part, while the scan runs
-            rule_cls.prepare(ctx)
         summary = checkpoint_summary(ckpt, det, profiles if settings.hardware_ids else ())
         return cls(ckpt, det, profiles, ctx, per_rule, deferred, skipped, settings, summary)
 

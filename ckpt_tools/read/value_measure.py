@@ -34,8 +34,8 @@ def all_plain(dtype: str, data: bytes | bytearray | memoryview) -> bool:
     """Whether every code of 8-bit float bytes is positive, normal and finite: nothing to count, the common case.
     A min and a max over the bytes (`Float8Table.plain_range`): vector passes that release the GIL (numpy), where
     testing for each non-plain code would cost one pass per code (nine for E4M3) and hold it. Step by step over
-    `PLAIN_STEP` bytes, so the second pass of each step reads the processor's cache, not memory (a fifth faster on a
-    scan of cached scales, for a few microseconds per step)."""
+    `PLAIN_STEP` bytes, so the second pass of each step reads the processor's cache, not memory (WHY kept: it is
+    measurably faster on a scan of cached scales; docs/performance.md)."""
     if not data:
         return True
     import numpy
@@ -379,12 +379,6 @@ def small_stats(dtype: str, blob: bytes) -> TensorStats:
     """The statistics of a small tensor (at most `SMALL_TENSOR_ELEMENTS`, no channel layout) from all its bytes at
     once: the same counts `Accumulator` keeps piece by piece, without its per-piece work."""
     values = tuple(decode_values(dtype, blob))
-    if len(values) == 1 and dtype not in FLOAT8_DTYPES:  # a global / input / per-tensor scale: most scanned tensors
-        v = values[0]
-        if v - v == 0.0:  # finite
-            tiny = SMALLEST_NORMAL[dtype]
-            return TensorStats(dtype, 1, 0, 0, int(v == 0), int(v < 0), int(v != 0 and -tiny < v < tiny), v, v, values)
-        return TensorStats(dtype, 1, int(v != v), int(v == v), values=values)
     finite = [v for v in values if v - v == 0.0]  # inf - inf and nan - nan are nan
     lo, hi = (min(finite), max(finite)) if finite else (None, None)
     if dtype in FLOAT8_DTYPES:

@@ -3,8 +3,8 @@
 Several rules derive the same view of a checkpoint (per-expert gaps, fused shard sets, misplaced names, KV-scale
 tensors). `once_per` computes it once per object it is called with, held by `model.views` while that object lives.
 `once_per_detection` keys a view of a rule context by its detection instead, for views that read no value
-statistics: a judgement's value rules see a new context (the scanned checkpoint) with the same detection, so such a
-view can be made while the scan runs (`Rule.prepare`).
+statistics: a judgement's value rules see a new context (the scanned checkpoint) with the same detection, and share
+such a view with the header rules.
 """
 
 from __future__ import annotations

@@ -148,12 +148,6 @@ class Rule(Check):
         and last name segment (its suffix): the pipeline asks once per such triple, not once per tensor."""
         return False
 
-    @classmethod
-    def prepare(cls, ctx: Context) -> None:
-        """A value rule's header-only work, done while the value scan still runs (`pipeline.JudgementInProgress.start`): views
-        of `ctx` that read no value statistics, memoized per detection (`_memo.once_per_detection`) so that `check`
-        on the scanned checkpoint finds them made. Optional: `check` makes whatever was not prepared."""
-
     def check(self, ctx: Context) -> Iterable[Finding]:
         raise NotImplementedError
 

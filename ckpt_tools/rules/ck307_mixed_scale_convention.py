@@ -2,14 +2,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cache
-from itertools import compress
 
 from ..knowledge.scales import global_scale_conventions
 from ..model.modules import ROLES, join_name
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES
-from ._memo import once_per_detection
-from ._value_columns import member_scalars, member_table
+from ._values import stats, usable_scalar
 from .base import Context, Finding, Rule, files_of, register
 
 # NVFP4 global scales relate the weight's amax to FP4 x E4M3 range, 6 x 448 = 2688 (vllm/model_executor/layers/quantization/compressed_tensors/schemes, vLLM 0.33.0 (docs/reference/vllm-0.33.md §2.3); vllm/model_executor/layers/quantization/modelopt.py, vLLM 0.33.0 (docs/reference/vllm-0.33.md §3.1)).
@@ -23,55 +21,29 @@ def _convention_suffixes() -> frozenset[str]:
     return frozenset(global_scale_conventions())
 
 
-@once_per_detection
-def _asked(ctx: Context) -> dict[int, list[tuple[str, str]]]:
-    """Per NVFP4 row class (index into `member_table`'s classes), its (global-scale suffix, convention) pairs in header
-    order: header facts only, made while the scan runs (`MixedScaleConvention.prepare`).
-
-    WHY per class: a class's rows share their disk scheme and their layout, and a layout fixes a module's suffixes
-    in their order, so which global-scale suffixes (and conventions) a member has is its class's."""
-    conventions = global_scale_conventions()
-    table = member_table(ctx)
-    per_layout: dict[int, list[tuple[str, str]]] = {}
-    asked: dict[int, list[tuple[str, str]]] = {}
-    for k, c in enumerate(table.classes):
-        if c.disk.kind != "nvfp4":
-            continue
-        suffixes = per_layout.get(c.layout)
-        if suffixes is None:
-            suffixes = per_layout[c.layout] = [
-                (suffix, conventions[suffix])
-                for suffix in ctx.ckpt.modules[c.names[0]].tensors
-                if conventions.get(suffix) is not None and ROLES.get(suffix) == "weight_global_scale"
-            ]
-        if suffixes:
-            asked[k] = suffixes
-    return asked
-
-
 def misplaced(ctx: Context) -> list[tuple[str, str, float]]:
     """(tensor, its name's convention, value) for NVFP4 weight global scales whose value fits the other convention,
     in row order (by module name), each module's tensors in header order."""
     if not ctx.ckpt.values:
         return []
-    # Only the values differ between a class's members (`_asked`): each member's is tested, as a column, in C.
-    table = member_scalars(ctx)
-    asked = _asked(ctx)
-    by_suffix: dict[str, list[int]] = {}
-    for k, suffixes in asked.items():
-        for suffix, _convention in suffixes:
-            by_suffix.setdefault(suffix, []).append(k)
-    columns = {suffix: table.column(suffix, ks) for suffix, ks in by_suffix.items()}  # one lookup pass per suffix
+    conventions = global_scale_conventions()
     found: list[tuple[str, int, str, str, float]] = []
-    for k, suffixes in asked.items():
-        start, end = table.starts[k], table.starts[k + 1]
-        for position, (suffix, convention) in enumerate(suffixes):
-            column = columns[suffix]  # NaN where unread or unusable (invalid-scale-value's)
-            beyond = BOUNDARY.__lt__ if convention == "direct" else BOUNDARY.__gt__  # NaN compares False
-            found.extend(
-                (table.names[i], position, join_name(table.names[i], suffix), convention, column[i])
-                for i in compress(range(start, end), map(beyond, column[start:end]))
-            )
+    for c in ctx.det.classes:
+        if c.disk.kind != "nvfp4":
+            continue
+        # A class's members share their layout, which fixes a module's suffixes in their order: the first member's
+        # global-scale suffixes are every member's.
+        suffixes = [
+            (suffix, conventions[suffix])
+            for suffix in ctx.ckpt.modules[c.names[0]].tensors
+            if conventions.get(suffix) is not None and ROLES.get(suffix) == "weight_global_scale"
+        ]
+        for module in c.names:
+            for position, (suffix, convention) in enumerate(suffixes):
+                name = join_name(module, suffix)
+                value = usable_scalar(stats(ctx.ckpt, name))  # NaN when unread or unusable (invalid-scale-value's)
+                if (convention == "direct" and value > BOUNDARY) or (convention == "reciprocal" and value < BOUNDARY):
+                    found.append((module, position, name, convention, value))
     found.sort(key=lambda f: (f[0], f[1]))
     return [(name, convention, value) for _module, _position, name, convention, value in found]
 
@@ -118,14 +90,6 @@ class MixedScaleConvention(Rule):
             and ROLES.get(suffix) == "weight_global_scale"
             and tensor.numel == 1
         )
-
-    @classmethod
-    def prepare(cls, ctx: Context) -> None:
-        """Which classes have which global-scale suffixes, and their tensors' names, from the headers."""
-        table = member_table(ctx)
-        for k, suffixes in _asked(ctx).items():
-            for suffix, _convention in suffixes:
-                table.tensor_names(suffix, k)
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         found = misplaced(ctx)

@@ -6,8 +6,7 @@ from ..dtypes import MAX_FINITE_BYTE, NAN_BYTES
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
 from ..model.values import value_dtype
-from ._value_columns import unusual
-from ._values import is_scale
+from ._values import is_scale, unusual
 from .base import Context, Finding, Rule, files_of, register
 
 

@@ -7,8 +7,7 @@ from ..model.modules import ROLES
 from ..model.tensors import TensorInfo
 from ..model.values import WIDE_FLOAT_DTYPES, TensorStats
 from ._memo import once_per
-from ._value_columns import unusual
-from ._values import role
+from ._values import role, unusual
 from .base import Context, Finding, Rule, files_of, register
 
 # Scales vLLM divides by or inverts: one value per module (global / input / per-tensor) or per attention layer.

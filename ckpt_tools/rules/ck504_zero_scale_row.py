@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 from ..model.tensors import TensorInfo
 from ..model.values import STATS_DTYPES, TensorStats, channel_layout, value_dtype
-from ._value_columns import unusual
+from ._values import unusual
 from .base import Context, Finding, Rule, files_of, register
 from .ck503_invalid_scale_value import problems as invalid_scale_values
 

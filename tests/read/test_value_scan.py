@@ -718,3 +718,19 @@ def test_all_plain_finds_one_special_code_in_any_step(dtype: str) -> None:
             dirty = bytearray(clean)
             dirty[at] = code
             assert not all_plain(dtype, dirty), (code, at)
+
+
+@pytest.mark.parametrize("fixture", ["modelopt-qwen3moe-nvfp4", "llmc-llama-mxfp4", "autoround-llama-gptq"])
+def test_the_scan_measures_what_wanted_accepts_in_the_shards_given(fixture: str) -> None:
+    """`scan_values(wanted=)` takes a whole checkpoint's tensors: it measures those `wanted` accepts, in a shard of
+    the given ones only (an invalid shard is left out: its offsets cannot be trusted), in load order per shard."""
+    source = LocalSource(GENUINE / fixture)
+    ckpt = analyze(str(GENUINE / fixture), headers_only=True).checkpoint
+    wanted = wanted_values(value_rules(())[0])
+    every = {s.name: s for s in ckpt.shards}
+    for shards in (every, {n: s for n, s in every.items() if n != ckpt.shards[0].name}):
+        expected = [t for t in ckpt.tensors.values() if t.shard in shards and wanted(t)]
+        picked = scan_values(source, list(ckpt.tensors.values()), shards, wanted=wanted)
+        assert sorted(picked) == sorted(t.name for t in expected)
+        assert list(picked.items()) == list(scan_values(source, expected, shards).items())
+        assert expected or len(shards) != len(every)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import math
+from types import MappingProxyType
+
+from ckpt_tools.model.values import TensorStats, ValueStats
 from ckpt_tools.pipeline import analyze
-from ckpt_tools.rules._values import decode, scalar
+from ckpt_tools.rules._values import decode, scalar, unusual
 from tests.corrupt import GENUINE
 
 VALUE_RULES = {"CK307", "CK501", "CK502", "CK503", "CK504"}
@@ -42,3 +46,17 @@ def test_decode_formats() -> None:
     assert decode("F16", b"\x00\x3c") == [1.0]
     assert decode("F32", b"\x00\x00\x80") is None
     assert decode("I32", b"\x00\x00\x00\x00") is None
+
+
+def test_unusual_names_every_tensor_with_a_special_value_and_nothing_clean() -> None:
+    clean = TensorStats("F32", 1, min=0.5, max=0.5, values=(0.5,))
+    stats = {
+        "a.clean": clean,
+        "b.nan": TensorStats("F8_E4M3", 128, nan=1),
+        "c.zero_row": TensorStats("F8_E4M3", 128, zero_rows=1),
+        "d.uncounted": TensorStats("F32", 2, values=(1.0, math.inf)),
+        "e.huge": TensorStats("F32", 2, min=1e308, max=1.7e308, values=(1e308, 1.7e308)),  # sums to inf
+        "f.clean": clean,
+    }
+    assert unusual(ValueStats(MappingProxyType(stats))) == ("b.nan", "c.zero_row", "d.uncounted")
+    assert unusual(ValueStats(MappingProxyType({"a": clean, "b": clean}))) == ()
