@@ -344,11 +344,25 @@ def build_table(root: Table, build: Callable[[Table], T], schema: str) -> T:
     return out
 
 
-@cache
-def top_level(relative: str) -> Mapping[str, Any]:
-    """The parsed `rules/<relative>`, once per process (runtime profiles are told apart by their top-level keys)."""
-    text = (rules_dir() / relative).read_text(encoding="utf-8")
+def top_keys(name: str, text: str) -> Mapping[str, Any]:
+    """The keys of a TOML text that come before its first table, without parsing the tables (a runtime profile is
+    mostly flag tables; a command needs one profile, not all of them, to learn the profiles' ids). When the text
+    before the first line opening with `[` is not valid TOML by itself (that line was inside a multi-line value),
+    the whole text is parsed instead, so the answer is always the file's own."""
+    lines = text.splitlines(keepends=True)
+    cut = next((i for i, line in enumerate(lines) if line.startswith("[")), None)
+    if cut is not None:
+        try:
+            return MappingProxyType(toml_module().loads("".join(lines[:cut])))
+        except toml_module().TOMLDecodeError:
+            pass
     try:
         return MappingProxyType(toml_module().loads(text))
     except toml_module().TOMLDecodeError as exc:
-        raise KnowledgeError(f"rules/{relative}: not valid TOML: {exc}") from None
+        raise KnowledgeError(f"{name}: not valid TOML: {exc}") from None
+
+
+@cache
+def top_level(relative: str) -> Mapping[str, Any]:
+    """`top_keys` of `rules/<relative>`, once per process."""
+    return top_keys(f"rules/{relative}", (rules_dir() / relative).read_text(encoding="utf-8"))

@@ -176,7 +176,7 @@ class _Model:
         fused parameter expects every sibling). Every other module outside a row class is loaded unchecked."""
         ckpt, modules = self.ckpt, self.ckpt.modules
         special = set(filter(methodcaller("endswith", (".embed_tokens", ".rotary_emb")), modules))
-        special.update(filter(self.family.belongs_at, modules))
+        special.update(self.misnested_modules(modules))
         if self.dropped:
             special.update(filter(methodcaller("startswith", tuple(self.dropped)), modules))
         layouts = ckpt.layouts
@@ -326,6 +326,18 @@ class _Model:
             else:
                 param.expected.add(sid)
                 param.sources[sid] = f"{name}.{suffix}"
+
+    def misnested_modules(self, modules: Mapping[str, Module]) -> list[str]:
+        """The modules nested under a root their component does not belong to (`Family.belongs_at`). Asked once per
+        experts prefix for its experts: where a name belongs is decided by the segments below its root, which an
+        experts prefix already holds."""
+        moved_banks = {p for p in {m.expert[0] for m in modules.values() if m.expert} if self.family.belongs_at(p)}
+        belongs_at = self.family.belongs_at
+        return [
+            name
+            for name, module in modules.items()
+            if (module.expert[0] in moved_banks if module.expert else belongs_at(name))
+        ]
 
     def block_shown(self, parent: str, proj: str) -> bool:
         """Whether the checkpoint holds another projection of this block (a stacked sibling or a row-parallel one)."""

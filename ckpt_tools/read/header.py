@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import repeat
 from math import prod
-from operator import attrgetter
+from operator import attrgetter, itemgetter, mul, sub
 from types import MappingProxyType
 from typing import Any
 
@@ -33,6 +34,9 @@ from .source import Source
 
 MAX_HEADER_SIZE = 100_000_000
 _BY_OFFSETS = attrgetter("begin", "end")
+_DTYPE, _SHAPE, _BEGIN, _END = itemgetter(1), itemgetter(2), itemgetter(4), itemgetter(5)  # TensorInfo fields
+_GET_DTYPE, _GET_SHAPE, _GET_OFFSETS = itemgetter("dtype"), itemgetter("shape"), itemgetter("data_offsets")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _DTYPES = {dtype: dtype for dtype in BITS}  # one str object per dtype: tensors share it, comparisons hit identity
 FIRST_READ = 64 * 1024  # one read covers the length field and most headers
 LFS_MAGIC = b"version https://git-lfs"
@@ -113,10 +117,10 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
             if (b"\\" in raw and b"\\u003" in raw) or (b"-" in raw and b"-0" in raw and NEG_ZERO.search(raw)):
                 raise _Reread
             obj = orjson.loads(raw)
-            tensors, metadata, dupes = _entries(name, obj, raw)
+            tensors, metadata, dupes, data_end = _entries(name, obj, raw)
         except (_Reread, orjson.JSONDecodeError, RecursionError) as fast_error:
-            tensors, metadata, dupes = _entries_exact(name, raw, fast_error)
-        problems = _validate_layout(name, file_size, len(raw), tensors)
+            tensors, metadata, dupes, data_end = _entries_exact(name, raw, fast_error)
+        problems = _validate_layout(name, file_size, len(raw), tensors, data_end)
     except _Invalid as exc:
         return _fail(name, exc.kind, exc.message, exc.tensor)
     if dupes:
@@ -136,7 +140,7 @@ def parse_header(name: str, file_size: int, raw: bytes) -> ShardRead:
     return ShardRead(shard, None, tuple(problems))
 
 
-def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[TensorInfo], Any, list[str]]:
+def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[TensorInfo], Any, list[str], int | None]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as uexc:
@@ -150,8 +154,10 @@ def _entries_exact(name: str, raw: bytes, fast_error: Exception) -> tuple[list[T
     return _entries(name, obj, None)
 
 
-def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], Any, list[str]]:
-    """Tensors (in header order, the last of a repeated name), metadata and repeated names of a parsed header.
+def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], Any, list[str], int | None]:
+    """Tensors (in header order, the last of a repeated name), metadata and repeated names of a parsed header, and
+    where the data region ends when the tensors already passed every check of `_validate_layout` but the file
+    length in header order (`_plain_entries`; None when `_validate_layout` must judge them).
 
     `raw` is given on the fast path (an orjson tree): anything orjson may have parsed differently from serde_json
     raises `_Reread`. Without it, `obj` comes from `parse_exact` and repeated keys are visible as `JObject.pairs`.
@@ -178,7 +184,13 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
 
     # Integers from either parser are within [-2**63, 2**64 - 1] (orjson and serde_number make floats beyond that;
     # the standard library's int only runs on tokens under 20 digits), so a non-negative int is a u64 as it is.
-    tensors, unusual_keys = _entries_one_by_one(name, items, raw is None)
+    plain = _plain_entries(name, obj) if raw is not None else None
+    unusual_keys = 0  # keys beyond three per entry (an enum-map dtype), or fewer (an array entry)
+    data_end = None
+    if plain is not None:
+        tensors, data_end = plain
+    else:
+        tensors, unusual_keys = _entries_one_by_one(name, items, raw is None)
     keys += 3 * len(tensors) + unusual_keys
     dupes: list[str] = []
     if pairs is not None:  # a repeated tensor name: every entry had to be valid, serde's map keeps the last
@@ -192,7 +204,78 @@ def _entries(name: str, obj: Any, raw: bytes | None) -> tuple[list[TensorInfo], 
     # The fast path: orjson's dict has no repeated name or field; the colon count proves the text had none either.
     if raw is not None and raw.count(b":") != keys:
         _check_colons(raw, keys, obj, metadata)
-    return tensors, metadata, dupes
+    return tensors, metadata, dupes, data_end
+
+
+def _plain_entries(name: str, obj: dict[str, Any]) -> tuple[list[TensorInfo], int | None] | None:
+    """The tensors of an orjson tree whose every entry is plain (an object of exactly `dtype`, `shape`,
+    `data_offsets`, a known dtype string, a list of non-negative ints, a [begin, end] pair of non-negative ints), in
+    whole-list operations without a per-tensor Python loop; None if any entry is not, for `_entries_one_by_one` to
+    judge. `type(x) is int` is the test (a bool is not an int here), as in the entry-by-entry path. With the tensors
+    comes the end of their data region when, in header order, they pass every check of `_validate_layout` but the
+    file length (`_in_order_end`), else None."""
+    infos = list(obj.values())
+    if not infos:
+        return [], None
+    try:
+        # Of the values JSON has, only an object has a "dtype" item (an array, a string, a number, null raise
+        # TypeError, an object without it KeyError): past the three getters every entry is an object holding the
+        # three fields, and the length test makes them its only ones. Only a string equals a dtype name (a number
+        # or a boolean raises KeyError, an array or an object TypeError), so `dtypes` are known dtypes, one str
+        # object per dtype.
+        dtypes = list(map(_DTYPES.__getitem__, map(_GET_DTYPE, infos)))
+        shapes = list(map(_GET_SHAPE, infos))
+        offsets = list(map(_GET_OFFSETS, infos))
+        # Two values each for the offsets (a number or null raises TypeError); what they are, next.
+        if set(map(len, infos)) != {3} or set(map(type, shapes)) != {list} or set(map(len, offsets)) != {2}:
+            return None
+    except (KeyError, TypeError):
+        return None
+    if not _unsigned_ints(shapes) or not _unsigned_ints(offsets):
+        return None
+    begins = list(map(_FIRST, offsets))
+    ends = list(map(_SECOND, offsets))
+    shape_tuples = list(map(tuple, shapes))
+    tensors = list(
+        map(
+            tuple.__new__,
+            repeat(TensorInfo),
+            zip(obj, dtypes, shape_tuples, repeat(name), begins, ends),
+        )
+    )
+    return tensors, _in_order_end(dtypes, shape_tuples, begins, ends)
+
+
+def _unsigned_ints(values: list[Any]) -> bool:
+    """Whether every value is an array of non-negative integers (an `int` here, as `type(x) is int` would say), in
+    two C passes over orjson's own encoding of them instead of a type test per member. WHY it is exact: orjson
+    writes an int as its decimal digits (a negative one with `-`), and every other JSON value with a character
+    that is not a digit, comma or bracket (a float with `.` or `e`, `true` / `false` / `null`, a string's quotes,
+    an object's braces), so a text of digits, commas and brackets holds only non-negative ints and arrays; with
+    exactly one `[` per value (and the outer one) every value is an array and none holds an array. An array nested
+    past orjson's encoding limit (254 levels) is not one of integers either: the entry-by-entry path judges it."""
+    try:
+        text = orjson.dumps(values)
+    except orjson.JSONEncodeError:
+        return False
+    return not text.translate(None, b"0123456789,[]") and text.count(b"[") == len(values) + 1
+
+
+def _in_order_end(dtypes: list[str], shapes: list[tuple[int, ...]], begins: list[int], ends: list[int]) -> int | None:
+    """The last tensor's end if the tensors, in header order, pass every check of `_validate_layout` but the file
+    length, else None (that walk then judges them, as `_layout_in_order` does). Each tensor's span check depends on
+    its (dtype, shape, byte span) only, so it is made once per distinct triple: a few hundred in a checkpoint."""
+    if begins[0] != 0 or begins[1:] != ends[:-1]:
+        return None
+    if max(map(len, shapes)) > _PROD_DIMS:
+        return None
+    for dtype, shape, span in set(zip(dtypes, shapes, map(sub, ends, begins), strict=True)):
+        bits = prod(shape) * BITS[dtype]
+        # A zero dimension hides an overflowing partial product from `prod` (the reader's `checked_mul` fails on
+        # it): such tensors, rare, are left to the exact walk.
+        if bits != 8 * span or bits > U64_MAX or (not bits and len(shape) >= 3):
+            return None
+    return ends[-1]
 
 
 def _entries_one_by_one(name: str, items: Any, exact: bool) -> tuple[list[TensorInfo], int]:
@@ -327,8 +410,15 @@ def _enum_form(dtype: Any) -> Any:
     return dtype
 
 
-def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo]) -> list[Problem]:
-    """`Metadata::validate` in its order of checks, then the file length. Raises `_Invalid`."""
+def _validate_layout(
+    name: str, file_size: int, n: int, tensors: list[TensorInfo], data_end: int | None = None
+) -> list[Problem]:
+    """`Metadata::validate` in its order of checks, then the file length. Raises `_Invalid`. `data_end`: where the
+    data region ends if the tensors are already known to pass every other check in header order (`_in_order_end`)."""
+    if data_end is not None and 8 + n + data_end == file_size:
+        return []
+    if _layout_in_order(file_size, n, tensors):
+        return []
     expected = 0
     for t in sorted(tensors, key=_BY_OFFSETS):
         if t.begin != expected or t.end < t.begin:
@@ -372,10 +462,36 @@ def _validate_layout(name: str, file_size: int, n: int, tensors: list[TensorInfo
     return []
 
 
+def _layout_in_order(file_size: int, n: int, tensors: list[TensorInfo]) -> bool:
+    """True if the tensors, in header order, pass every check of `_validate_layout`: whole-list operations in C,
+    no per-tensor Python loop. Writers emit tensors in offset order, so this is the common case. Header order
+    contiguous from 0 is already the order `sorted(key=(begin, end))` gives (begins and ends never decrease, and a
+    stable sort keeps it), so a True here is exactly the verdict of the sorted walk; on False that walk runs and
+    reports the first problem in the reader's order."""
+    if not tensors:
+        return 8 + n == file_size
+    begins = list(map(_BEGIN, tensors))
+    ends = list(map(_END, tensors))
+    if begins[0] != 0 or begins[1:] != ends[:-1] or 8 + n + ends[-1] != file_size:
+        return False
+    if max(map(len, map(_SHAPE, tensors))) > _PROD_DIMS:
+        return False
+    # Bits per tensor: numel x bit width, compared with 8 x the span (so also whole bytes and end >= begin).
+    bits = list(map(mul, map(prod, map(_SHAPE, tensors)), map(BITS.__getitem__, map(_DTYPE, tensors))))
+    if bits != list(map(mul, map(sub, ends, begins), repeat(8))) or max(bits) > U64_MAX:
+        return False
+    # A zero dimension hides an overflowing partial product from `prod` (the reader's `checked_mul` fails on it):
+    # such tensors, rare, are left to the exact walk.
+    return not bits.count(0) or all(len(t.shape) < 3 for t in tensors if t.begin == t.end)
+
+
+# `prod` of this many 64-bit dimensions is at most a 4,096-bit integer: cheap. A longer shape goes to the walk, whose
+# `_checked_numel` stops at the first partial product past 64 bits, as the reader's `checked_mul` does: linear in the
+# dimensions, where `prod` of 80,000 huge dimensions grows a 5-million-bit integer (quadratic, 37 s).
+_PROD_DIMS = 64
+
+
 def _checked_numel(t: TensorInfo) -> int:
-    """The element count step by step, as the reader's `checked_mul` computes it: an overflowing partial product is
-    an error even when a later dimension is 0, and a shape of huge dimensions stops at once instead of growing a
-    huge integer."""
     numel = 1
     for d in t.shape:
         numel *= d

@@ -19,10 +19,11 @@ import contextlib
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, groupby, islice, repeat
+from operator import itemgetter, le
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
@@ -71,34 +72,50 @@ class ShardPlan:
     shard: str
     tensors: tuple[TensorInfo, ...]
     reads: tuple[Read, ...]
+    kinds: tuple[_Kind, ...] | None = None  # per tensor, when the planner had them (`_kinds`); else worked out
+    order: tuple[int, ...] | None = None  # plan index -> index in the tensors as given, when they were out of order
 
     @property
     def dense(self) -> bool:
         if not self.reads:
             return False
         spanned = self.reads[-1].start + self.reads[-1].length - self.reads[0].start
-        wanted = sum(t.end - t.begin for t in self.tensors)
+        wanted = sum(map(_END, self.tensors)) - sum(map(_BEGIN, self.tensors))
         return wanted >= DENSE * spanned
 
 
-def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUNK, gap: int = LOCAL_GAP) -> ShardPlan:
-    """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`; the
-    plan lists the tensors in file order (a stable sort by offset)."""
-    ordered = tuple(sorted(tensors, key=attrgetter("begin")))
+def plan_shard(
+    shard: Shard,
+    tensors: Iterable[TensorInfo],
+    *,
+    chunk: int = CHUNK,
+    gap: int = LOCAL_GAP,
+    kinds: Sequence[_Kind] | None = None,
+) -> ShardPlan:
+    """Cut the tensors' ranges (file offsets) into reads of at most `chunk` bytes, coalescing gaps up to `gap`.
+    `kinds`: each tensor's `_Kind`, in the order of `tensors`, kept in the plan in file order."""
+    listed = list(tensors)
+    begins = list(map(_BEGIN, listed))
+    order: list[int] | None = None
+    if all(map(le, begins, islice(begins, 1, None))):  # in file order already: a shard's tensors in header order
+        ordered, in_order = tuple(listed), kinds
+    else:  # a stable sort by offset, as `sorted(tensors, key=begin)` orders them
+        order = sorted(range(len(listed)), key=begins.__getitem__)
+        ordered = tuple(map(listed.__getitem__, order))
+        begins = list(map(begins.__getitem__, order))
+        in_order = None if kinds is None else list(map(kinds.__getitem__, order))
     reads: list[Read] = []
     start = end = -1  # the read being built: file offsets [start, end)
     pieces: list[tuple[int, int, int]] = []
     base = shard.data_start
-    # WHY: most tensors a scan plans are small scales that join the read being built whole; the element arithmetic
-    # below is only for those that start a read or straddle one (every item size divides `whole`).
-    whole = chunk - chunk % 4
-    for index, t in enumerate(ordered):
-        pos, stop = base + t.begin, base + t.end
-        if pieces and pos - end <= gap and stop - start <= whole:
+    whole = chunk - chunk % 4  # every item size divides this: a tensor that fits needs no element arithmetic
+    for index, (begin, finish) in enumerate(zip(begins, map(_END, ordered), strict=True)):
+        pos, stop = base + begin, base + finish
+        if pieces and pos - end <= gap and stop - start <= whole:  # the common case: it joins the read whole
             pieces.append((index, pos - start, stop - pos))
             end = stop
             continue
-        item = ITEM_SIZE.get(value_dtype(t), 1)
+        item = ITEM_SIZE.get(value_dtype(ordered[index]), 1)
         while pos < stop:  # an empty tensor needs no read: its accumulator reports zero elements
             room = chunk - (pos - start) if pieces and pos - end <= gap else 0
             take = min(stop - pos, room - room % item)
@@ -113,7 +130,13 @@ def plan_shard(shard: Shard, tensors: Iterable[TensorInfo], *, chunk: int = CHUN
             end = pos
     if pieces:
         reads.append(Read(start, end - start, tuple(pieces)))
-    return ShardPlan(shard.name, ordered, tuple(reads))
+    return ShardPlan(
+        shard.name,
+        ordered,
+        tuple(reads),
+        None if in_order is None else tuple(in_order),
+        None if order is None else tuple(order),
+    )
 
 
 class _LocalReader:
@@ -340,7 +363,7 @@ def scan_shard(
     """The statistics of one shard's planned tensors, in plan order; `ScanCancelled` at the next read once `cancel`
     is set."""
     tensors = plan.tensors
-    kinds = [(value_dtype(t), channel_layout(t), t.numel, t.end - t.begin) for t in tensors]
+    kinds = plan.kinds if plan.kinds is not None else _kinds(tensors)
     # Per tensor: None until its first piece, then its Accumulator, or at once its statistics when that piece is the
     # whole tensor (most tensors a scan measures: global and input scales, and block scales that fit one read).
     accs: list[Accumulator | TensorStats | None] = [None] * len(tensors)
@@ -392,7 +415,6 @@ def scan_shard(
 
 
 _Accs = list[Accumulator | TensorStats | None]
-_Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
 
 
 def _one_float8_run(read: Read, kinds: Sequence[_Kind]) -> str | None:
@@ -479,6 +501,63 @@ def _feed_read(
         acc.feed(blob[offset : offset + length] if length != len(blob) else blob)
 
 
+_Kind = tuple[str, tuple[str, int] | None, int, int]  # value dtype, channel layout, elements, bytes
+# TensorInfo fields (name, dtype, shape, shard, begin, end)
+_NAME, _DTYPE, _SHAPE, _SHARD, _BEGIN, _END = (itemgetter(i) for i in range(6))
+_LAST = itemgetter(2)  # of a str.rpartition
+
+
+def _by_shard(
+    tensors: Sequence[TensorInfo], wanted: Callable[[TensorInfo], bool] | None, shards: Container[str]
+) -> dict[str, tuple[list[TensorInfo], list[_Kind], list[int]]]:
+    """Shard -> (its measured tensors, their `_Kind`s, their positions in `tensors`), shards in first-seen order,
+    tensors in the given order: the tensors in a `STATS_DTYPES` format, and with `wanted`, only those it accepts in
+    `shards`. In whole-list steps: each (dtype, suffix, shape) is judged once, on its first tensor; the answers are
+    matched in C, and a checkpoint's tensors come shard by shard, so the grouping goes run by run."""
+    kinds = _judged(tensors, lambda t: _kind(t) if _measured(t, wanted) else None)
+    groups: dict[str, tuple[list[TensorInfo], list[_Kind], list[int]]] = {}
+    start = 0
+    for name, run in groupby(map(_SHARD, tensors)):
+        stop = start + len(list(run))
+        ts, ks, at = tensors[start:stop], kinds[start:stop], range(start, stop)
+        start = stop
+        if wanted is not None and name not in shards:
+            continue
+        if None in ks:  # a `_Kind` is a non-empty tuple: only the unmeasured are false
+            ts, at, ks = list(compress(ts, ks)), compress(at, ks), list(filter(None, ks))  # type: ignore[assignment]
+        if not ts:
+            continue
+        group = groups.setdefault(name, ([], [], []))  # a shard met again further on: its tensors after the others
+        group[0].extend(ts)
+        group[1].extend(cast("list[_Kind]", ks))
+        group[2].extend(at)
+    return groups
+
+
+def _measured(t: TensorInfo, wanted: Callable[[TensorInfo], bool] | None) -> bool:
+    return value_dtype(t) in STATS_DTYPES and (wanted is None or wanted(t))
+
+
+def _kind(t: TensorInfo) -> _Kind:
+    return (value_dtype(t), channel_layout(t), t.numel, t.end - t.begin)
+
+
+def _kinds(tensors: Sequence[TensorInfo]) -> list[_Kind]:
+    """What measuring each tensor depends on besides its bytes (`_judged`: all that `value_dtype` and
+    `channel_layout` read, and the element and byte counts they fix, come from its dtype, suffix and shape)."""
+    return cast("list[_Kind]", _judged(tensors, _kind))
+
+
+def _judged(tensors: Sequence[TensorInfo], judge: Callable[[TensorInfo], _Kind | None]) -> list[_Kind | None]:
+    """Per tensor, `judge` of the first tensor with its dtype, last name segment and shape (`judge` must answer from
+    those alone): a checkpoint has a few hundred such triples, each judged once; the rest is lookups in C."""
+    suffixes = map(_LAST, map(str.rpartition, map(_NAME, tensors), repeat(".")))
+    keys = list(zip(map(_DTYPE, tensors), suffixes, map(_SHAPE, tensors), strict=True))
+    first = dict(zip(reversed(keys), reversed(tensors), strict=True))  # each triple -> its first tensor
+    known = {k: judge(t) for k, t in first.items()}
+    return list(map(known.__getitem__, keys))
+
+
 def _whole(dtype: str, numel: int, layout: tuple[str, int] | None, piece: bytes) -> TensorStats:
     acc = Accumulator(dtype, numel, layout)
     acc.feed(piece)
@@ -509,8 +588,9 @@ def scan_values(
     **kw: Any,
 ) -> ValueStats:
     """`scan_columns` as a mapping: tensor name -> statistics, in the scan's order."""
-    columns = scan_columns(source, tensors, shards, **kw)
-    names = [tensors[position].name for position in columns.positions]
+    listed = tensors if isinstance(tensors, list) else list(tensors)
+    columns = scan_columns(source, listed, shards, **kw)
+    names = map(_NAME, map(listed.__getitem__, columns.positions))
     return ValueStats(MappingProxyType(dict(zip(names, columns.stats, strict=True))), bytes_read=columns.bytes_read)
 
 
@@ -534,20 +614,16 @@ def scan_columns(
     process that may die of SIGBUS can do (`_MappedReader`). `wanted`: measure only the tensors it accepts, and only
     those in `shards` (an invalid shard is left out of it: its offsets cannot be trusted), so that a whole
     checkpoint's tensors can be passed as they are; it must answer from a tensor's dtype, shape and suffix alone, as
-    `Rule.wants_values` does."""
+    `Rule.wants_values` does (it is asked once per such kind)."""
     counters = counters if counters is not None else ScanCounters()
     stop = cancel if cancel is not None else threading.Event()
     gap = REMOTE_GAP if source.is_remote else LOCAL_GAP
-    by_shard: dict[str, list[tuple[int, TensorInfo]]] = {}  # shards in first-seen order
-    for position, t in enumerate(tensors):
-        if value_dtype(t) in STATS_DTYPES and (wanted is None or (t.shard in shards and wanted(t))):
-            by_shard.setdefault(t.shard, []).append((position, t))
     plans: list[ShardPlan] = []
     positions: list[int] = []
-    for name, listed in by_shard.items():
-        listed.sort(key=lambda pt: pt[1].begin)  # file order, as the plan lists them
-        plans.append(plan_shard(shards[name], [t for _position, t in listed], chunk=chunk, gap=gap))
-        positions.extend(position for position, _t in listed)
+    for name, (ts, ks, at) in _by_shard(tensors, wanted, shards).items():
+        plan = plan_shard(shards[name], ts, chunk=chunk, gap=gap, kinds=ks)
+        plans.append(plan)
+        positions.extend(at if plan.order is None else map(at.__getitem__, plan.order))
     total = sum(r.length for p in plans for r in p.reads)
     if workers is None:
         workers = REMOTE_WORKERS if source.is_remote else LOCAL_WORKERS

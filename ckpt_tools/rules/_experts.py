@@ -5,9 +5,11 @@ defect is reported once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import attrgetter, methodcaller
+from itertools import chain, compress, repeat
+from operator import attrgetter, methodcaller, not_
 
 from ..knowledge.modules import model_config
 from ..model.checkpoint import Checkpoint
@@ -70,12 +72,62 @@ def _experts_touched(names: frozenset[str]) -> set[tuple[str, int]]:
     return out
 
 
+def _uniform(ckpt: Checkpoint, group: ExpertGroup) -> bool:
+    """Whether every expert of the layer carries the same `<proj>.<suffix>` keys, decided from counts per (projection,
+    layout) in C. WHY it is exact: an expert has at most one module per projection and a module's suffixes are its
+    layout's, so the number of experts holding `<proj>.<suffix>` is the sum of the counts of the (proj, layout) pairs
+    whose layout has that suffix; no expert lacks a key that another has exactly when every such number is the
+    number of experts."""
+    of, layouts = ckpt.layouts.of, ckpt.layouts.layouts
+    banks = group.experts.values()
+    pairs = Counter(
+        zip(
+            chain.from_iterable(banks),
+            map(of.__getitem__, map(_NAME, chain.from_iterable(map(_VALUES, banks)))),
+            strict=True,
+        )
+    )
+    held: Counter[tuple[str, str]] = Counter()
+    for (proj, lid), n in pairs.items():
+        for suffix, _dtype, _shape in layouts[lid]:
+            held[(proj, suffix)] += n
+    experts = len(group.experts)
+    return all(n == experts for n in held.values())
+
+
+def _expert_suffixes(ckpt: Checkpoint) -> frozenset[str] | None:
+    """The suffixes of every per-expert module, when they all have the same ones (else None). Decided per layout:
+    a module is per-expert only if `.experts.` is in its name, so the layouts whose members' names never contain it
+    hold none, and one C-level search of a layout's joined member names tells."""
+    found = {
+        frozenset(suffix for suffix, _dtype, _shape in layout)
+        for layout, names in zip(ckpt.layouts.layouts, ckpt.layouts.members, strict=True)
+        if ".experts." in "\n".join(names)
+    }
+    return next(iter(found)) if len(found) == 1 else None
+
+
 def _gaps(ckpt: Checkpoint) -> tuple[LayerGap, ...]:
     expected = configured_experts(ckpt) if implausible_expert_count(ckpt) is None else None
-    gone = ckpt.unavailable_tensors
-    gone_experts = _experts_touched(gone) if gone else set()
+    # WHY this is exact: with one suffix set for every expert module, an expert's `<proj>.<suffix>` keys are its
+    # projections times that set, so experts with the same projections have the same keys. The projections are
+    # compared as sets: the keys are a set, and an expert whose projections load in another order (one split
+    # over two shards) has the same ones.
+    same_suffixes = _expert_suffixes(ckpt) is not None
+    gone: frozenset[str] | None = None  # a pass over the index: only once a layer has a gap
+    gone_experts: set[tuple[str, int]] = set()
     out = []
     for layer, group in sorted(ckpt.experts.items()):
+        # Ids are non-negative, so below a maximum under `expected` some id is absent exactly when there are fewer.
+        ids = group.experts
+        short = expected is not None and max(ids) < expected and len(ids) < expected
+        if not short and (
+            (same_suffixes and len(set(map(frozenset, group.experts.values()))) == 1) or _uniform(ckpt, group)
+        ):
+            continue  # no expert lacks a tensor another has, and no expert id is absent
+        if gone is None:
+            gone = ckpt.unavailable_tensors
+            gone_experts = _experts_touched(gone) if gone else set()
         have: dict[int, set[str]] = {
             e: {f"{proj}.{suffix}" for proj, module in projs.items() for suffix in module.tensors}
             for e, projs in group.experts.items()
@@ -113,7 +165,14 @@ def partially_missing(ckpt: Checkpoint) -> frozenset[str]:
 @once_per
 def non_expert_modules(ckpt: Checkpoint) -> tuple[str, ...]:
     """The names of the modules that are not per-expert modules (`Module.expert` is None), in module order: what a
-    rule that judges experts once per layer (`Checkpoint.experts`) still has to look at one by one."""
+    rule that judges experts once per layer (`Checkpoint.experts`) still has to look at one by one. WHY the C-level
+    test is exact: every per-expert module's name contains `.experts.`, so when as many names contain it as there
+    are per-expert modules, the names without it are exactly the others."""
+    names = tuple(ckpt.modules)
+    marked = list(map(str.__contains__, names, repeat(".experts.")))
+    experts = sum(map(len, chain.from_iterable(map(_VALUES, map(_EXPERTS, ckpt.experts.values())))))
+    if sum(marked) == experts:
+        return tuple(compress(names, map(not_, marked)))
     return tuple(name for name, module in ckpt.modules.items() if module.expert is None)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from ckpt_tools import docs
 from ckpt_tools.knowledge import dtypes, kv_scales, modules, scales
-from ckpt_tools.knowledge._load import rules_dir, toml_module
+from ckpt_tools.knowledge._load import rules_dir, toml_module, top_keys
 from ckpt_tools.rules.base import SEVERITIES, all_rules
 from ckpt_tools.serve.checks import all_checks
 from tests.rules.test_rule_cases import CASES, CASES_DIR
@@ -213,3 +213,13 @@ def test_typed_views_load() -> None:
         "weight_global_scale": "reciprocal",
         "input_global_scale": "reciprocal",
     }
+
+
+def test_runtime_ids_are_read_without_parsing_every_profile(tmp_path: Path) -> None:
+    """Runtime profile ids come from each file's top-level keys only; the answer is the whole file's, also when a
+    line inside a multi-line value opens with `[`."""
+    for p in sorted((rules_dir() / "runtimes").glob("*.toml")):
+        text = p.read_text(encoding="utf-8")
+        assert top_keys(p.name, text).get("id") == tomllib.loads(text)["id"]
+    assert top_keys("tricky", 'x = [\n[1, 2],\n]\nid = "late"\n[table]\nid = "inner"\n')["id"] == "late"
+    assert "id" not in top_keys("plain", 'name = "n"\n[table]\nid = "inner"\n')

@@ -52,7 +52,7 @@ def test_the_fuzzer_finds_a_disagreement_when_there_is_one(tmp_path: Path, monke
         except orjson.JSONDecodeError:
             return header._fail(name, "invalid-json", "bad")
         try:
-            tensors, metadata, _ = header._entries(name, obj, None)
+            tensors, metadata, _, _ = header._entries(name, obj, None)
             header._validate_layout(name, file_size, len(raw), tensors)
         except header._Invalid as exc:
             return header._fail(name, exc.kind, exc.message)

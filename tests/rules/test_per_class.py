@@ -20,6 +20,7 @@ from ckpt_tools.model.layouts import Layouts, group_checkpoint
 from ckpt_tools.read import open_source
 from ckpt_tools.read.loader import load_checkpoint
 from ckpt_tools.rules._classes import name_templates
+from ckpt_tools.rules._experts import _gaps, configured_experts, non_expert_modules
 from ckpt_tools.rules.base import Context, find_rule
 from tests import case_ops
 from tests.corrupt import copy_fixture
@@ -144,6 +145,67 @@ def test_moe_defects_are_reported_on_the_members_that_have_them(tmp_path: Path) 
     (gaps,) = found["CK402"]
     assert "model.layers.1.mlp.experts.0.up_proj.weight" in gaps["all"]
     assert "model.layers.0.mlp.experts.2.gate_proj.input_scale" in gaps["all"]
+
+
+def _reference_gaps(ckpt: Checkpoint) -> list[tuple[str, dict[str, tuple[int, ...]], tuple[int, ...]]]:
+    """Per-expert gaps the direct way: every expert's `<proj>.<suffix>` set against the layer's union."""
+    expected = configured_experts(ckpt)
+    out = []
+    for layer, group in sorted(ckpt.experts.items()):
+        have = {e: {f"{p}.{s}" for p, m in projs.items() for s in m.tensors} for e, projs in group.experts.items()}
+        union = set().union(*have.values())
+        missing: dict[str, list[int]] = {}
+        for e, keys in sorted(have.items()):
+            for key in union - keys:
+                missing.setdefault(key, []).append(e)
+        absent = tuple(e for e in range(expected) if e not in have) if expected and max(have) < expected else ()
+        if missing or absent:
+            out.append((layer, {k: tuple(v) for k, v in sorted(missing.items())}, absent))
+    return out
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [],
+        [{"op": "drop", "pattern": r"^model\.layers\.1\.mlp\.experts\.2\.up_proj\."}],
+        [{"op": "drop", "pattern": r"^model\.layers\.0\.mlp\.experts\.1\..*\.input_scale$"}],
+        [{"op": "drop", "pattern": r"^model\.layers\.1\.mlp\.experts\.3\."}],
+        [{"op": "edit_json", "file": "config.json", "set": {"num_local_experts": 8}}],
+    ],
+    ids=["genuine", "whole-projection", "one-suffix", "whole-expert", "more-configured"],
+)
+def test_expert_gaps_match_the_direct_computation(steps: list[dict[str, Any]], tmp_path: Path) -> None:
+    folder = copy_fixture("modelopt-qwen3moe-nvfp4", tmp_path)
+    case_ops.apply(folder, steps)
+    ckpt = load_checkpoint(open_source(str(folder)))
+    got = [(g.layer, dict(g.missing), g.absent) for g in _gaps(ckpt)]
+    assert got == _reference_gaps(ckpt)
+    assert bool(got) == bool(steps)
+
+
+def test_non_expert_modules_are_every_module_without_an_expert_slot(tmp_path: Path) -> None:
+    folder = copy_fixture("modelopt-qwen3moe-nvfp4", tmp_path)
+    # `experts.01` names the same slot as `experts.1`, and `experts.x` none: the C-level count no longer adds up
+    case_ops.apply(
+        folder,
+        [
+            {
+                "op": "copy_tensor",
+                "from": "model.layers.0.mlp.experts.1.up_proj.weight",
+                "to": "model.layers.0.mlp.experts.01.up_proj.weight",
+            },
+            {
+                "op": "copy_tensor",
+                "from": "model.layers.0.mlp.gate.weight",
+                "to": "model.layers.0.mlp.experts.x.gate.weight",
+            },
+        ],
+    )
+    for target in (folder, copy_fixture("modelopt-qwen3moe-nvfp4", tmp_path / "genuine")):
+        ckpt = load_checkpoint(open_source(str(target)))
+        direct = tuple(n for n, m in ckpt.modules.items() if m.expert is None)
+        assert non_expert_modules(ckpt) == direct
 
 
 def test_name_templates_replace_digits_and_keep_names_holding_the_separator() -> None:
