@@ -46,6 +46,18 @@ def parse_int(text: str, kind: str) -> int:
     return int(text)
 
 
+def flag_int(cmd: ParsedCommand, flag: str, kind: str = "int") -> int | None:
+    """The last value of `flag` in the command as an integer (`parse_int`); None when the flag is absent, has no value
+    or is not a number (the flag table's value check reports that)."""
+    f = cmd.last(flag)
+    if f is None or f.value is None:
+        return None
+    try:
+        return parse_int(f.value, kind)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class ServeContext:
     """Everything a serve check may look at: the parsed command, the runtime and hardware profiles, the checkpoint's

@@ -10,7 +10,7 @@ from ...rules.base import Finding
 from ..memory import memory_reason, speculative_tokens
 from ..parser import ParsedCommand
 from ._speculative import speculative_config
-from .base import ServeCheck, ServeContext, parse_int, register
+from .base import ServeCheck, ServeContext, flag_int, register
 
 
 @register
@@ -107,14 +107,8 @@ class MemoryDoesNotFit(ServeCheck):
 
 
 def _int(cmd: ParsedCommand, name: str) -> int | None:
-    f = cmd.last(name)
-    if f is None or f.value is None:
-        return None
-    try:
-        value = parse_int(f.value, "human_int_or_auto")
-    except ValueError:
-        return None  # an invalid value is the flag table's finding
-    return value if value > 0 else None
+    value = flag_int(cmd, name, "human_int_or_auto")
+    return value if value is not None and value > 0 else None
 
 
 def _float(cmd: ParsedCommand, name: str) -> float | None:

@@ -5,7 +5,7 @@ from typing import Any
 
 from ...plan.limits import tensor_parallel_refusal, tensor_parallel_sizes
 from ...rules.base import Finding
-from .base import ServeCheck, ServeContext, parse_int, register
+from .base import ServeCheck, ServeContext, flag_int, register
 
 
 @register
@@ -38,13 +38,9 @@ class TensorParallelIndivisible(ServeCheck):
     title = "--tensor-parallel-size does not divide the heads"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
-        f = ctx.cmd.last("--tensor-parallel-size")
-        if f is None or f.value is None:
+        tp = flag_int(ctx.cmd, "--tensor-parallel-size")
+        if tp is None:
             return
-        try:
-            tp = parse_int(f.value, "int")
-        except ValueError:
-            return  # not a number: the flag table's value check reports it
         finding = tensor_parallel_finding(ctx.analysis.checkpoint.text_config, tp)
         if finding is not None:
             yield finding

@@ -5,7 +5,7 @@ from typing import Any
 
 from ...rules.base import Context, Finding
 from ...rules.ck308_block_fp8_tp_sizes import ruled_out
-from .base import ServeCheck, ServeContext, parse_int, register
+from .base import ServeCheck, ServeContext, flag_int, register
 
 
 @register
@@ -41,13 +41,9 @@ class BlockFp8TpSize(ServeCheck):
     title = "--tensor-parallel-size the block-FP8 shapes rule out"
 
     def check(self, ctx: ServeContext) -> Iterable[Finding]:
-        f = ctx.cmd.last("--tensor-parallel-size")
-        if f is None or f.value is None:
+        tp = flag_int(ctx.cmd, "--tensor-parallel-size")
+        if tp is None:
             return
-        try:
-            tp = parse_int(f.value, "int")
-        except ValueError:
-            return  # not a number: the flag table's value check reports it
         expert_parallel = ctx.cmd.last("--enable-expert-parallel") is not None
         finding = block_fp8_tp_finding(ctx.analysis, tp, expert_parallel=expert_parallel)
         if finding is not None:
