@@ -7,7 +7,7 @@ accepted values come from its profile in `rules/runtimes/`, so an image profile 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -343,6 +343,31 @@ def component_fixed_by(prefix: str, family: Family) -> bool:
     """Whether `component_of` answers the same for every name below `prefix`: a root prefix decides, and the root
     and the segment after it both lie within the first four segments, which `prefix` then holds."""
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
+
+
+def component_lookup(family: Family) -> Callable[[str], str]:
+    """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
+    its four-segment head fixes it (`component_fixed_by`), so most names cost one dictionary lookup and
+    `component_of` runs about once per layer."""
+    heads: dict[str, str | None] = {}  # four-segment head -> the component of every name below it, or None
+    shared: dict[str, str | None] = {}  # module prefix -> its names' component, or None when each name decides
+
+    def of_module(prefix: str, name: str) -> str | None:
+        if prefix.count(".") < 3:
+            return None
+        head = ".".join(prefix.split(".", 4)[:4])
+        if head not in heads:
+            heads[head] = component_of(name, family) if component_fixed_by(head, family) else None
+        return heads[head]
+
+    def lookup(name: str) -> str:
+        prefix = name.rpartition(".")[0]
+        if prefix not in shared:
+            shared[prefix] = of_module(prefix, name)
+        component = shared[prefix]
+        return component if component is not None else component_of(name, family)
+
+    return lookup
 
 
 def module_components(modules: Mapping[str, Module], family: Family) -> set[str]:

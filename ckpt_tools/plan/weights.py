@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..detect.resolve import component_of
+from ..detect.resolve import component_lookup
 from ..knowledge.architectures import Family
 from ..model.checkpoint import Checkpoint
 from ..model.tensors import TensorInfo
@@ -22,13 +22,14 @@ class Weights:
 
 
 def weights(tensors: Iterable[TensorInfo], family: Family, tp: int) -> Weights:
-    """Exact weight bytes of `tensors`, per component (`component_of`) and per rank under `tp`-way tensor
+    """Exact weight bytes of `tensors`, per component (`component_lookup`) and per rank under `tp`-way tensor
     parallelism."""
     by_component: dict[str, int] = {}
     total = split = 0
+    component = component_lookup(family)
     for t in tensors:
         size = t.nbytes
-        c = component_of(t.name, family)
+        c = component(t.name)
         by_component[c] = by_component.get(c, 0) + size
         total += size
         if tp > 1 and facts.split_across_ranks(t.name, len(t.shape)):  # which tensors tensor parallelism splits

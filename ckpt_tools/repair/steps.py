@@ -408,11 +408,33 @@ def _layout(raw: bytes) -> tuple[int | None, str, str]:
 _LEADING_SPACES = re.compile(rb" *")
 
 
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return False
+
+
 def _dump_like(data: Any, raw: bytes) -> bytes:
     """JSON in the layout of the original file (HF writes `json.dumps(index, indent=2, sort_keys=True) + "\\n"`).
     The layout is read off the raw bytes, never a decoded copy of a many-megabyte index: `raw` parsed as JSON, so it
     is UTF-8 and its trailing whitespace is JSON's (ASCII), and every character looked at is ASCII."""
     indent, key_sep, item_sep = _layout(raw)
     # Key order is kept as loaded (the weight map is re-sorted by the caller when it was sorted).
+    if (
+        indent == 2
+        and key_sep == ": "
+        and item_sep == ","
+        and not _has_float({k: v for k, v in data.items() if k != "weight_map"})
+    ):
+        # HF's own layout (json.dumps(indent=2)): orjson writes the same bytes for strings, ints and nesting, faster
+        # on a large weight map (docs/performance.md). Floats (whose spelling may differ) and non-ASCII text (which
+        # json.dumps escapes) take the standard library.
+        fast = orjson.dumps(data, option=orjson.OPT_INDENT_2)
+        if fast.isascii():
+            return fast + (b"\n" if raw.endswith(b"\n") else b"")
     out = json.dumps(data, indent=indent, separators=(item_sep, key_sep), ensure_ascii=raw.isascii())
     return (out + ("\n" if raw.endswith(b"\n") else "")).encode("utf-8")

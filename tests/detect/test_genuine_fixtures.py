@@ -190,3 +190,27 @@ def test_shared_lookups_answer_as_the_per_name_functions(name: str) -> None:
     naive = sorted({component_of(m + "." if m else "", family) for m in ckpt.modules}, key=lambda c: (c != "text", c))
     assert list(det.components) == naive
     assert any(r.is_expert for r in det.rows) or name == "modelopt-llama-nvfp4"
+
+
+@pytest.mark.parametrize("name", ["llmc-qwen35moe-nvfp4", "modelopt-qwen3moe-nvfp4"])
+def test_component_lookup_answers_as_component_of(name: str) -> None:
+    from ckpt_tools.detect.resolve import component_lookup, component_of
+
+    analysis = analyze(str(GENUINE / name), headers_only=True)
+    family = analysis.detection.family
+    # Mis-nested names and markers below a root share four-segment heads with genuine ones (the lookup's head cache).
+    odd = [
+        "model.language_model.visual.blocks.0.attn.qkv.weight",
+        "model.language_model.visual.blocks.1.mlp.fc1.weight",
+        "model.language_model.layers.0.visual.x.weight",
+        "model.language_model.layers.0.mtp.fc.weight",
+        "model.visual.blocks.0.attn.qkv.weight",
+        "model.visual.blocks.0.mlp.fc1.weight",
+        "mtp.layers.0.x",
+        "weight",
+        "a.b",
+    ]
+    names = [*analysis.checkpoint.tensors, *odd, *odd[::-1]]
+    lookup = component_lookup(family)
+    assert [lookup(n) for n in names] == [component_of(n, family) for n in names]
+    assert {component_of(n, family) for n in names} >= {"text", "vision"}
