@@ -20,6 +20,7 @@ from ckpt_tools import analyze, check_serve, doctor, serve_flags
 from ckpt_tools.errors import CkptError
 from ckpt_tools.read.header import read_shard
 from ckpt_tools.read.local import LocalSource
+from tests.read.test_header_vs_safetensors import library_accepts
 from tests.repair_helpers import MISNESTED_FIXTURE, copy_of, file_bytes, run_cli
 
 E = '"dtype":"F32","shape":[1],"data_offsets":[0,4]'  # a valid entry body over 4 data bytes
@@ -147,20 +148,11 @@ def write_shard(folder: Path, header: str, data: bytes = b"\x00" * 4, name: str 
     return path
 
 
-def reader_accepts(path: Path) -> bool:
-    try:
-        with safe_open(str(path), "np") as fh:
-            list(fh.keys())
-        return True
-    except Exception:  # noqa: BLE001 - the oracle: any error the reference reader raises is a rejection
-        return False
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_verdict_equals_the_reader(tmp_path: Path, case: str) -> None:
     header, accepted = CASES[case]
     path = write_shard(tmp_path, header)
-    assert reader_accepts(path) is accepted  # the expectation itself is checked against the real reader
+    assert library_accepts(path) is accepted  # the expectation itself is checked against the real reader
     result = read_shard(LocalSource(tmp_path), path.name)
     ours = result.shard is not None and result.shard.valid
     assert ours is accepted, (case, result.problems)
@@ -211,7 +203,7 @@ def test_80000_dimension_shapes_through_doctor(tmp_path: Path) -> None:
     twos.mkdir(), ones.mkdir()
     write_shard(twos, '{"a":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}' % ",".join(["2"] * 80_000), b"x")
     write_shard(ones, '{"a":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}' % ",".join(["1"] * 80_000), b"x")
-    assert not reader_accepts(twos / "model.safetensors") and reader_accepts(ones / "model.safetensors")
+    assert not library_accepts(twos / "model.safetensors") and library_accepts(ones / "model.safetensors")
     code, report = doctor_json(twos)
     assert code == 1 and ck104_kinds(report) == ["shape-overflow"]
     code, report = doctor_json(ones)
@@ -224,7 +216,7 @@ def test_huge_dimensions_before_a_zero_in_linear_time(tmp_path: Path) -> None:
     reader's `checked_mul` does."""
     dims = ",".join([str(2**64 - 1)] * 20_000)
     write_shard(tmp_path, '{"a":{"dtype":"U8","shape":[%s,0],"data_offsets":[0,0]},"b":{%s}}' % (dims, E))
-    assert not reader_accepts(tmp_path / "model.safetensors")
+    assert not library_accepts(tmp_path / "model.safetensors")
     started = time.perf_counter()
     problems = read_shard(LocalSource(tmp_path), "model.safetensors").problems
     assert time.perf_counter() - started < 1.0
@@ -311,7 +303,7 @@ def _with_duplicate_dtype_field(path: Path) -> None:
 def test_repair_refuses_a_shard_the_reader_rejects(tmp_path: Path, capsys, args: list[str]) -> None:
     folder = copy_of(MISNESTED_FIXTURE, tmp_path)
     _with_duplicate_dtype_field(folder / "model.safetensors")
-    assert not reader_accepts(folder / "model.safetensors")
+    assert not library_accepts(folder / "model.safetensors")
     before = file_bytes(folder)
     code, out, err = run_cli([args[0], folder, *args[1:]], capsys)
     assert code == 2, (out, err)
