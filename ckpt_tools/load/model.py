@@ -16,7 +16,7 @@ from operator import methodcaller
 from typing import Any
 
 from ..detect.resolve import Detection, ModuleRow
-from ..knowledge.architectures import Family, markers
+from ..knowledge.architectures import Family
 from ..knowledge.kv_scales import attention as kv_attention
 from ..knowledge.kv_scales import classify, is_kv_scale_name, renaming
 from ..knowledge.loader import EMBEDDING_TARGETS, Method, ModelClass, loader, methods_for, model_class
@@ -151,7 +151,6 @@ class _Model:
         for fused, shard, sid in mc.stacked:
             self.siblings.setdefault(fused, []).append((shard, sid))
         self.unavailable = ckpt.unavailable_tensors
-        self.markers = frozenset(seg for segs in markers().values() for seg in segs)
         self.experts = {proj: (fused, sid) for fused, proj, sid in mc.experts}
         self.fates: list[TensorFate] = []
         self.build_errors: list[str] = []
@@ -351,16 +350,6 @@ class _Model:
             param = self.params[pname] = _Param(pname, built.params.get(suffix), note=_note(built.what), owner=owner)
         return param
 
-    def misnested(self, name: str) -> bool:
-        """A module under a root whose first segment is another component's marker (`visual` below the language
-        model's root): misnested-prefix (CK201) reports it, the same test it applies (rules/architectures.toml)."""
-        hit = self.det.family.root_of(name + ".")
-        if hit is None:
-            return False
-        root, prefix = hit
-        first = name[len(prefix) :].split(".", 1)[0]
-        return root.children is not None and first not in root.children and first in self.markers
-
     def missing_owner(self, name: str, module: Module, built: _Built) -> str | None:
         """The catalogue rule that reports this module's missing tensors: where vLLM builds the very scale table the
         tensors follow (rules/scales.toml), scale-shape-mismatch (CK403) or, for GPTQ / AWQ packing,
@@ -529,7 +518,7 @@ class _Model:
         module under another component's root; quant-config-mismatch (CK304) for
         tensors of another scheme; orphan-scale (CK302) for extra tensors on a float layer built unquantized; ignore-list-mismatch (CK301) for a layer built against its storage, or a fused
         layer whose shards the config splits, under the producers it judges."""
-        if self.misnested(name):
+        if self.family.belongs_at(name) is not None:
             return MISNESTED_PREFIX
         row = self.rows.get(name)
         if row is not None and _other_scheme(row):
