@@ -345,6 +345,11 @@ def component_fixed_by(prefix: str, family: Family) -> bool:
     return prefix.count(".") >= 3 and family.root_of(prefix + ".") is not None
 
 
+def _head(prefix: str) -> str:
+    """A module prefix's first four segments (all of a shorter one): the head `component_fixed_by` judges."""
+    return ".".join(prefix.split(".", 4)[:4])
+
+
 def component_lookup(family: Family) -> Callable[[str], str]:
     """`component_of` for many names (every tensor of a checkpoint): the names of one module share the answer when
     its four-segment head fixes it (`component_fixed_by`), so most names cost one dictionary lookup and
@@ -355,7 +360,7 @@ def component_lookup(family: Family) -> Callable[[str], str]:
     def of_module(prefix: str, name: str) -> str | None:
         if prefix.count(".") < 3:
             return None
-        head = ".".join(prefix.split(".", 4)[:4])
+        head = _head(prefix)
         if head not in heads:
             heads[head] = component_of(name, family) if component_fixed_by(head, family) else None
         return heads[head]
@@ -375,7 +380,7 @@ def module_components(modules: Mapping[str, Module], family: Family) -> set[str]
     where the head fixes them: `component_fixed_by` says `component_of` then answers the same for every name below
     the head, so one name of the first module under it answers for all."""
     prefixes = list(modules)
-    heads = [".".join(prefix.split(".", 4)[:4]) for prefix in prefixes]
+    heads = [_head(prefix) for prefix in prefixes]
     first = dict(zip(reversed(heads), reversed(prefixes), strict=True))  # head -> the first module under it
     found: set[str] = set()
     undecided: set[str] = set()  # heads whose names each decide
